@@ -1,0 +1,266 @@
+//! V2 wire types: the paths the gateway may call (built only from validated,
+//! percent-encoded segments), the envelope it reads back, and the run status
+//! vocabulary.
+
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Everything but RFC 3986 "unreserved" characters is encoded, so a value can
+/// never introduce `/`, `?`, `#`, `%`-sequences or `..` semantics.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// Query values additionally keep `,` readable is NOT done: V2 documents
+/// `filter_keys` as a URL-encoded comma-separated string, so `,` → `%2C`.
+const QUERY: &AsciiSet = SEGMENT;
+
+/// A V2 path with its query, assembled from fixed literals and checked
+/// identifiers only. There is no constructor from a raw string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct V2Path {
+    path: String,
+    query: Vec<(&'static str, String)>,
+}
+
+/// An identifier that is safe to place as one path segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment(String);
+
+/// Why an identifier was refused before it reached V2.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SegmentError {
+    #[error("must not be empty")]
+    Empty,
+    #[error("is longer than {0} characters")]
+    TooLong(usize),
+    #[error("contains a control character")]
+    Control,
+    #[error("contains a character not allowed in an identifier")]
+    Forbidden,
+}
+
+pub const MAX_ID_LEN: usize = 200;
+
+impl Segment {
+    /// Validates a run, task or worker identifier. Slashes, `?`, `#`, `%`,
+    /// whitespace, control characters and dot-only names are refused outright
+    /// rather than encoded: no real identifier has them, and refusing keeps
+    /// traversal attempts out of logs of the upstream too.
+    pub fn new(raw: &str) -> Result<Segment, SegmentError> {
+        if raw.is_empty() {
+            return Err(SegmentError::Empty);
+        }
+        if raw.chars().count() > MAX_ID_LEN {
+            return Err(SegmentError::TooLong(MAX_ID_LEN));
+        }
+        if raw.chars().any(char::is_control) {
+            return Err(SegmentError::Control);
+        }
+        let forbidden = |c: char| matches!(c, '/' | '\\' | '?' | '#' | '%' | ' ' | '"' | '<' | '>');
+        if raw.chars().any(forbidden) || raw.chars().all(|c| c == '.') {
+            return Err(SegmentError::Forbidden);
+        }
+        Ok(Segment(raw.to_owned()))
+    }
+
+    /// A V1 worker id (`ULID` or `owner/name`) as a V2 `workerId`
+    /// (`owner~name`). Exactly one `/` is allowed, between two non-empty parts.
+    pub fn worker(raw: &str) -> Result<Segment, SegmentError> {
+        match raw.split_once('/') {
+            Some((owner, name)) if !owner.is_empty() && !name.is_empty() && !name.contains('/') => {
+                let owner = Segment::new(owner)?;
+                let name = Segment::new(name)?;
+                Segment::new(&format!("{}~{}", owner.0, name.0))
+            }
+            Some(_) => Err(SegmentError::Forbidden),
+            None => Segment::new(raw),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl V2Path {
+    /// Joins fixed literal segments and identifiers. Literals are `'static`
+    /// so only code, never input, can choose the route.
+    pub fn new(parts: &[Part<'_>]) -> V2Path {
+        let mut path = String::from("/api/v2");
+        for part in parts {
+            path.push('/');
+            match part {
+                Part::Lit(s) => path.push_str(s),
+                Part::Id(seg) => path.extend(utf8_percent_encode(seg.as_str(), SEGMENT)),
+            }
+        }
+        V2Path {
+            path,
+            query: Vec::new(),
+        }
+    }
+
+    pub fn query(mut self, name: &'static str, value: impl ToString) -> V2Path {
+        self.query.push((name, value.to_string()));
+        self
+    }
+
+    pub fn query_opt(self, name: &'static str, value: Option<impl ToString>) -> V2Path {
+        match value {
+            Some(v) => self.query(name, v),
+            None => self,
+        }
+    }
+
+    /// The path alone, for logs and metrics (no query: it never carries a key,
+    /// but keeping it out keeps label sets small).
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    pub fn path_and_query(&self) -> String {
+        let mut out = self.path.clone();
+        for (i, (name, value)) in self.query.iter().enumerate() {
+            out.push(if i == 0 { '?' } else { '&' });
+            out.push_str(name);
+            out.push('=');
+            out.extend(utf8_percent_encode(value, QUERY));
+        }
+        out
+    }
+}
+
+/// A piece of a [`V2Path`].
+pub enum Part<'a> {
+    Lit(&'static str),
+    Id(&'a Segment),
+}
+
+/// The V2 envelope, success or error. `data` is absent on some successes and
+/// on every error; `details` only on errors.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Envelope {
+    pub code: Option<i64>,
+    #[serde(default)]
+    pub message: Option<String>,
+    #[serde(default)]
+    pub data: Option<Value>,
+    #[serde(default)]
+    pub request_id: Option<String>,
+    #[serde(default)]
+    pub details: Option<Value>,
+}
+
+/// V2 run statuses as documented; anything else is kept as `Other` and
+/// mapped by a documented rule rather than rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunStatus {
+    Ready,
+    Running,
+    Succeeded,
+    Failed,
+    Aborting,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Ready => "ready",
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Aborting => "aborting",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        Some(match s.trim().to_ascii_lowercase().as_str() {
+            "ready" => RunStatus::Ready,
+            "running" => RunStatus::Running,
+            "succeeded" => RunStatus::Succeeded,
+            "failed" => RunStatus::Failed,
+            "aborting" => RunStatus::Aborting,
+            _ => return None,
+        })
+    }
+
+    pub fn is_completed(self) -> bool {
+        matches!(self, RunStatus::Succeeded | RunStatus::Failed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traversal_never_reaches_another_path() {
+        for bad in [
+            "../users/account",
+            "a/b?x=1",
+            "..",
+            ".",
+            "a\r\nb",
+            "a\0b",
+            "",
+            "x#y",
+            "%2e%2e",
+            "a b",
+        ] {
+            assert!(Segment::new(bad).is_err(), "{bad:?} accepted");
+        }
+        let id = Segment::new("01KS2A1M515HG7PZX9STTB0KPH").unwrap();
+        let p = V2Path::new(&[Part::Lit("worker-runs"), Part::Id(&id), Part::Lit("log")]);
+        assert_eq!(
+            p.path_and_query(),
+            "/api/v2/worker-runs/01KS2A1M515HG7PZX9STTB0KPH/log"
+        );
+    }
+
+    #[test]
+    fn non_ascii_ids_are_percent_encoded_as_one_segment() {
+        let id = Segment::new("wörker:1").unwrap();
+        let p = V2Path::new(&[Part::Lit("workers"), Part::Id(&id)]);
+        assert_eq!(p.path(), "/api/v2/workers/w%C3%B6rker%3A1");
+    }
+
+    #[test]
+    fn worker_paths_use_tilde() {
+        assert_eq!(
+            Segment::worker("coreclaw/google-maps").unwrap().as_str(),
+            "coreclaw~google-maps"
+        );
+        assert_eq!(
+            Segment::worker("01KBHMS6A8H6A3K5FJY11MQ99Z")
+                .unwrap()
+                .as_str(),
+            "01KBHMS6A8H6A3K5FJY11MQ99Z"
+        );
+        for bad in ["a/b/c", "/b", "a/", "../x", "a/.."] {
+            assert!(Segment::worker(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn query_values_are_encoded() {
+        let p = V2Path::new(&[Part::Lit("store")])
+            .query("keyword", "a&b=c")
+            .query("filter_keys", "title,price");
+        assert_eq!(
+            p.path_and_query(),
+            "/api/v2/store?keyword=a%26b%3Dc&filter_keys=title%2Cprice"
+        );
+    }
+
+    #[test]
+    fn statuses_round_trip() {
+        for s in ["ready", "running", "succeeded", "failed", "aborting"] {
+            assert_eq!(RunStatus::parse(s).unwrap().as_str(), s);
+        }
+        assert_eq!(RunStatus::parse("aborted"), None);
+    }
+}
