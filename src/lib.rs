@@ -1,4 +1,59 @@
 //! v1compat: a gateway that keeps legacy V1 clients of the Worker Run Service
-//! working against its V2 API.
+//! (the CoreClaw Open API) working against its V2 API.
+//!
+//! The request path, one way through:
+//!
+//! ```text
+//! V1 client ─▶ server    listeners, tower stack (request id, sensitive headers,
+//!                        trace, catch-panic), in-flight limit, body limit
+//!           ─▶ route     V1 method + path → Operation (unknown → V1 404)
+//!           ─▶ ops       decode V1 input → pure mapping → V2 call(s) through
+//!                        Upstream → pure mapping back → V1 `data`
+//!           ─▶ error     every failure → one V1 envelope (the only place)
+//! ```
+//!
+//! Modules: [`config`] (TOML + env → validated config), [`server`],
+//! [`route`], [`ops`] (one module per operation family), [`paging`] (V1 page
+//! windows → V2 page plans), [`upstream`] (the V2 client), [`v1`]/[`v2`] (wire
+//! types), [`error`], [`telemetry`] (logs, metric names).
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+pub mod config;
+pub mod error;
+pub mod ops;
+pub mod paging;
+pub mod route;
+pub mod server;
+pub mod telemetry;
 pub mod upstream;
+pub mod v1;
 pub mod v2;
+
+/// Runs the gateway on already-bound listeners until `shutdown` resolves,
+/// then drains in-flight requests within the configured grace period.
+pub async fn run(
+    public: TcpListener,
+    admin: TcpListener,
+    config: config::Config,
+    upstream: Arc<dyn upstream::Upstream>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let gateway = Arc::new(ops::Gateway::new(upstream, Arc::new(config)));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let public = tokio::spawn(server::serve_public(
+        public,
+        gateway.clone(),
+        stop_rx.clone(),
+    ));
+    let admin = tokio::spawn(server::serve_admin(admin, gateway, stop_rx));
+    shutdown.await;
+    let _ = stop_tx.send(true);
+    let (a, b) = tokio::join!(public, admin);
+    a.map_err(std::io::Error::other)??;
+    b.map_err(std::io::Error::other)??;
+    Ok(())
+}

@@ -1,1 +1,120 @@
-fn main() {}
+//! The `v1compat` binary: parses the command line, loads and validates the
+//! configuration (exit 64 on a bad one, before any port is bound), sets up
+//! telemetry and runs the gateway until SIGTERM or ctrl-c.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+
+use v1compat::config::{self, Config};
+use v1compat::upstream::HttpUpstream;
+use v1compat::{server, telemetry};
+
+/// sysexits EX_USAGE / EX_CONFIG-style code for a configuration that does not validate.
+const EXIT_BAD_CONFIG: u8 = 64;
+
+#[derive(Parser)]
+#[command(
+    name = "v1compat",
+    version,
+    about = "Keeps legacy V1 clients of the Worker Run Service working against its V2 API",
+    long_about = "v1compat accepts V1 requests (/api/v1/..., /api/store, /api/scraper, /api/proxy/region), \
+translates them into V2 calls and answers in V1 envelopes.\n\n\
+Configuration is a TOML file (see config/v1compat.toml); every key can be overridden with an \
+environment variable V1COMPAT_<SECTION>__<KEY>, e.g. V1COMPAT_UPSTREAM__BASE_URL."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway: V1 traffic on listen.public, /healthz /readyz /metrics on listen.admin.
+    Serve {
+        /// Configuration file (TOML). Without it, defaults plus V1COMPAT_* variables apply.
+        #[arg(long, short, env = "V1COMPAT_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Validate a configuration file and print every problem; exit 64 if invalid.
+    CheckConfig {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+}
+
+fn load(path: Option<&PathBuf>) -> Result<Config, String> {
+    let text = match path {
+        Some(p) => std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        None => String::new(),
+    };
+    config::load(&text, std::env::vars()).map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckConfig { config } => match load(Some(&config)) {
+            Ok(_) => {
+                println!("{}: ok", config.display());
+                ExitCode::SUCCESS
+            }
+            Err(problems) => {
+                eprintln!("{}: invalid configuration:", config.display());
+                for line in problems.lines() {
+                    eprintln!("  - {line}");
+                }
+                ExitCode::from(EXIT_BAD_CONFIG)
+            }
+        },
+        Command::Serve { config } => {
+            let cfg = match load(config.as_ref()) {
+                Ok(c) => c,
+                Err(problems) => {
+                    eprintln!("invalid configuration:");
+                    for line in problems.lines() {
+                        eprintln!("  - {line}");
+                    }
+                    return ExitCode::from(EXIT_BAD_CONFIG);
+                }
+            };
+            match runtime().block_on(serve(cfg)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("v1compat: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("cannot start the async runtime: {e}"))
+}
+
+async fn serve(cfg: Config) -> Result<(), String> {
+    telemetry::init_logging(&cfg.log.format, &cfg.log.level);
+    telemetry::prometheus();
+    let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone())?);
+    let public = tokio::net::TcpListener::bind(cfg.public_addr)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", cfg.public_addr))?;
+    let admin = tokio::net::TcpListener::bind(cfg.admin_addr)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", cfg.admin_addr))?;
+    tracing::info!(
+        public = %public.local_addr().map_err(|e| e.to_string())?,
+        admin = %admin.local_addr().map_err(|e| e.to_string())?,
+        upstream = %cfg.upstream.base_url,
+        "v1compat listening"
+    );
+    v1compat::run(public, admin, cfg, upstream, server::shutdown_signal())
+        .await
+        .map_err(|e| e.to_string())
+}

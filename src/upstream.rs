@@ -13,7 +13,7 @@ use http::{Method, StatusCode};
 use crate::v2::V2Path;
 
 mod client;
-pub use client::{HttpUpstream, UpstreamSettings};
+pub use client::{AuthStyle, HttpUpstream, RetrySettings, UpstreamSettings};
 
 /// A key to present upstream. Kept opaque so it cannot end up in a `{:?}`.
 #[derive(Clone, PartialEq, Eq)]

@@ -1,0 +1,282 @@
+//! The one place where a failure becomes a V1 answer. Every error on the
+//! request path is a [`GatewayError`] that remembers where it came from
+//! (the V1 client, the V2 upstream, or the gateway itself); [`GatewayError::render`]
+//! turns it into the HTTP status and V1 envelope a legacy client expects, plus
+//! diagnostic headers for operators.
+
+use http::StatusCode;
+
+use crate::upstream::UpstreamFailure;
+use crate::v1::{code, Envelope};
+
+/// What an operation is about, so that a V2 "not found" becomes the V1 code a
+/// V1 client knows for that kind of thing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subject {
+    Worker,
+    Task,
+    Run,
+    /// Abort: V1 reports a failed abort as HTTP 500 / 70002.
+    Abort,
+    Other,
+}
+
+/// Who is to blame, reported in `x-v1compat-error-origin` and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Client,
+    Upstream,
+    Gateway,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Client => "client",
+            Origin::Upstream => "upstream",
+            Origin::Gateway => "gateway",
+        }
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GatewayError {
+    /// Bad V1 input, caught before anything was sent upstream.
+    #[error("invalid request: {0}")]
+    BadRequest(String),
+    /// No usable key for an operation that needs one.
+    #[error("missing or malformed API key: {0}")]
+    Unauthorized(String),
+    /// The gateway itself knows the thing does not exist (e.g. the cached
+    /// result of a worker verification).
+    #[error("{0:?} not found")]
+    NotFound(Subject),
+    #[error("no V1 operation at this method and path")]
+    UnknownRoute,
+    #[error("too many requests in flight")]
+    Overloaded,
+    /// V2 answered with an error envelope (or a non-zero code).
+    #[error("upstream refused: HTTP {status}, code {code:?}: {message}")]
+    Refused {
+        subject: Subject,
+        status: StatusCode,
+        code: Option<i64>,
+        message: String,
+    },
+    /// No answer from V2 at all.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamFailure),
+    /// V2 answered, but not with something the gateway can read.
+    #[error("unreadable upstream answer: {0}")]
+    Garbled(String),
+    /// The whole V1 request ran out of time.
+    #[error("request deadline of {0:?} exceeded")]
+    Deadline(std::time::Duration),
+    /// A translation gap or a panic: our bug.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// A rendered V1 error: status, envelope and diagnostic headers.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    pub status: StatusCode,
+    pub envelope: Envelope,
+    pub origin: Origin,
+    /// Short machine-readable cause for `x-v1compat-error` and metrics.
+    pub cause: &'static str,
+}
+
+impl GatewayError {
+    pub fn bad(field: &str, problem: impl std::fmt::Display) -> GatewayError {
+        GatewayError::BadRequest(format!("{field} {problem}"))
+    }
+
+    pub fn render(&self) -> Rendered {
+        use GatewayError::*;
+        let (status, (code, message), origin, cause) = match self {
+            BadRequest(detail) => {
+                let (c, m) = code::INVALID_PARAMS;
+                let env = Envelope::error(c, format!("{m}: {detail}"));
+                return Rendered {
+                    status: StatusCode::BAD_REQUEST,
+                    envelope: env,
+                    origin: Origin::Client,
+                    cause: "invalid_request",
+                };
+            }
+            Unauthorized(detail) => {
+                let (c, m) = code::INVALID_KEY;
+                let env = Envelope::error(c, format!("{m}: {detail}"));
+                return Rendered {
+                    status: StatusCode::UNAUTHORIZED,
+                    envelope: env,
+                    origin: Origin::Client,
+                    cause: "unauthorized",
+                };
+            }
+            NotFound(subject) => (
+                StatusCode::NOT_FOUND,
+                not_found(*subject),
+                Origin::Client,
+                "not_found",
+            ),
+            UnknownRoute => (
+                StatusCode::NOT_FOUND,
+                code::NOT_FOUND,
+                Origin::Client,
+                "unknown_route",
+            ),
+            Overloaded => (
+                StatusCode::TOO_MANY_REQUESTS,
+                code::RATE_LIMITED,
+                Origin::Gateway,
+                "overloaded",
+            ),
+            Refused {
+                subject,
+                status,
+                code,
+                ..
+            } => {
+                let (s, c) = map_refusal(*subject, *status, *code);
+                (s, c, Origin::Upstream, "refused")
+            }
+            Upstream(failure) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                code::INTERNAL,
+                Origin::Upstream,
+                failure.kind(),
+            ),
+            Garbled(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                code::INTERNAL,
+                Origin::Upstream,
+                "garbled",
+            ),
+            Deadline(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                code::INTERNAL,
+                Origin::Gateway,
+                "deadline",
+            ),
+            Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                code::INTERNAL,
+                Origin::Gateway,
+                "internal",
+            ),
+        };
+        Rendered {
+            status,
+            envelope: Envelope::error(code, message),
+            origin,
+            cause,
+        }
+    }
+}
+
+fn not_found(subject: Subject) -> (i64, &'static str) {
+    match subject {
+        Subject::Worker => code::SCRIPT_NOT_FOUND,
+        Subject::Task => code::TASK_NOT_FOUND,
+        Subject::Run | Subject::Abort => code::RUN_NOT_FOUND,
+        Subject::Other => code::NOT_FOUND,
+    }
+}
+
+/// The error table: V2 HTTP status + application code → V1 HTTP status + V1
+/// code and message. Business codes win over the HTTP status because V2 does
+/// not bind them to one (they may even arrive with HTTP 200).
+pub fn map_refusal(
+    subject: Subject,
+    status: StatusCode,
+    v2_code: Option<i64>,
+) -> (StatusCode, (i64, &'static str)) {
+    let s = |n: u16| StatusCode::from_u16(n).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if subject == Subject::Abort {
+        // V1 reports every failure to abort an existing run as 500 / 70002;
+        // not-found, auth and rate limits keep their own meaning.
+        let keeps_meaning = matches!(status.as_u16(), 401 | 404 | 429)
+            || matches!(v2_code, Some(12001 | 12002 | 13000 | 11004 | 70001));
+        if !keeps_meaning {
+            return (s(500), code::ABORT_FAILED);
+        }
+    }
+    match v2_code {
+        Some(50001) => return (s(404), code::SCRIPT_NOT_FOUND),
+        Some(60001) => return (s(404), code::TASK_NOT_FOUND),
+        Some(70001) => return (s(404), code::RUN_NOT_FOUND),
+        Some(70002) => return (s(500), code::ABORT_FAILED),
+        Some(50002) => return (s(500), code::SCRIPT_RUN_FAILED),
+        Some(50003) => return (s(400), code::VERSION_UNAVAILABLE),
+        Some(30001) => return (s(400), code::BALANCE),
+        // Plan concurrency limit (V2 only): V1 clients back off on 429.
+        Some(30003) | Some(13000) => return (s(429), code::RATE_LIMITED),
+        Some(12001) | Some(12002) => return (s(401), code::INVALID_KEY),
+        Some(11004) => return (s(404), not_found(subject)),
+        _ => {}
+    }
+    match status.as_u16() {
+        401 | 403 => (s(401), code::INVALID_KEY),
+        404 => (s(404), not_found(subject)),
+        429 => (s(429), code::RATE_LIMITED),
+        400..=499 => (s(400), code::INVALID_PARAMS),
+        _ => (s(500), code::INTERNAL),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(subject: Subject, status: u16, code: Option<i64>) -> (u16, i64) {
+        let (s, (c, _)) = map_refusal(subject, StatusCode::from_u16(status).unwrap(), code);
+        (s.as_u16(), c)
+    }
+
+    #[test]
+    fn v2_statuses_map_to_v1() {
+        assert_eq!(table(Subject::Run, 400, Some(11000)), (400, 4000));
+        assert_eq!(table(Subject::Run, 422, Some(11000)), (400, 4000));
+        assert_eq!(table(Subject::Run, 401, Some(12001)), (401, 20001));
+        assert_eq!(table(Subject::Run, 429, Some(13000)), (429, 4290));
+        assert_eq!(table(Subject::Run, 500, Some(10000)), (500, 5000));
+        assert_eq!(table(Subject::Other, 404, Some(11004)), (404, 4040));
+    }
+
+    #[test]
+    fn not_found_depends_on_subject() {
+        assert_eq!(table(Subject::Worker, 404, Some(11004)), (404, 50001));
+        assert_eq!(table(Subject::Task, 404, None), (404, 60001));
+        assert_eq!(table(Subject::Run, 404, Some(11004)), (404, 70001));
+        assert_eq!(table(Subject::Abort, 404, Some(70001)), (404, 70001));
+    }
+
+    #[test]
+    fn business_codes_win_even_on_http_200() {
+        assert_eq!(table(Subject::Worker, 200, Some(50001)), (404, 50001));
+        assert_eq!(table(Subject::Run, 200, Some(30003)), (429, 4290));
+        assert_eq!(table(Subject::Run, 400, Some(50003)), (400, 50003));
+    }
+
+    #[test]
+    fn failed_abort_is_500_70002() {
+        assert_eq!(table(Subject::Abort, 400, Some(70002)), (500, 70002));
+        assert_eq!(table(Subject::Abort, 422, Some(11000)), (500, 70002));
+        assert_eq!(table(Subject::Abort, 500, Some(10000)), (500, 70002));
+        assert_eq!(table(Subject::Abort, 429, Some(13000)), (429, 4290));
+    }
+
+    #[test]
+    fn client_errors_name_the_problem() {
+        let r = GatewayError::bad("run_slug", "is required").render();
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+        assert_eq!(r.envelope.code, 4000);
+        assert_eq!(
+            r.envelope.message,
+            "Invalid request parameters: run_slug is required"
+        );
+        assert!(r.envelope.data.is_null());
+    }
+}

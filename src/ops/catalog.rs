@@ -1,0 +1,302 @@
+//! The public catalog: store search, worker detail and proxy regions. V1
+//! served these without a key; V2 worker detail needs one, so the client's
+//! key or the configured service key is used.
+//!
+//! | V1 | V2 | rule |
+//! |---|---|---|
+//! | `GET /api/store?search=&limit=` | `GET /api/v2/store?keyword=&offset=&limit=` | `search` required, non-empty; `limit` default 10 sent explicitly; above 100, 100-row pages fetched concurrently, cut at the first short page |
+//! | `data.scraper[]` `{slug, title, description}` | `data.scraper[]` | exactly those three fields (`""` when absent); `name`, `path`, `username` dropped |
+//! | `GET /api/scraper?slug=` | `GET /api/v2/workers/{id}` + `GET /api/v2/workers/{id}/input-schema` | concurrently; `owner/name` → `owner~name`; unknown → 404/50001 |
+//! | `data.version`, `data.readme` | worker detail | `""` when absent |
+//! | `data.parameters.system` | worker detail `parameters.system` | `cpus`, `memory_bytes` (or `memory`, per `compat.worker_memory_field`; read from either V2 name), `max_total_charge`, `max_total_traffic`, `execute_limit_time_seconds`; the shipped defaults (0.125, 512, 0, 0, 1800) when V2 omits one |
+//! | `data.parameters.custom` | `input_schema` | `properties` as a V1 array whether V2 sends an array of property objects or a JSON-schema map; other descriptor keys kept; `description` `""` when absent. Falls back to the detail's `parameters.custom` when the schema call fails with anything but not-found |
+//! | `GET /api/proxy/region` | `GET /api/v2/proxy/region` | `language` passed when given; `data` untouched |
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{GatewayError, Subject};
+use crate::ops::input::Query;
+use crate::ops::{list_of, string_of, Exchange};
+use crate::paging::Window;
+use crate::upstream::V2Call;
+use crate::v2::{Part, Segment, V2Path};
+
+pub const STORE_DEFAULT_LIMIT: u64 = 10;
+
+pub fn store_call(keyword: &str, offset: u64, limit: u64) -> V2Call {
+    V2Call::get(
+        V2Path::new(&[Part::Lit("store")])
+            .query("keyword", keyword)
+            .query("offset", offset)
+            .query("limit", limit),
+    )
+}
+
+pub fn v1_store_item(item: &Value) -> Value {
+    let s = |k: &str| string_of(item.get(k)).unwrap_or_default();
+    json!({ "slug": s("slug"), "title": s("title"), "description": s("description") })
+}
+
+pub async fn store_search(ex: &Exchange<'_>, query: &Query) -> Result<Value, GatewayError> {
+    let search = query.req("search")?.trim().to_owned();
+    if search.chars().count() > 200 {
+        return Err(GatewayError::bad("search", "is longer than 200 characters"));
+    }
+    let max = ex.gw.config.limits.max_page_size;
+    let limit = match query.opt_int("limit")? {
+        None => STORE_DEFAULT_LIMIT,
+        Some(l) if l >= 1 && l as u64 <= max => l as u64,
+        Some(_) => {
+            return Err(GatewayError::bad(
+                "limit",
+                format!("must be between 1 and {max}"),
+            ))
+        }
+    };
+    let plan = Window {
+        page_index: 1,
+        page_size: limit,
+    }
+    .plan();
+    // V2 store needs no key; one is sent when available for higher limits.
+    let key = ex.key().ok();
+    let pages = ex
+        .pages(plan.offsets.clone(), Subject::Other, |o| {
+            store_call(&search, o, plan.limit).with_key(key.clone())
+        })
+        .await?;
+    let rows = plan.assemble(
+        pages
+            .iter()
+            .map(|p| list_of(p, "scraper").to_vec())
+            .collect(),
+    );
+    let items: Vec<Value> = rows.iter().map(v1_store_item).collect();
+    Ok(json!({ "scraper": items }))
+}
+
+/// The shipped system defaults, for fields V2 leaves out.
+const SYSTEM_DEFAULTS: [(&str, f64); 5] = [
+    ("cpus", 0.125),
+    ("memory", 512.0),
+    ("max_total_charge", 0.0),
+    ("max_total_traffic", 0.0),
+    ("execute_limit_time_seconds", 1800.0),
+];
+
+fn number(v: f64) -> Value {
+    if v.fract() == 0.0 && v.abs() < 9e15 {
+        json!(v as i64)
+    } else {
+        json!(v)
+    }
+}
+
+/// V1 `parameters.system` from the V2 worker detail.
+pub fn v1_system(v2_system: Option<&Value>, memory_field: &str) -> Value {
+    let src = v2_system.and_then(Value::as_object);
+    let mut out = Map::new();
+    for (name, default) in SYSTEM_DEFAULTS {
+        let found = if name == "memory" {
+            src.and_then(|s| s.get("memory_bytes").or_else(|| s.get("memory")))
+        } else {
+            src.and_then(|s| s.get(name))
+        };
+        let value = match found {
+            Some(v @ Value::Number(_)) => v.clone(),
+            Some(Value::String(s)) => s
+                .trim()
+                .parse::<f64>()
+                .map(number)
+                .unwrap_or_else(|_| number(default)),
+            _ => number(default),
+        };
+        out.insert(
+            if name == "memory" {
+                memory_field.to_owned()
+            } else {
+                name.to_owned()
+            },
+            value,
+        );
+    }
+    Value::Object(out)
+}
+
+/// V1 `parameters.custom` from a V2 input schema: the descriptor with
+/// `properties` as an array of V1 property objects.
+pub fn v1_custom(schema: &Value) -> Value {
+    let Some(obj) = schema.as_object() else {
+        return json!({ "properties": [], "description": "" });
+    };
+    let required: Vec<&str> = obj
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let properties: Vec<Value> = match obj.get("properties") {
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|p| v1_property(p, None, &required))
+            .collect(),
+        Some(Value::Object(map)) => map
+            .iter()
+            .map(|(name, p)| v1_property(p, Some(name), &required))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let is_json_schema_map = obj.get("properties").is_some_and(Value::is_object);
+    let mut out = Map::new();
+    for (k, v) in obj {
+        // JSON-schema bookkeeping has no place in a V1 descriptor.
+        if is_json_schema_map && matches!(k.as_str(), "type" | "required" | "$schema") {
+            continue;
+        }
+        out.insert(k.clone(), v.clone());
+    }
+    out.insert("properties".into(), Value::Array(properties));
+    if !out.get("description").is_some_and(Value::is_string) {
+        out.insert("description".into(), json!(""));
+    }
+    Value::Object(out)
+}
+
+fn v1_property(p: &Value, name: Option<&str>, required: &[&str]) -> Value {
+    let s = |k: &str| p.get(k).and_then(Value::as_str);
+    let name = name.or_else(|| s("name")).unwrap_or_default().to_owned();
+    let is_required = p
+        .get("required")
+        .and_then(Value::as_bool)
+        .unwrap_or(required.contains(&name.as_str()));
+    let mut out = p.as_object().cloned().unwrap_or_default();
+    out.insert("name".into(), json!(name));
+    out.insert("type".into(), json!(s("type").unwrap_or("string")));
+    out.insert("title".into(), json!(s("title").unwrap_or(&name)));
+    out.insert("editor".into(), json!(s("editor").unwrap_or("textfield")));
+    out.insert(
+        "default".into(),
+        p.get("default").cloned().unwrap_or(Value::Null),
+    );
+    out.insert("required".into(), json!(is_required));
+    out.insert("description".into(), json!(s("description").unwrap_or("")));
+    Value::Object(out)
+}
+
+pub fn v1_worker_detail(detail: &Value, schema: Option<&Value>, memory_field: &str) -> Value {
+    let params = detail.get("parameters");
+    let custom_src = schema
+        .or_else(|| params.and_then(|p| p.get("custom")))
+        .cloned()
+        .unwrap_or(Value::Null);
+    json!({
+        "version": string_of(detail.get("version")).unwrap_or_default(),
+        "readme": string_of(detail.get("readme")).unwrap_or_default(),
+        "parameters": {
+            "system": v1_system(params.and_then(|p| p.get("system")), memory_field),
+            "custom": v1_custom(&custom_src),
+        },
+    })
+}
+
+pub async fn worker_detail(ex: &Exchange<'_>, query: &Query) -> Result<Value, GatewayError> {
+    let worker: Segment = ex.gw.worker_ids.translate(query.req("slug")?, "slug")?;
+    let key = ex.key()?;
+    let detail_call =
+        V2Call::get(V2Path::new(&[Part::Lit("workers"), Part::Id(&worker)])).with_key(Some(key));
+    let schema_call = V2Call::get(V2Path::new(&[
+        Part::Lit("workers"),
+        Part::Id(&worker),
+        Part::Lit("input-schema"),
+    ]));
+    let (detail, schema) = tokio::join!(
+        ex.call(detail_call, Subject::Worker),
+        ex.call(schema_call, Subject::Worker)
+    );
+    let detail = detail?;
+    let schema = match schema {
+        Ok(data) => data.get("input_schema").cloned(),
+        Err(e) if e.render().envelope.code == 50001 => return Err(e),
+        Err(e) => {
+            tracing::warn!(error = %e, "input schema unavailable; using the detail's parameters.custom");
+            None
+        }
+    };
+    Ok(v1_worker_detail(
+        &detail,
+        schema.as_ref(),
+        ex.gw.config.compat.memory_field,
+    ))
+}
+
+pub async fn proxy_regions(ex: &Exchange<'_>, query: &Query) -> Result<Value, GatewayError> {
+    let language = query
+        .get("language")
+        .map(str::trim)
+        .filter(|l| !l.is_empty());
+    if language.is_some_and(|l| {
+        l.len() > 16
+            || !l
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    }) {
+        return Err(GatewayError::bad(
+            "language",
+            "must be a language code such as en or zh",
+        ));
+    }
+    let path =
+        V2Path::new(&[Part::Lit("proxy"), Part::Lit("region")]).query_opt("language", language);
+    ex.call(V2Call::get(path).with_key(ex.key().ok()), Subject::Other)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_items_are_exactly_three_fields() {
+        let v = v1_store_item(
+            &json!({"slug":"s","name":"n","path":"o~n","title":"T","username":"o","description":"D"}),
+        );
+        assert_eq!(v, json!({"slug":"s","title":"T","description":"D"}));
+    }
+
+    #[test]
+    fn system_reads_either_memory_name_and_fills_defaults() {
+        let s = v1_system(
+            Some(&json!({"cpus": 1, "memory": 1024, "proxy_region": "US"})),
+            "memory_bytes",
+        );
+        assert_eq!(
+            s,
+            json!({"cpus":1,"memory_bytes":1024,"max_total_charge":0,"max_total_traffic":0,"execute_limit_time_seconds":1800})
+        );
+        let s = v1_system(None, "memory");
+        assert_eq!(s["memory"], 512);
+        assert_eq!(s["cpus"], 0.125);
+    }
+
+    #[test]
+    fn custom_from_property_array() {
+        let schema = json!({"description":"d","concurrency":{"fields":[]},"properties":[{"name":"startURLs","type":"array","title":"Start URLs","editor":"requestListSources","default":[],"required":true,"description":"x"}]});
+        let c = v1_custom(&schema);
+        assert_eq!(c["properties"][0], schema["properties"][0]);
+        assert_eq!(c["concurrency"], json!({"fields":[]}));
+    }
+
+    #[test]
+    fn custom_from_json_schema_map() {
+        let schema = json!({"type":"object","required":["keyword"],"properties":{"keyword":{"type":"string"},"max":{"type":"integer","default":10,"title":"Max"}}});
+        let c = v1_custom(&schema);
+        assert_eq!(c["description"], "");
+        assert!(c.get("type").is_none());
+        let props = c["properties"].as_array().unwrap();
+        assert_eq!(
+            props[0],
+            json!({"name":"keyword","type":"string","title":"keyword","editor":"textfield","default":null,"required":true,"description":""})
+        );
+        assert_eq!(props[1]["default"], 10);
+        assert_eq!(props[1]["required"], false);
+    }
+}

@@ -1,0 +1,304 @@
+//! Starting and stopping runs. None of these calls is ever replayed upstream.
+//!
+//! | V1 | V2 | rule |
+//! |---|---|---|
+//! | `POST /api/v1/scraper/run` | `POST /api/v2/workers/{workerId}/runs` | `scraper_slug` → path (`/` → `~`, alias table, verified once, cached); unknown → 404/50001 |
+//! | `version` | `version` | passed when given (`latest` included) |
+//! | `is_async` (default `true`) | `is_async` | sent explicitly |
+//! | `input` (`parameters.system`, `parameters.custom`) | `input` | kept whole; must be an object with a `parameters` object; `custom` defaults to `{}` |
+//! | `callback_url` | `callback_url` | optional; absolute http(s) URL |
+//! | sync `page_index`/`page_size` (default 1/10) | sync `offset`/`limit` | above 100 rows: first 100-row page in the run call, the rest from the result endpoint |
+//! | sync `data` | sync `data` | `run_status`: `succeeded`/`failed` → `completed`, other → `running`; timestamps seconds → milliseconds; results headers gain `format` |
+//! | `POST /api/v1/task/run` | `POST /api/v2/worker-tasks/{workerTaskId}/runs` | `task_slug` → path; `callback_url` required; `is_async: true`; unknown → 404/60001 |
+//! | `POST /api/v1/rerun` | `POST /api/v2/worker-runs/{runId}/rerun` | `callback_url` required; `is_async: true`; `data.run_slug` of the new run |
+//! | `POST /api/v1/scraper/abort` | `POST /api/v2/worker-runs/{runId}/abort` | no body; success `data: null`; failure → 500/70002 |
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{GatewayError, Subject};
+use crate::ops::input::{self, Body};
+use crate::ops::results::{result_call, v1_headers, DEFAULT_PAGE_SIZE};
+use crate::ops::{int_of, list_of, string_of, Exchange};
+use crate::paging::{Plan, Window};
+use crate::upstream::V2Call;
+use crate::v2::{Part, RunStatus, Segment, V2Path};
+
+/// A checked V1 start-run body, ready to become the V2 call.
+pub struct StartRun {
+    pub worker: Segment,
+    pub body: Value,
+    /// The V1 result window of a synchronous run, with its V2 plan.
+    pub sync: Option<(Window, Plan)>,
+}
+
+pub fn start_run_request(
+    body: &Body,
+    worker: Segment,
+    max_page_size: u64,
+) -> Result<StartRun, GatewayError> {
+    let is_async = body.opt_bool("is_async")?.unwrap_or(true);
+    let input = body
+        .opt_object("input")?
+        .ok_or_else(|| GatewayError::bad("input", "is required"))?;
+    let mut input = input.clone();
+    let params = match input.get_mut("parameters") {
+        Some(Value::Object(p)) => p,
+        _ => {
+            return Err(GatewayError::bad(
+                "input.parameters",
+                "must be an object with system and custom",
+            ))
+        }
+    };
+    match params.get("custom") {
+        None | Some(Value::Null) => {
+            params.insert("custom".into(), Value::Object(Map::new()));
+        }
+        Some(Value::Object(_)) => {}
+        Some(_) => {
+            return Err(GatewayError::bad(
+                "input.parameters.custom",
+                "must be an object",
+            ))
+        }
+    }
+    if !matches!(params.get("system"), None | Some(Value::Object(_))) {
+        return Err(GatewayError::bad(
+            "input.parameters.system",
+            "must be an object",
+        ));
+    }
+    let mut v2 = Map::new();
+    v2.insert("input".into(), Value::Object(input));
+    v2.insert("is_async".into(), Value::Bool(is_async));
+    if let Some(version) = body
+        .opt_str("version")?
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+    {
+        v2.insert("version".into(), json!(version));
+    }
+    if let Some(cb) = input::callback_url(body, false)? {
+        v2.insert("callback_url".into(), json!(cb));
+    }
+    let sync = if is_async {
+        None
+    } else {
+        let window = body.window(DEFAULT_PAGE_SIZE, max_page_size)?;
+        let plan = window.plan();
+        v2.insert("offset".into(), json!(plan.offsets.start()));
+        v2.insert("limit".into(), json!(plan.limit));
+        Some((window, plan))
+    };
+    Ok(StartRun {
+        worker,
+        body: Value::Object(v2),
+        sync,
+    })
+}
+
+/// `data.run_slug` of an asynchronous start, rerun or task run.
+pub fn v1_run_slug(data: &Value) -> Result<Value, GatewayError> {
+    match data.get("run_slug").and_then(Value::as_str) {
+        Some(slug) => Ok(json!({ "run_slug": slug })),
+        None => Err(GatewayError::Garbled("run answer without run_slug".into())),
+    }
+}
+
+/// Seconds → milliseconds for V1's synchronous timestamps. Values already in
+/// milliseconds (13 digits) are kept, so either V2 reading works.
+fn to_millis(v: Option<&Value>) -> i64 {
+    let t = int_of(v).unwrap_or(0);
+    if t > 0 && t < 100_000_000_000 {
+        t * 1000
+    } else {
+        t
+    }
+}
+
+/// The V1 synchronous answer (facts §1.3) from the V2 one and the extra
+/// result pages fetched for windows above 100 rows.
+pub fn v1_sync(data: &Value, window: Window, plan: &Plan, extra_pages: &[Value]) -> Value {
+    let completed = data
+        .get("run_status")
+        .and_then(Value::as_str)
+        .and_then(RunStatus::parse)
+        .is_some_and(RunStatus::is_completed);
+    let first = data.get("results").cloned().unwrap_or(Value::Null);
+    let count = int_of(first.get("count")).unwrap_or(0);
+    let mut pages = vec![list_of(&first, "list").to_vec()];
+    pages.extend(extra_pages.iter().map(|p| list_of(p, "list").to_vec()));
+    let rows = plan.assemble(pages);
+    let headers = v1_headers(list_of(&first, "headers"), &rows);
+    json!({
+        "run_slug": string_of(data.get("run_slug")).unwrap_or_default(),
+        "run_status": if completed { "completed" } else { "running" },
+        "error_message": string_of(data.get("error_message")).unwrap_or_default(),
+        "result_message": string_of(data.get("result_message")).unwrap_or_default(),
+        "execution_start_timestamp": to_millis(data.get("execution_start_timestamp")),
+        "execution_end_timestamp": to_millis(data.get("execution_end_timestamp")),
+        "running_duration": int_of(data.get("running_duration")).unwrap_or(0),
+        "results": {
+            "count": count,
+            "headers": headers,
+            "list": rows,
+            "page_index": window.page_index,
+            "page_size": window.page_size,
+        },
+    })
+}
+
+pub async fn start_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
+    let raw = body.req_str("scraper_slug")?;
+    let worker = ex.gw.worker_ids.translate(raw, "scraper_slug")?;
+    let req = start_run_request(body, worker, ex.gw.config.limits.max_page_size)?;
+    let key = ex.key()?;
+    ex.gw.worker_ids.verify(ex, &req.worker).await?;
+    let path = V2Path::new(&[
+        Part::Lit("workers"),
+        Part::Id(&req.worker),
+        Part::Lit("runs"),
+    ]);
+    let mut call = V2Call::post(path, Some(req.body)).with_key(Some(key.clone()));
+    if req.sync.is_some() {
+        call = call.with_attempt_timeout(ex.gw.config.sync_run_timeout);
+    }
+    let data = ex.call(call, Subject::Worker).await?;
+    let Some((window, plan)) = req.sync else {
+        return v1_run_slug(&data);
+    };
+    if !data.get("results").is_some_and(Value::is_object) && data.get("run_status").is_none() {
+        // V2 answered a synchronous start like an asynchronous one.
+        return v1_run_slug(&data);
+    }
+    let first_short =
+        (list_of(data.get("results").unwrap_or(&Value::Null), "list").len() as u64) < plan.limit;
+    let rest = if plan.calls() > 1 && !first_short {
+        let run = input::id(
+            &string_of(data.get("run_slug")).unwrap_or_default(),
+            "run_slug",
+        )
+        .map_err(|_| {
+            GatewayError::Garbled("synchronous answer without a usable run_slug".into())
+        })?;
+        ex.pages(plan.offsets.clone().skip(1), Subject::Run, |o| {
+            result_call(&run, o, plan.limit).with_key(Some(key.clone()))
+        })
+        .await?
+    } else {
+        Vec::new()
+    };
+    Ok(v1_sync(&data, window, &plan, &rest))
+}
+
+pub async fn start_task_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
+    let task = input::id(body.req_str("task_slug")?, "task_slug")?;
+    let callback = input::callback_url(body, true)?;
+    let path = V2Path::new(&[
+        Part::Lit("worker-tasks"),
+        Part::Id(&task),
+        Part::Lit("runs"),
+    ]);
+    let v2 = json!({ "callback_url": callback, "is_async": true });
+    let data = ex
+        .call(
+            V2Call::post(path, Some(v2)).with_key(Some(ex.key()?)),
+            Subject::Task,
+        )
+        .await?;
+    v1_run_slug(&data)
+}
+
+pub async fn rerun(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
+    let run = body.run_slug()?;
+    let callback = input::callback_url(body, true)?;
+    let path = V2Path::new(&[Part::Lit("worker-runs"), Part::Id(&run), Part::Lit("rerun")]);
+    let v2 = json!({ "callback_url": callback, "is_async": true });
+    let data = ex
+        .call(
+            V2Call::post(path, Some(v2)).with_key(Some(ex.key()?)),
+            Subject::Run,
+        )
+        .await?;
+    v1_run_slug(&data)
+}
+
+pub async fn abort(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
+    let run = body.run_slug()?;
+    let path = V2Path::new(&[Part::Lit("worker-runs"), Part::Id(&run), Part::Lit("abort")]);
+    ex.call(
+        V2Call::post(path, None).with_key(Some(ex.key()?)),
+        Subject::Abort,
+    )
+    .await?;
+    Ok(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(body: &str) -> Result<StartRun, GatewayError> {
+        start_run_request(
+            &Body::parse(body.as_bytes()).unwrap(),
+            Segment::new("w").unwrap(),
+            1000,
+        )
+    }
+
+    #[test]
+    fn async_start_keeps_input_and_sends_is_async() {
+        let r = req(r#"{"scraper_slug":"w","version":"v1.0.2","is_async":true,"callback_url":"http://h/cb","input":{"parameters":{"system":{"cpus":1,"memory":512},"custom":{"q":"x"}}}}"#).unwrap();
+        assert_eq!(
+            r.body,
+            json!({"input":{"parameters":{"system":{"cpus":1,"memory":512},"custom":{"q":"x"}}},"is_async":true,"version":"v1.0.2","callback_url":"http://h/cb"})
+        );
+        assert!(r.sync.is_none());
+    }
+
+    #[test]
+    fn bad_inputs_are_refused() {
+        assert!(req(r#"{"input":{"q":"flat"}}"#).is_err());
+        assert!(req(r#"{}"#).is_err());
+        assert!(req(r#"{"input":{"parameters":{"custom":[]}}}"#).is_err());
+        assert!(req(r#"{"input":{"parameters":{}},"is_async":"no"}"#).is_err());
+        assert!(req(r#"{"input":{"parameters":{}},"callback_url":"x"}"#).is_err());
+    }
+
+    #[test]
+    fn sync_window_goes_into_the_body() {
+        let r =
+            req(r#"{"is_async":false,"page_index":3,"page_size":250,"input":{"parameters":{}}}"#)
+                .unwrap();
+        assert_eq!(r.body["offset"], 6);
+        assert_eq!(r.body["limit"], 100);
+        assert_eq!(r.body["input"]["parameters"]["custom"], json!({}));
+        let r = req(r#"{"is_async":false,"input":{"parameters":{}}}"#).unwrap();
+        assert_eq!(
+            (r.body["offset"].as_u64(), r.body["limit"].as_u64()),
+            (Some(1), Some(10))
+        );
+    }
+
+    #[test]
+    fn sync_answer_is_v1_shaped() {
+        let v2 = json!({"run_slug":"R","run_status":"succeeded","error_message":"","execution_start_timestamp":1786000780,"execution_end_timestamp":1786000787,"running_duration":7,"result_message":"",
+            "results":{"count":1,"headers":[{"key":"title","label":"Title"}],"list":[{"title":"x"}],"page_index":1,"page_size":10}});
+        let w = Window {
+            page_index: 1,
+            page_size: 10,
+        };
+        let out = v1_sync(&v2, w, &w.plan(), &[]);
+        assert_eq!(out["run_status"], "completed");
+        assert_eq!(out["execution_start_timestamp"], 1786000780000i64);
+        assert_eq!(out["results"]["headers"][0]["format"], "text");
+        let running = v1_sync(
+            &json!({"run_slug":"R","run_status":"running"}),
+            w,
+            &w.plan(),
+            &[],
+        );
+        assert_eq!(running["run_status"], "running");
+        assert_eq!(running["results"]["list"], json!([]));
+    }
+}

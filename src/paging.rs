@@ -1,0 +1,227 @@
+//! V1 page windows → V2 page plans (pure). V1 asks for `page_size` rows at
+//! 1-based `page_index`, with pages of up to 1000 rows; V2 serves 1-based
+//! pages of at most 100 rows (`offset` = page number, `limit` = page size).
+//! A window that fits in one V2 page is one call with the same numbers; a
+//! larger one becomes a set of 100-row V2 pages fetched concurrently and
+//! sliced back to exactly the V1 window.
+
+use std::ops::RangeInclusive;
+
+/// The largest `limit` V2 accepts.
+pub const V2_MAX_LIMIT: u64 = 100;
+
+/// A V1 page request, already validated (both ≥ 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub page_index: u64,
+    pub page_size: u64,
+}
+
+/// Which V2 pages to fetch, and how to cut the V1 window out of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// V2 `limit` for every call.
+    pub limit: u64,
+    /// V2 `offset` values (page numbers), in order.
+    pub offsets: RangeInclusive<u64>,
+    /// Rows to drop from the front of the concatenated pages.
+    pub skip: usize,
+    /// Rows to keep after that.
+    pub take: usize,
+}
+
+impl Window {
+    pub fn plan(self) -> Plan {
+        let Window {
+            page_index,
+            page_size,
+        } = self;
+        if page_size <= V2_MAX_LIMIT {
+            return Plan {
+                limit: page_size,
+                offsets: page_index..=page_index,
+                skip: 0,
+                take: page_size as usize,
+            };
+        }
+        let start = (page_index - 1).saturating_mul(page_size);
+        let end = start.saturating_add(page_size);
+        let first = start / V2_MAX_LIMIT + 1;
+        let last = (end - 1) / V2_MAX_LIMIT + 1;
+        Plan {
+            limit: V2_MAX_LIMIT,
+            offsets: first..=last,
+            skip: (start - (first - 1) * V2_MAX_LIMIT) as usize,
+            take: page_size as usize,
+        }
+    }
+}
+
+impl Plan {
+    pub fn calls(&self) -> usize {
+        (self.offsets.end() - self.offsets.start() + 1) as usize
+    }
+
+    /// Joins the V2 pages (in `offsets` order) into the V1 window. A short
+    /// page marks the end of the data: anything after it is ignored, so rows
+    /// added upstream between two concurrent calls cannot appear twice.
+    pub fn assemble<T>(&self, pages: Vec<Vec<T>>) -> Vec<T> {
+        let mut rows = Vec::with_capacity(self.take.min(pages.iter().map(Vec::len).sum()));
+        let mut seen = 0usize;
+        for page in pages {
+            let short = (page.len() as u64) < self.limit;
+            for row in page {
+                if seen >= self.skip && rows.len() < self.take {
+                    rows.push(row);
+                }
+                seen += 1;
+            }
+            if short || rows.len() >= self.take {
+                break;
+            }
+        }
+        rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Simulates V2 over `total` rows numbered from 0.
+    fn v2_page(total: u64, offset: u64, limit: u64) -> Vec<u64> {
+        let page = offset.max(1);
+        let start = (page - 1) * limit;
+        (start..(start + limit).min(total)).collect()
+    }
+
+    fn fetch(total: u64, w: Window) -> (Plan, Vec<u64>) {
+        let plan = w.plan();
+        let pages = plan
+            .offsets
+            .clone()
+            .map(|o| v2_page(total, o, plan.limit))
+            .collect();
+        let rows = plan.assemble(pages);
+        (plan, rows)
+    }
+
+    #[test]
+    fn small_windows_are_one_call_with_the_same_numbers() {
+        let plan = Window {
+            page_index: 3,
+            page_size: 20,
+        }
+        .plan();
+        assert_eq!(plan.limit, 20);
+        assert_eq!(plan.offsets, 3..=3);
+        assert_eq!(plan.calls(), 1);
+    }
+
+    #[test]
+    fn page_size_250_at_page_3() {
+        let (plan, rows) = fetch(
+            5000,
+            Window {
+                page_index: 3,
+                page_size: 250,
+            },
+        );
+        assert_eq!(plan.offsets, 6..=8);
+        assert_eq!(rows, (500..750).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn page_size_1000() {
+        let (plan, rows) = fetch(
+            2500,
+            Window {
+                page_index: 2,
+                page_size: 1000,
+            },
+        );
+        assert_eq!(plan.calls(), 10);
+        assert_eq!(rows, (1000..2000).collect::<Vec<_>>());
+        let (_, rows) = fetch(
+            2500,
+            Window {
+                page_index: 1,
+                page_size: 1000,
+            },
+        );
+        assert_eq!(rows, (0..1000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn partial_last_page() {
+        let (_, rows) = fetch(
+            2500,
+            Window {
+                page_index: 3,
+                page_size: 1000,
+            },
+        );
+        assert_eq!(rows, (2000..2500).collect::<Vec<_>>());
+        let (_, rows) = fetch(
+            130,
+            Window {
+                page_index: 1,
+                page_size: 150,
+            },
+        );
+        assert_eq!(rows, (0..130).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn empty_past_the_end() {
+        let (_, rows) = fetch(
+            2500,
+            Window {
+                page_index: 4,
+                page_size: 1000,
+            },
+        );
+        assert!(rows.is_empty());
+        let (_, rows) = fetch(
+            10,
+            Window {
+                page_index: 2,
+                page_size: 10,
+            },
+        );
+        assert!(rows.is_empty());
+    }
+
+    #[test]
+    fn every_window_matches_a_plain_slice() {
+        for total in [0u64, 1, 99, 100, 101, 250, 999, 1001, 2500] {
+            for page_size in [1u64, 7, 99, 100, 101, 150, 333, 1000] {
+                for page_index in 1u64..=6 {
+                    let (plan, rows) = fetch(
+                        total,
+                        Window {
+                            page_index,
+                            page_size,
+                        },
+                    );
+                    let start = (page_index - 1) * page_size;
+                    let want: Vec<u64> =
+                        (start.min(total)..(start + page_size).min(total)).collect();
+                    assert_eq!(rows, want, "total {total} window {page_index}x{page_size}");
+                    assert!(plan.calls() <= 11);
+                    assert!(plan.limit <= V2_MAX_LIMIT);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn huge_page_index_does_not_overflow() {
+        let plan = Window {
+            page_index: u64::MAX,
+            page_size: 1000,
+        }
+        .plan();
+        assert!(plan.calls() >= 1);
+    }
+}

@@ -1,0 +1,105 @@
+//! Logs and metrics: the tracing subscriber (JSON or text), the Prometheus
+//! recorder behind `/metrics`, and the one list of metric names. Labels are
+//! bounded: `operation` is an [`Operation`](crate::route::Operation) name,
+//! never a raw path; keys never appear in either.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+/// V1 requests by `operation` and V1 `status`.
+pub const REQUESTS: &str = "v1compat_requests_total";
+/// V1 request latency by `operation`.
+pub const REQUEST_DURATION: &str = "v1compat_request_duration_seconds";
+/// V2 calls made per V1 request, by `operation`.
+pub const UPSTREAM_CALLS_PER_REQUEST: &str = "v1compat_upstream_calls_per_request";
+/// V1 errors by `operation`, `origin` (client/upstream/gateway) and `cause`.
+pub const ERRORS: &str = "v1compat_errors_total";
+/// V2 values the translation had to guess at, by `kind`.
+pub const TRANSLATION_GAPS: &str = "v1compat_translation_gaps_total";
+/// V1 requests in flight.
+pub const IN_FLIGHT: &str = "v1compat_requests_in_flight";
+/// V2 calls by `route` and `status_class` (emitted by the upstream client).
+pub const UPSTREAM_REQUESTS: &str = "v1compat_upstream_requests_total";
+/// V2 call latency by `route`.
+pub const UPSTREAM_DURATION: &str = "v1compat_upstream_duration_seconds";
+/// V2 retries by `route` and `reason`.
+pub const UPSTREAM_RETRIES: &str = "v1compat_upstream_retries_total";
+
+static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder once and returns its handle.
+/// Several gateways in one process (tests) share it.
+pub fn prometheus() -> Option<PrometheusHandle> {
+    PROMETHEUS
+        .get_or_init(|| {
+            let buckets = [
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0, 30.0, 120.0, 330.0,
+            ];
+            let builder = PrometheusBuilder::new()
+                .set_buckets(&buckets)
+                .ok()?
+                .set_buckets_for_metric(
+                    metrics_exporter_prometheus::Matcher::Full(UPSTREAM_CALLS_PER_REQUEST.into()),
+                    &[0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 11.0, 16.0],
+                )
+                .ok()?;
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            metrics::set_global_recorder(recorder).ok()?;
+            describe();
+            Some(handle)
+        })
+        .clone()
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        REQUESTS,
+        "V1 requests answered, by operation and V1 HTTP status"
+    );
+    describe_histogram!(
+        REQUEST_DURATION,
+        Unit::Seconds,
+        "V1 request latency, by operation"
+    );
+    describe_histogram!(
+        UPSTREAM_CALLS_PER_REQUEST,
+        "V2 calls made per V1 request, by operation"
+    );
+    describe_counter!(ERRORS, "V1 error answers, by operation, origin and cause");
+    describe_counter!(
+        TRANSLATION_GAPS,
+        "V2 values the translation had to map by a fallback rule"
+    );
+    describe_gauge!(IN_FLIGHT, "V1 requests in flight");
+    describe_counter!(UPSTREAM_REQUESTS, "V2 calls, by route and status class");
+    describe_histogram!(
+        UPSTREAM_DURATION,
+        Unit::Seconds,
+        "V2 call latency, by route"
+    );
+    describe_counter!(UPSTREAM_RETRIES, "V2 call retries, by route and reason");
+}
+
+/// Sets up structured logging. `format` is `json` or `text`; `level` a
+/// tracing filter. Calling it twice is harmless (the second is ignored).
+pub fn init_logging(format: &str, level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if format == "json" {
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init()
+    } else {
+        builder.try_init()
+    };
+}

@@ -1,0 +1,62 @@
+//! V1 wire types: the envelope every V1 client receives (exactly `code`,
+//! `message`, `data`), the integer run statuses and the application codes and
+//! messages of the retired V1 service.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// The V1 envelope. `data` is always present, `null` on errors and on abort.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Envelope {
+    pub code: i64,
+    pub message: String,
+    pub data: Value,
+}
+
+impl Envelope {
+    pub fn success(data: Value) -> Envelope {
+        Envelope {
+            code: 0,
+            message: "success".to_owned(),
+            data,
+        }
+    }
+
+    pub fn error(code: i64, message: impl Into<String>) -> Envelope {
+        Envelope {
+            code,
+            message: message.into(),
+            data: Value::Null,
+        }
+    }
+
+    pub fn to_bytes(&self) -> bytes::Bytes {
+        // Serialising a struct of strings, integers and a Value cannot fail.
+        serde_json::to_vec(self).map(Into::into).unwrap_or_default()
+    }
+}
+
+/// V1 application codes with the messages the V1 documentation gives them.
+pub mod code {
+    pub const INVALID_PARAMS: (i64, &str) = (4000, "Invalid request parameters");
+    pub const NOT_FOUND: (i64, &str) = (4040, "Resource not found");
+    pub const RATE_LIMITED: (i64, &str) = (4290, "Too many requests, please try again later");
+    pub const INTERNAL: (i64, &str) = (5000, "Internal server error, please try again");
+    pub const INVALID_KEY: (i64, &str) = (20001, "Invalid API key");
+    pub const BALANCE: (i64, &str) = (30001, "Balance is not enough");
+    pub const SCRIPT_NOT_FOUND: (i64, &str) = (50001, "Script does not exist");
+    pub const SCRIPT_RUN_FAILED: (i64, &str) = (50002, "Script run failed");
+    pub const VERSION_UNAVAILABLE: (i64, &str) = (50003, "The script version is not available");
+    pub const TASK_NOT_FOUND: (i64, &str) = (60001, "Task does not exist");
+    pub const RUN_NOT_FOUND: (i64, &str) = (70001, "Run record does not exist");
+    pub const ABORT_FAILED: (i64, &str) = (70002, "Failed to abort run");
+}
+
+/// V1 integer run statuses (1 ready … 5 aborting).
+pub mod status {
+    pub const READY: i64 = 1;
+    pub const RUNNING: i64 = 2;
+    pub const SUCCEEDED: i64 = 3;
+    pub const FAILED: i64 = 4;
+    pub const ABORTING: i64 = 5;
+}
