@@ -16,7 +16,7 @@ use crate::upstream::{AuthStyle, RetrySettings, UpstreamSettings};
 
 pub const ENV_PREFIX: &str = "V1COMPAT_";
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawConfig {
     pub listen: ListenSection,
@@ -27,21 +27,6 @@ pub struct RawConfig {
     pub compat: CompatSection,
     pub log: LogSection,
     pub shutdown: ShutdownSection,
-}
-
-impl Default for RawConfig {
-    fn default() -> Self {
-        RawConfig {
-            listen: ListenSection::default(),
-            upstream: UpstreamSection::default(),
-            retry: RetrySection::default(),
-            limits: LimitsSection::default(),
-            workers: WorkersSection::default(),
-            compat: CompatSection::default(),
-            log: LogSection::default(),
-            shutdown: ShutdownSection::default(),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

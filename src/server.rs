@@ -4,7 +4,6 @@
 //! requests finish within the grace period.
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -394,8 +393,8 @@ where
 }
 
 /// Resolves when the process is asked to stop (SIGTERM or ctrl-c).
-pub fn shutdown_signal() -> impl Future<Output = ()> {
-    async {
+pub async fn shutdown_signal() {
+    {
         let ctrl_c = tokio::signal::ctrl_c();
         #[cfg(unix)]
         {

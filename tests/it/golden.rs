@@ -1,0 +1,201 @@
+//! Golden V1↔V2 cases from `tests/golden/**/*.json`. Each file holds a V1
+//! request, the V2 calls it must cause (with V2's answers) and the V1 answer
+//! expected. Every case runs twice: through the operations in-process with a
+//! scripted upstream (no network), and end to end over HTTP against a mock V2
+//! that checks what it received. `V1COMPAT_BLESS=1` rewrites `expect` from
+//! what the in-process run produced, for review in the diff.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::Method;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use v1compat::ops::{self, Gateway, V1Request};
+use v1compat::upstream::{ApiKey, HttpUpstream};
+
+use crate::support::{send, serve_scripted, Exchange, ScriptedV2, TestGateway};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Case {
+    about: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    config: String,
+    v1: V1Call,
+    #[serde(default)]
+    v2: Vec<Exchange>,
+    expect: Expect,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct V1Call {
+    method: String,
+    path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    body: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    raw_body: Option<String>,
+}
+
+impl V1Call {
+    fn bytes(&self) -> Bytes {
+        match (&self.raw_body, &self.body) {
+            (Some(raw), _) => Bytes::from(raw.clone()),
+            (None, Some(b)) => Bytes::from(serde_json::to_vec(b).unwrap()),
+            _ => Bytes::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct Expect {
+    status: u16,
+    body: Value,
+}
+
+fn cases() -> Vec<(PathBuf, Case)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let mut files = Vec::new();
+    let mut dirs = vec![root];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "json") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let case: Case = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (p, case)
+        })
+        .collect()
+}
+
+fn config(case: &Case, base_url: &str) -> String {
+    format!("[upstream]\nbase_url = \"{base_url}\"\n{}", case.config)
+}
+
+/// The in-process run: route, operations and error rendering, no network.
+async fn run_in_process(case: &Case) -> (Expect, ScriptedV2) {
+    let v2 = ScriptedV2::new(case.v2.clone());
+    let cfg = v1compat::config::load(&config(case, "http://v2.invalid"), Vec::new()).unwrap();
+    let gw = Gateway::new(Arc::new(v2.clone()), Arc::new(cfg));
+    let method = Method::from_bytes(case.v1.method.as_bytes()).unwrap();
+    let (path, query) = match case.v1.path.split_once('?') {
+        Some((p, q)) => (p, Some(q.to_owned())),
+        None => (case.v1.path.as_str(), None),
+    };
+    let result = match v1compat::route::route(&method, path) {
+        None => Err(v1compat::error::GatewayError::UnknownRoute),
+        Some(op) => {
+            let req = V1Request {
+                op,
+                query,
+                body: case.v1.bytes(),
+                key: case.v1.key.as_deref().and_then(ApiKey::new),
+                request_id: "golden".into(),
+            };
+            ops::handle(&gw, req).await
+        }
+    };
+    let expect = match result {
+        Ok(answer) => Expect {
+            status: 200,
+            body: serde_json::to_value(v1compat::v1::Envelope::success(answer.data)).unwrap(),
+        },
+        Err(e) => {
+            let r = e.render();
+            Expect {
+                status: r.status.as_u16(),
+                body: serde_json::to_value(r.envelope).unwrap(),
+            }
+        }
+    };
+    (expect, v2)
+}
+
+/// The end-to-end run: V1 over HTTP to a gateway on port 0, V2 over HTTP to
+/// the scripted mock.
+async fn run_over_http(case: &Case) -> (Expect, ScriptedV2) {
+    let v2 = ScriptedV2::new(case.v2.clone());
+    let v2_addr = serve_scripted(v2.clone()).await;
+    let cfg_text = config(case, &format!("http://{v2_addr}"));
+    let cfg = v1compat::config::load(&cfg_text, Vec::new()).unwrap();
+    let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());
+    let gw = TestGateway::start(&cfg_text, upstream).await;
+    let mut headers = vec![("content-type", "application/json")];
+    if let Some(k) = &case.v1.key {
+        headers.push(("api-key", k.as_str()));
+    }
+    let body = (case.v1.method != "GET").then(|| case.v1.bytes());
+    let (status, _, out) = send(gw.addr, &case.v1.method, &case.v1.path, &headers, body).await;
+    let body = serde_json::from_slice(&out).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&out).into()));
+    (Expect { status: status.as_u16(), body }, v2)
+}
+
+fn check_v2(name: &str, case: &Case, v2: &ScriptedV2) -> Vec<String> {
+    let mut problems = Vec::new();
+    let unused = v2.unused();
+    if !unused.is_empty() {
+        problems.push(format!("{name}: expected V2 calls not made: {unused:?}"));
+    }
+    for got in v2.received() {
+        let Some(want) = case.v2.iter().find(|e| e.request.method == got.method && e.request.path == got.path) else {
+            problems.push(format!("{name}: unexpected V2 call {} {}", got.method, got.path));
+            continue;
+        };
+        if want.request.body != got.body {
+            problems.push(format!("{name}: V2 body for {} {}\n  want {:?}\n  got  {:?}", got.method, got.path, want.request.body, got.body));
+        }
+        if want.request.key != got.key {
+            problems.push(format!("{name}: V2 key for {} {}: want {:?}, got {:?}", got.method, got.path, want.request.key, got.key));
+        }
+    }
+    if v2.received().len() != case.v2.len() {
+        problems.push(format!("{name}: {} V2 calls made, {} expected", v2.received().len(), case.v2.len()));
+    }
+    problems
+}
+
+#[tokio::test]
+async fn golden_cases() {
+    let bless = std::env::var_os("V1COMPAT_BLESS").is_some();
+    let cases = cases();
+    assert!(cases.len() >= 26, "expected golden cases for all 13 operations, found {}", cases.len());
+    let mut problems = Vec::new();
+    for (path, case) in cases {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let (got, v2) = run_in_process(&case).await;
+        problems.extend(check_v2(&format!("{name} (in-process)"), &case, &v2));
+        if bless && got != case.expect {
+            let mut blessed = case.clone();
+            blessed.expect = got.clone();
+            std::fs::write(&path, serde_json::to_string_pretty(&blessed).unwrap() + "\n").unwrap();
+        } else if got != case.expect {
+            problems.push(format!(
+                "{name} (in-process): {}\n  want {} {}\n  got  {} {}",
+                case.about, case.expect.status, case.expect.body, got.status, got.body
+            ));
+        }
+        let (got, v2) = run_over_http(&case).await;
+        problems.extend(check_v2(&format!("{name} (http)"), &case, &v2));
+        if got != case.expect && !bless {
+            problems.push(format!(
+                "{name} (http): {}\n  want {} {}\n  got  {} {}",
+                case.about, case.expect.status, case.expect.body, got.status, got.body
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{} golden problems:\n{}", problems.len(), problems.join("\n"));
+}
