@@ -13,7 +13,14 @@ use http::{Method, StatusCode};
 use crate::v2::V2Path;
 
 mod client;
-pub use client::{HttpUpstream, UpstreamSettings};
+mod retry;
+mod route_label;
+pub use client::{
+    describe_upstream_metrics, AuthStyle, HttpUpstream, UpstreamSettings,
+    UPSTREAM_DURATION_SECONDS, UPSTREAM_REQUESTS_TOTAL, UPSTREAM_RETRIES_SKIPPED_TOTAL,
+    UPSTREAM_RETRIES_TOTAL,
+};
+pub use retry::RetrySettings;
 
 /// A key to present upstream. Kept opaque so it cannot end up in a `{:?}`.
 #[derive(Clone, PartialEq, Eq)]
