@@ -468,3 +468,71 @@ fn upstream_metrics_have_bounded_labels() {
     assert!(has("v1compat_upstream_duration_seconds"), "{text}");
     assert!(!text.contains("01KS2A1M515HG7PZX9STTB0KPH"), "{text}");
 }
+
+/// An HTTPS server (HTTP/1.1 and HTTP/2 by ALPN) with a fresh self-signed
+/// certificate for `localhost`; returns its address, the certificate PEM and
+/// a channel of the HTTP versions requests arrived with.
+async fn serve_tls() -> (SocketAddr, String, mpsc::UnboundedReceiver<http::Version>) {
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let cert_pem = certified.cert.pem();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![certified.cert.der().clone()], key)
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, versions) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                // A client that refuses the certificate ends the handshake.
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let service = service_fn(move |req: hyper::Request<Incoming>| {
+                    let _ = tx.send(req.version());
+                    async { Ok::<_, Infallible>(reply(StatusCode::OK, OK_BODY)) }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(TokioIo::new(tls), service)
+                .await;
+            });
+        }
+    });
+    (addr, cert_pem, versions)
+}
+
+#[tokio::test]
+async fn https_with_an_extra_root_negotiates_http2() {
+    let (addr, cert_pem, mut versions) = serve_tls().await;
+    let base = url::Url::parse(&format!("https://localhost:{}/", addr.port())).unwrap();
+    let mut s = settings(base);
+    s.extra_root_pem = Some(cert_pem.into_bytes());
+    let up = HttpUpstream::new(s).unwrap();
+    let reply = up.call(V2Call::get(store_path()), "req-tls").await.unwrap();
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.body, OK_BODY.as_bytes());
+    assert_eq!(versions.recv().await.unwrap(), http::Version::HTTP_2);
+}
+
+#[tokio::test]
+async fn https_with_an_untrusted_certificate_is_unreachable() {
+    let (addr, _, mut versions) = serve_tls().await;
+    let base = url::Url::parse(&format!("https://localhost:{}/", addr.port())).unwrap();
+    let up = HttpUpstream::new(settings(base)).unwrap();
+    let err = up
+        .call(V2Call::get(store_path()), "req-tls")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, UpstreamFailure::Unreachable(_)), "{err:?}");
+    assert!(versions.try_recv().is_err(), "a request got through");
+}
