@@ -223,6 +223,27 @@ async fn post_is_sent_exactly_once_even_on_503() {
 }
 
 #[tokio::test]
+async fn client_errors_are_not_retried() {
+    let server = serve(|_| async { reply(StatusCode::NOT_FOUND, r#"{"code":11004}"#) }).await;
+    let up = HttpUpstream::new(settings(server.url())).unwrap();
+    let reply = up.call(V2Call::get(run_log_path()), "req-1").await.unwrap();
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+    assert_eq!(reply.attempts, 1);
+    assert_eq!(server.hits(), 1);
+}
+
+#[tokio::test]
+async fn no_retry_starts_past_the_retry_window() {
+    let server = serve(|_| async { reply(StatusCode::SERVICE_UNAVAILABLE, "{}") }).await;
+    let mut s = settings(server.url());
+    s.retry.retry_window = Duration::ZERO;
+    let up = HttpUpstream::new(s).unwrap();
+    let reply = up.call(V2Call::get(store_path()), "req-1").await.unwrap();
+    assert_eq!(reply.attempts, 1);
+    assert_eq!(server.hits(), 1);
+}
+
+#[tokio::test]
 async fn an_empty_retry_budget_stops_retries() {
     let server = serve(|_| async { reply(StatusCode::SERVICE_UNAVAILABLE, "{}") }).await;
     let mut s = settings(server.url());
