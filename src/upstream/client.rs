@@ -24,7 +24,9 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use tracing::debug;
 
-use super::retry::{parse_retry_after, plan_wait, retry_reason, RetryBudget, RetrySettings};
+use super::retry::{
+    parse_retry_after, plan_wait, retry_reason, GiveUp, RetryBudget, RetrySettings,
+};
 use super::route_label::route_label;
 use super::{ApiKey, RetryPolicy, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply};
 
@@ -324,6 +326,16 @@ fn auth_header(key: &ApiKey, style: AuthStyle) -> Option<(HeaderName, HeaderValu
     Some((name, value))
 }
 
+/// Everything an attempt sends, prepared once per call.
+struct Prepared {
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+    timeout: Duration,
+    route: String,
+}
+
 /// One attempt's answer, before the retry decision.
 struct Answer {
     status: StatusCode,
@@ -346,7 +358,6 @@ impl Upstream for HttpUpstream {
 
 impl Inner {
     async fn run(&self, call: V2Call, headers: HeaderMap) -> Result<V2Reply, UpstreamFailure> {
-        let route = route_label(call.path.path());
         // Cannot fail for a base URL that passed `new` and a `V2Path`; mapped
         // rather than unwrapped all the same.
         let uri: Uri = format!("{}{}", self.origin_and_prefix, call.path.path_and_query())
@@ -359,9 +370,17 @@ impl Inner {
             ),
             None => Bytes::new(),
         };
-        let attempt_timeout = call
-            .attempt_timeout
-            .unwrap_or(self.settings.attempt_timeout);
+        let prepared = Prepared {
+            method: call.method,
+            uri,
+            headers,
+            body,
+            timeout: call
+                .attempt_timeout
+                .unwrap_or(self.settings.attempt_timeout),
+            route: route_label(call.path.path()),
+        };
+        let route = &prepared.route;
         let retry = &self.settings.retry;
         let max_attempts = match call.retry {
             RetryPolicy::SafeToRetry => retry.max_attempts.max(1),
@@ -373,17 +392,7 @@ impl Inner {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let outcome = self
-                .attempt(
-                    &call.method,
-                    &uri,
-                    &headers,
-                    body.clone(),
-                    attempt_timeout,
-                    &route,
-                    attempt,
-                )
-                .await;
+            let outcome = self.attempt(&prepared, attempt).await;
             if attempt >= max_attempts {
                 return finish(outcome, attempt);
             }
@@ -394,10 +403,10 @@ impl Inner {
             let planned =
                 plan_wait(attempt, retry, retry_after, &mut rand::thread_rng()).and_then(|wait| {
                     if started.elapsed().saturating_add(wait) > retry.retry_window {
-                        Err(super::retry::GiveUp::Deadline)
+                        Err(GiveUp::Deadline)
                     } else if !self.budget.withdraw() {
                         // Withdrawn last so a refused retry does not spend budget.
-                        Err(super::retry::GiveUp::Budget)
+                        Err(GiveUp::Budget)
                     } else {
                         Ok(wait)
                     }
@@ -433,21 +442,21 @@ impl Inner {
     }
 
     /// One request and its whole body under one deadline.
-    #[allow(clippy::too_many_arguments)]
-    async fn attempt(
-        &self,
-        method: &Method,
-        uri: &Uri,
-        headers: &HeaderMap,
-        body: Bytes,
-        timeout: Duration,
-        route: &str,
-        attempt: u32,
-    ) -> Result<Answer, UpstreamFailure> {
+    async fn attempt(&self, prepared: &Prepared, attempt: u32) -> Result<Answer, UpstreamFailure> {
+        let Prepared {
+            method,
+            uri,
+            headers,
+            body,
+            timeout,
+            route,
+        } = prepared;
+        let timeout = *timeout;
         let started = Instant::now();
         let limit = self.settings.max_response_bytes;
         let exchange = async {
-            let mut request = Request::new(Full::new(body));
+            // Bytes clones share the buffer: a retry does not copy the body.
+            let mut request = Request::new(Full::new(body.clone()));
             *request.method_mut() = method.clone();
             *request.uri_mut() = uri.clone();
             *request.headers_mut() = headers.clone();
