@@ -660,6 +660,14 @@ mod tests {
     }
 
     #[test]
+    fn builds_outside_a_runtime() {
+        // Config is validated before the runtime starts; building the client
+        // must not need one (connections are only made on the first call).
+        let up = HttpUpstream::new(UpstreamSettings::new(url("https://v2.example/p"))).unwrap();
+        assert!(format!("{up:?}").contains("https://v2.example/p"));
+    }
+
+    #[test]
     fn extra_roots_must_be_certificates() {
         assert!(tls_config(None).is_ok());
         assert!(tls_config(Some(b"not a pem")).is_err());
