@@ -490,6 +490,8 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         max_backoff: Duration::from_millis(r.max_backoff_ms),
         budget_percent: r.budget_percent,
         budget_min_per_sec: r.budget_min_per_sec,
+        // No retry may start after the V1 request's own deadline.
+        retry_window: Duration::from_millis(u.request_timeout_ms),
     };
     Ok(Config {
         public_addr,

@@ -19,12 +19,15 @@ pub const ERRORS: &str = "v1compat_errors_total";
 pub const TRANSLATION_GAPS: &str = "v1compat_translation_gaps_total";
 /// V1 requests in flight.
 pub const IN_FLIGHT: &str = "v1compat_requests_in_flight";
-/// V2 calls by `route` and `status_class` (emitted by the upstream client).
-pub const UPSTREAM_REQUESTS: &str = "v1compat_upstream_requests_total";
-/// V2 call latency by `route`.
-pub const UPSTREAM_DURATION: &str = "v1compat_upstream_duration_seconds";
-/// V2 retries by `route` and `reason`.
-pub const UPSTREAM_RETRIES: &str = "v1compat_upstream_retries_total";
+/// V2 attempts by `route` and `status_class` (2xx … 5xx, or `error` when no
+/// status came back); per attempt, so retries show here too.
+pub const UPSTREAM_REQUESTS_TOTAL: &str = "v1compat_upstream_requests_total";
+/// Duration of each V2 attempt (headers and body), by `route`.
+pub const UPSTREAM_DURATION_SECONDS: &str = "v1compat_upstream_duration_seconds";
+/// V2 retries sent, by `route` and `reason` (unreachable, timeout, broken, 429, 5xx).
+pub const UPSTREAM_RETRIES_TOTAL: &str = "v1compat_upstream_retries_total";
+/// Retryable V2 outcomes not retried, by `route` and `cause` (budget, deadline, retry_after).
+pub const UPSTREAM_RETRIES_SKIPPED_TOTAL: &str = "v1compat_upstream_retries_skipped_total";
 
 static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -75,13 +78,23 @@ fn describe() {
         "V2 values the translation had to map by a fallback rule"
     );
     describe_gauge!(IN_FLIGHT, "V1 requests in flight");
-    describe_counter!(UPSTREAM_REQUESTS, "V2 calls, by route and status class");
-    describe_histogram!(
-        UPSTREAM_DURATION,
-        Unit::Seconds,
-        "V2 call latency, by route"
+    describe_counter!(
+        UPSTREAM_REQUESTS_TOTAL,
+        "V2 attempts, by route and status class"
     );
-    describe_counter!(UPSTREAM_RETRIES, "V2 call retries, by route and reason");
+    describe_histogram!(
+        UPSTREAM_DURATION_SECONDS,
+        Unit::Seconds,
+        "V2 attempt latency, by route"
+    );
+    describe_counter!(
+        UPSTREAM_RETRIES_TOTAL,
+        "V2 retries sent, by route and reason"
+    );
+    describe_counter!(
+        UPSTREAM_RETRIES_SKIPPED_TOTAL,
+        "Retryable V2 outcomes not retried, by route and cause"
+    );
 }
 
 /// Sets up structured logging. `format` is `json` or `text`; `level` a

@@ -13,7 +13,10 @@ use http::{Method, StatusCode};
 use crate::v2::V2Path;
 
 mod client;
-pub use client::{AuthStyle, HttpUpstream, RetrySettings, UpstreamSettings};
+mod retry;
+mod route_label;
+pub use client::{AuthStyle, HttpUpstream, UpstreamSettings};
+pub use retry::RetrySettings;
 
 /// A key to present upstream. Kept opaque so it cannot end up in a `{:?}`.
 #[derive(Clone, PartialEq, Eq)]

@@ -1,67 +1,658 @@
-//! Placeholder for the pooled HTTPS client (settings only).
-use super::*;
+//! The pooled HTTP(S) client that carries every V2 call: the last hop of the
+//! request path before V2 itself. An operation hands it a [`V2Call`]; it
+//! adds the headers (auth, request id), enforces the per-attempt deadline and
+//! the response size cap, retries idempotent reads within the retry budget
+//! (see [`super::retry`]) and emits the upstream metrics. It never interprets
+//! a V2 answer: a 429 or 5xx that survives the retries is returned as a
+//! [`V2Reply`] for the operation to map.
 
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http::header::{
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE,
+    RETRY_AFTER, USER_AGENT,
+};
+use http::{Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
+use tracing::debug;
+
+use super::retry::{
+    parse_retry_after, plan_wait, retry_reason, GiveUp, RetryBudget, RetrySettings,
+};
+use super::route_label::route_label;
+use super::{ApiKey, RetryPolicy, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply};
+
+use crate::telemetry::{
+    UPSTREAM_DURATION_SECONDS, UPSTREAM_REQUESTS_TOTAL, UPSTREAM_RETRIES_SKIPPED_TOTAL,
+    UPSTREAM_RETRIES_TOTAL,
+};
+
+/// How the key travels to V2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AuthStyle {
+    /// `Authorization: Bearer <key>`, the form V2 documents as preferred.
     #[default]
     Bearer,
+    /// `api-key: <key>`, the V1-era header, for deployments that need it.
     ApiKeyHeader,
 }
 
-#[derive(Debug, Clone)]
-pub struct RetrySettings {
-    pub max_attempts: u32,
-    pub base_backoff: Duration,
-    pub max_backoff: Duration,
-    pub budget_percent: f32,
-    pub budget_min_per_sec: u32,
-}
-
-#[derive(Debug, Clone)]
+/// Everything the client needs to reach V2. Holds no key: keys travel per
+/// call in [`V2Call::key`].
+#[derive(Clone)]
 pub struct UpstreamSettings {
+    /// `http://` or `https://`, optionally with a path prefix that is kept in
+    /// front of every V2 path (`https://gw.example/coreclaw` →
+    /// `https://gw.example/coreclaw/api/v2/...`). No credentials, query or
+    /// fragment.
     pub base_url: url::Url,
     pub connect_timeout: Duration,
+    /// Deadline of one attempt, headers and body, unless the call overrides it.
     pub attempt_timeout: Duration,
     pub pool_idle_timeout: Duration,
     pub pool_max_idle_per_host: usize,
+    /// Larger answers fail with [`UpstreamFailure::TooLarge`].
     pub max_response_bytes: usize,
     pub auth_style: AuthStyle,
     pub retry: RetrySettings,
     pub user_agent: String,
+    /// PEM certificates trusted in addition to the Mozilla roots (a private
+    /// CA in front of V2, or a test server).
+    pub extra_root_pem: Option<Vec<u8>>,
 }
 
 impl UpstreamSettings {
-    pub fn new(base_url: url::Url) -> Self {
+    /// Defaults for everything but where V2 lives.
+    pub fn new(base_url: url::Url) -> UpstreamSettings {
         UpstreamSettings {
             base_url,
             connect_timeout: Duration::from_secs(2),
             attempt_timeout: Duration::from_secs(10),
             pool_idle_timeout: Duration::from_secs(90),
             pool_max_idle_per_host: 64,
-            max_response_bytes: 16 << 20,
-            auth_style: AuthStyle::Bearer,
-            retry: RetrySettings {
-                max_attempts: 3,
-                base_backoff: Duration::from_millis(50),
-                max_backoff: Duration::from_secs(1),
-                budget_percent: 0.2,
-                budget_min_per_sec: 10,
-            },
-            user_agent: "v1compat".into(),
+            max_response_bytes: 16 * 1024 * 1024,
+            auth_style: AuthStyle::default(),
+            retry: RetrySettings::default(),
+            user_agent: concat!("v1compat/", env!("CARGO_PKG_VERSION")).to_owned(),
+            extra_root_pem: None,
         }
     }
 }
 
-pub struct HttpUpstream {}
-
-impl HttpUpstream {
-    pub fn new(_settings: UpstreamSettings) -> Result<HttpUpstream, String> {
-        Ok(HttpUpstream {})
+impl std::fmt::Debug for UpstreamSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A base URL with userinfo is refused by `HttpUpstream::new`, but the
+        // settings may be printed before that check: never show it.
+        let mut base_url = self.base_url.clone();
+        let _ = base_url.set_username("");
+        let _ = base_url.set_password(None);
+        f.debug_struct("UpstreamSettings")
+            .field("base_url", &base_url.as_str())
+            .field("connect_timeout", &self.connect_timeout)
+            .field("attempt_timeout", &self.attempt_timeout)
+            .field("pool_idle_timeout", &self.pool_idle_timeout)
+            .field("pool_max_idle_per_host", &self.pool_max_idle_per_host)
+            .field("max_response_bytes", &self.max_response_bytes)
+            .field("auth_style", &self.auth_style)
+            .field("retry", &self.retry)
+            .field("user_agent", &self.user_agent)
+            .field(
+                "extra_root_pem",
+                &self
+                    .extra_root_pem
+                    .as_ref()
+                    .map(|p| format!("{} bytes", p.len())),
+            )
+            .finish()
     }
 }
 
+type HyperClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// The real [`Upstream`]: one connection pool (HTTP/1.1, and HTTP/2 where
+/// TLS negotiates it) shared by every call. Cheap to clone.
+#[derive(Clone)]
+pub struct HttpUpstream {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: HyperClient,
+    settings: UpstreamSettings,
+    /// `scheme://authority[/prefix]` without a trailing slash; V2 paths all
+    /// start with `/`.
+    origin_and_prefix: String,
+    user_agent: HeaderValue,
+    budget: RetryBudget,
+}
+
+impl std::fmt::Debug for HttpUpstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpUpstream")
+            .field("settings", &self.inner.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpUpstream {
+    /// Builds the pool and TLS config. Fails (with every problem found) on a
+    /// base URL it cannot use, unusable retry settings, an invalid user
+    /// agent or unreadable extra roots. Does not connect.
+    pub fn new(settings: UpstreamSettings) -> Result<HttpUpstream, String> {
+        let mut problems = Vec::new();
+        let origin_and_prefix = origin_and_prefix(&settings.base_url)
+            .map_err(|p| problems.push(p))
+            .ok();
+        if let Err(p) = settings.retry.validate() {
+            problems.push(p);
+        }
+        let user_agent = HeaderValue::from_str(&settings.user_agent)
+            .map_err(|_| problems.push("user_agent is not a valid header value".to_owned()))
+            .ok();
+        let tls = tls_config(settings.extra_root_pem.as_deref())
+            .map_err(|p| problems.push(p))
+            .ok();
+        let (Some(origin_and_prefix), Some(user_agent), Some(tls), true) =
+            (origin_and_prefix, user_agent, tls, problems.is_empty())
+        else {
+            return Err(problems.join("; "));
+        };
+
+        let mut http = HttpConnector::new();
+        // The TLS wrapper handles `https://`; the inner connector must let it.
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(settings.connect_timeout));
+        http.set_nodelay(true);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            // Without a timer the pool never evicts idle connections.
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(settings.pool_idle_timeout)
+            .pool_max_idle_per_host(settings.pool_max_idle_per_host)
+            .build(https);
+        let budget = RetryBudget::new(&settings.retry);
+        Ok(HttpUpstream {
+            inner: Arc::new(Inner {
+                client,
+                settings,
+                origin_and_prefix,
+                user_agent,
+                budget,
+            }),
+        })
+    }
+
+    pub fn settings(&self) -> &UpstreamSettings {
+        &self.inner.settings
+    }
+}
+
+/// Checks the base URL once and keeps the part every call starts with.
+fn origin_and_prefix(url: &url::Url) -> Result<String, String> {
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "base_url must be http:// or https://, not {}://",
+            url.scheme()
+        ));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("base_url must not carry credentials; keys are sent as headers".to_owned());
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err("base_url must not have a query or fragment".to_owned());
+    }
+    // `host_str` keeps the brackets of an IPv6 literal.
+    let Some(host) = url.host_str() else {
+        return Err("base_url has no host".to_owned());
+    };
+    let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
+    let prefix = url.path().trim_end_matches('/');
+    let origin_and_prefix = format!("{}://{host}{port}{prefix}", url.scheme());
+    // Prove once that any V2 path appended to it makes a valid URI.
+    format!("{origin_and_prefix}/api/v2")
+        .parse::<Uri>()
+        .map_err(|e| format!("base_url does not form a valid request URI: {e}"))?;
+    Ok(origin_and_prefix)
+}
+
+/// rustls with the `ring` provider passed explicitly, so no process-wide
+/// default provider has to be installed. Mozilla roots plus any extra PEM.
+fn tls_config(extra_root_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    if let Some(pem) = extra_root_pem {
+        let mut added = 0usize;
+        for cert in CertificateDer::pem_slice_iter(pem) {
+            let cert = cert.map_err(|e| format!("extra_root_pem: {e}"))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("extra_root_pem: unusable certificate: {e}"))?;
+            added += 1;
+        }
+        if added == 0 {
+            return Err("extra_root_pem holds no certificate".to_owned());
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS setup: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+static API_KEY: HeaderName = HeaderName::from_static("api-key");
+
+/// The headers of every attempt of one call.
+fn call_headers(
+    call: &V2Call,
+    request_id: &str,
+    user_agent: &HeaderValue,
+    auth_style: AuthStyle,
+) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(5);
+    headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+    headers.insert(USER_AGENT, user_agent.clone());
+    if call.body.is_some() {
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    }
+    // The gateway's request ids are header-safe; a value that is not is
+    // dropped rather than failing the call over a correlation aid.
+    if let Ok(id) = HeaderValue::from_str(request_id) {
+        if !request_id.is_empty() {
+            headers.insert(X_REQUEST_ID.clone(), id);
+        }
+    }
+    if let Some(key) = &call.key {
+        if let Some((name, value)) = auth_header(key, auth_style) {
+            headers.insert(name, value);
+        }
+    }
+    headers
+}
+
+/// `ApiKey` only admits visible ASCII, so this cannot fail in practice; the
+/// value is marked sensitive so hyper's HTTP/2 HPACK never indexes it.
+fn auth_header(key: &ApiKey, style: AuthStyle) -> Option<(HeaderName, HeaderValue)> {
+    let (name, value) = match style {
+        AuthStyle::Bearer => (
+            AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {}", key.expose())),
+        ),
+        AuthStyle::ApiKeyHeader => (API_KEY.clone(), HeaderValue::from_str(key.expose())),
+    };
+    let mut value = value.ok()?;
+    value.set_sensitive(true);
+    Some((name, value))
+}
+
+/// Everything an attempt sends, prepared once per call.
+struct Prepared {
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+    timeout: Duration,
+    route: String,
+}
+
+/// One attempt's answer, before the retry decision.
+struct Answer {
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    body: Bytes,
+}
+
 impl Upstream for HttpUpstream {
-    fn call(&self, _call: V2Call, _request_id: &str) -> UpstreamFuture<'_> {
-        Box::pin(async { Err(UpstreamFailure::Unreachable("not built".into())) })
+    fn call(&self, call: V2Call, request_id: &str) -> UpstreamFuture<'_> {
+        // Headers are built here so the future does not borrow `request_id`.
+        let headers = call_headers(
+            &call,
+            request_id,
+            &self.inner.user_agent,
+            self.inner.settings.auth_style,
+        );
+        Box::pin(self.inner.run(call, headers))
+    }
+}
+
+impl Inner {
+    async fn run(&self, call: V2Call, headers: HeaderMap) -> Result<V2Reply, UpstreamFailure> {
+        // Cannot fail for a base URL that passed `new` and a `V2Path`; mapped
+        // rather than unwrapped all the same.
+        let uri: Uri = format!("{}{}", self.origin_and_prefix, call.path.path_and_query())
+            .parse()
+            .map_err(|e| UpstreamFailure::Unreachable(format!("invalid upstream URI: {e}")))?;
+        let body = match &call.body {
+            Some(json) => Bytes::from(
+                serde_json::to_vec(json)
+                    .map_err(|e| UpstreamFailure::Broken(format!("request body: {e}")))?,
+            ),
+            None => Bytes::new(),
+        };
+        let prepared = Prepared {
+            method: call.method,
+            uri,
+            headers,
+            body,
+            timeout: call
+                .attempt_timeout
+                .unwrap_or(self.settings.attempt_timeout),
+            route: route_label(call.path.path()),
+        };
+        let route = &prepared.route;
+        let retry = &self.settings.retry;
+        let max_attempts = match call.retry {
+            RetryPolicy::SafeToRetry => retry.max_attempts.max(1),
+            RetryPolicy::Never => 1,
+        };
+
+        let started = Instant::now();
+        self.budget.deposit();
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let outcome = self.attempt(&prepared, attempt).await;
+            if attempt >= max_attempts {
+                return finish(outcome, attempt);
+            }
+            let Some(reason) = retry_reason(outcome.as_ref().map(|a| a.status)) else {
+                return finish(outcome, attempt);
+            };
+            let retry_after = outcome.as_ref().ok().and_then(|a| a.retry_after);
+            let planned =
+                plan_wait(attempt, retry, retry_after, &mut rand::thread_rng()).and_then(|wait| {
+                    if started.elapsed().saturating_add(wait) > retry.retry_window {
+                        Err(GiveUp::Deadline)
+                    } else if !self.budget.withdraw() {
+                        // Withdrawn last so a refused retry does not spend budget.
+                        Err(GiveUp::Budget)
+                    } else {
+                        Ok(wait)
+                    }
+                });
+            let wait = match planned {
+                Ok(wait) => wait,
+                Err(cause) => {
+                    metrics::counter!(
+                        UPSTREAM_RETRIES_SKIPPED_TOTAL,
+                        "route" => route.clone(),
+                        "cause" => cause.as_str()
+                    )
+                    .increment(1);
+                    debug!(route = %route, attempt, cause = cause.as_str(), "upstream retry skipped");
+                    return finish(outcome, attempt);
+                }
+            };
+            metrics::counter!(
+                UPSTREAM_RETRIES_TOTAL,
+                "route" => route.clone(),
+                "reason" => reason.as_str()
+            )
+            .increment(1);
+            debug!(
+                route = %route,
+                attempt,
+                reason = reason.as_str(),
+                wait_ms = wait.as_millis() as u64,
+                "upstream retry"
+            );
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// One request and its whole body under one deadline.
+    async fn attempt(&self, prepared: &Prepared, attempt: u32) -> Result<Answer, UpstreamFailure> {
+        let Prepared {
+            method,
+            uri,
+            headers,
+            body,
+            timeout,
+            route,
+        } = prepared;
+        let timeout = *timeout;
+        let started = Instant::now();
+        let limit = self.settings.max_response_bytes;
+        let exchange = async {
+            // Bytes clones share the buffer: a retry does not copy the body.
+            let mut request = Request::new(Full::new(body.clone()));
+            *request.method_mut() = method.clone();
+            *request.uri_mut() = uri.clone();
+            *request.headers_mut() = headers.clone();
+            let response = self.client.request(request).await.map_err(send_failure)?;
+            let (parts, body) = response.into_parts();
+            // A declared length over the cap needs no reading to refuse.
+            let declared = parts
+                .headers
+                .get(CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            if declared.is_some_and(|len| len > limit as u64) {
+                return Err(UpstreamFailure::TooLarge(limit));
+            }
+            let body = Limited::new(body, limit)
+                .collect()
+                .await
+                .map_err(|e| body_failure(e, limit))?
+                .to_bytes();
+            let retry_after = parts
+                .headers
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| parse_retry_after(v, SystemTime::now()));
+            Ok(Answer {
+                status: parts.status,
+                retry_after,
+                body,
+            })
+        };
+        let outcome = tokio::time::timeout(timeout, exchange)
+            .await
+            .unwrap_or(Err(UpstreamFailure::Timeout(timeout)));
+
+        let elapsed = started.elapsed();
+        let status_class = match &outcome {
+            Ok(answer) => status_class(answer.status),
+            Err(_) => "error",
+        };
+        metrics::counter!(
+            UPSTREAM_REQUESTS_TOTAL,
+            "route" => route.to_owned(),
+            "status_class" => status_class
+        )
+        .increment(1);
+        metrics::histogram!(UPSTREAM_DURATION_SECONDS, "route" => route.to_owned())
+            .record(elapsed.as_secs_f64());
+        match &outcome {
+            Ok(answer) => debug!(
+                method = %method,
+                route = %route,
+                status = answer.status.as_u16(),
+                attempt,
+                elapsed_ms = elapsed.as_millis() as u64,
+                "upstream attempt"
+            ),
+            Err(failure) => debug!(
+                method = %method,
+                route = %route,
+                error = failure.kind(),
+                detail = %failure,
+                attempt,
+                elapsed_ms = elapsed.as_millis() as u64,
+                "upstream attempt failed"
+            ),
+        }
+        outcome
+    }
+}
+
+fn finish(
+    outcome: Result<Answer, UpstreamFailure>,
+    attempts: u32,
+) -> Result<V2Reply, UpstreamFailure> {
+    outcome.map(|answer| V2Reply {
+        status: answer.status,
+        body: answer.body,
+        attempts,
+    })
+}
+
+fn status_class(status: StatusCode) -> &'static str {
+    match status.as_u16() / 100 {
+        1 => "1xx",
+        2 => "2xx",
+        3 => "3xx",
+        4 => "4xx",
+        5 => "5xx",
+        // hyper accepts codes up to 999; keep the label set bounded anyway.
+        _ => "other",
+    }
+}
+
+/// Connect errors mean V2 never saw the request; anything else may have
+/// reached it.
+fn send_failure(err: hyper_util::client::legacy::Error) -> UpstreamFailure {
+    let detail = error_chain(&err);
+    if err.is_connect() {
+        UpstreamFailure::Unreachable(detail)
+    } else {
+        UpstreamFailure::Broken(detail)
+    }
+}
+
+fn body_failure(err: Box<dyn std::error::Error + Send + Sync>, limit: usize) -> UpstreamFailure {
+    if err.downcast_ref::<LengthLimitError>().is_some() {
+        UpstreamFailure::TooLarge(limit)
+    } else {
+        UpstreamFailure::Broken(error_chain(err.as_ref()))
+    }
+}
+
+/// hyper's top-level errors say little ("client error (Connect)"); the
+/// causes say what happened. None of them carry the URL or headers.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(s: &str) -> url::Url {
+        url::Url::parse(s).unwrap()
+    }
+
+    #[test]
+    fn base_url_prefix_is_kept_without_trailing_slash() {
+        assert_eq!(
+            origin_and_prefix(&url("https://v2.example")).unwrap(),
+            "https://v2.example"
+        );
+        assert_eq!(
+            origin_and_prefix(&url("http://127.0.0.1:8080/gw/v2proxy/")).unwrap(),
+            "http://127.0.0.1:8080/gw/v2proxy"
+        );
+        assert_eq!(
+            origin_and_prefix(&url("http://[::1]:9/")).unwrap(),
+            "http://[::1]:9"
+        );
+    }
+
+    #[test]
+    fn unusable_base_urls_are_refused() {
+        for bad in [
+            "ftp://v2.example",
+            "https://user:pw@v2.example",
+            "https://v2.example/?token=x",
+            "https://v2.example/#x",
+            "unix:/tmp/sock",
+        ] {
+            assert!(origin_and_prefix(&url(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn settings_debug_hides_userinfo_and_pem() {
+        let mut s = UpstreamSettings::new(url("https://user:secret@v2.example/p"));
+        s.extra_root_pem = Some(b"-----BEGIN CERTIFICATE-----".to_vec());
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("secret"), "{shown}");
+        assert!(!shown.contains("BEGIN"), "{shown}");
+        assert!(HttpUpstream::new(s).is_err());
+    }
+
+    #[test]
+    fn all_problems_are_reported_together() {
+        let mut s = UpstreamSettings::new(url("ftp://v2.example"));
+        s.user_agent = "bad\nagent".into();
+        s.retry.max_attempts = 0;
+        let err = HttpUpstream::new(s).unwrap_err();
+        assert!(err.contains("ftp"), "{err}");
+        assert!(err.contains("user_agent"), "{err}");
+        assert!(err.contains("max_attempts"), "{err}");
+    }
+
+    #[test]
+    fn headers_carry_key_per_style_and_request_id() {
+        let key = ApiKey::new("k-123").unwrap();
+        let path = crate::v2::V2Path::new(&[crate::v2::Part::Lit("store")]);
+        let ua = HeaderValue::from_static("ua");
+        let call = V2Call::get(path.clone()).with_key(Some(key.clone()));
+        let h = call_headers(&call, "req-1", &ua, AuthStyle::Bearer);
+        assert_eq!(h[AUTHORIZATION], "Bearer k-123");
+        assert!(h[AUTHORIZATION].is_sensitive());
+        assert_eq!(h["x-request-id"], "req-1");
+        assert!(h.get(CONTENT_TYPE).is_none());
+        let call = V2Call::post(path, Some(serde_json::json!({}))).with_key(Some(key));
+        let h = call_headers(&call, "bad\nid", &ua, AuthStyle::ApiKeyHeader);
+        assert_eq!(h["api-key"], "k-123");
+        assert!(h.get(AUTHORIZATION).is_none());
+        assert!(h.get("x-request-id").is_none());
+        assert_eq!(h[CONTENT_TYPE], "application/json");
+    }
+
+    #[test]
+    fn builds_outside_a_runtime() {
+        // Config is validated before the runtime starts; building the client
+        // must not need one (connections are only made on the first call).
+        let up = HttpUpstream::new(UpstreamSettings::new(url("https://v2.example/p"))).unwrap();
+        assert!(format!("{up:?}").contains("https://v2.example/p"));
+    }
+
+    #[test]
+    fn extra_roots_must_be_certificates() {
+        assert!(tls_config(None).is_ok());
+        assert!(tls_config(Some(b"not a pem")).is_err());
+    }
+
+    #[test]
+    fn status_classes() {
+        assert_eq!(status_class(StatusCode::OK), "2xx");
+        assert_eq!(status_class(StatusCode::FOUND), "3xx");
+        assert_eq!(status_class(StatusCode::TOO_MANY_REQUESTS), "4xx");
+        assert_eq!(status_class(StatusCode::BAD_GATEWAY), "5xx");
     }
 }

@@ -76,7 +76,8 @@ fn cases() -> Vec<(PathBuf, Case)> {
         .into_iter()
         .map(|p| {
             let text = std::fs::read_to_string(&p).unwrap();
-            let case: Case = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let case: Case =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
             (p, case)
         })
         .collect()
@@ -140,8 +141,15 @@ async fn run_over_http(case: &Case) -> (Expect, ScriptedV2) {
     }
     let body = (case.v1.method != "GET").then(|| case.v1.bytes());
     let (status, _, out) = send(gw.addr, &case.v1.method, &case.v1.path, &headers, body).await;
-    let body = serde_json::from_slice(&out).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&out).into()));
-    (Expect { status: status.as_u16(), body }, v2)
+    let body = serde_json::from_slice(&out)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&out).into()));
+    (
+        Expect {
+            status: status.as_u16(),
+            body,
+        },
+        v2,
+    )
 }
 
 fn check_v2(name: &str, case: &Case, v2: &ScriptedV2) -> Vec<String> {
@@ -151,19 +159,36 @@ fn check_v2(name: &str, case: &Case, v2: &ScriptedV2) -> Vec<String> {
         problems.push(format!("{name}: expected V2 calls not made: {unused:?}"));
     }
     for got in v2.received() {
-        let Some(want) = case.v2.iter().find(|e| e.request.method == got.method && e.request.path == got.path) else {
-            problems.push(format!("{name}: unexpected V2 call {} {}", got.method, got.path));
+        let Some(want) = case
+            .v2
+            .iter()
+            .find(|e| e.request.method == got.method && e.request.path == got.path)
+        else {
+            problems.push(format!(
+                "{name}: unexpected V2 call {} {}",
+                got.method, got.path
+            ));
             continue;
         };
         if want.request.body != got.body {
-            problems.push(format!("{name}: V2 body for {} {}\n  want {:?}\n  got  {:?}", got.method, got.path, want.request.body, got.body));
+            problems.push(format!(
+                "{name}: V2 body for {} {}\n  want {:?}\n  got  {:?}",
+                got.method, got.path, want.request.body, got.body
+            ));
         }
         if want.request.key != got.key {
-            problems.push(format!("{name}: V2 key for {} {}: want {:?}, got {:?}", got.method, got.path, want.request.key, got.key));
+            problems.push(format!(
+                "{name}: V2 key for {} {}: want {:?}, got {:?}",
+                got.method, got.path, want.request.key, got.key
+            ));
         }
     }
     if v2.received().len() != case.v2.len() {
-        problems.push(format!("{name}: {} V2 calls made, {} expected", v2.received().len(), case.v2.len()));
+        problems.push(format!(
+            "{name}: {} V2 calls made, {} expected",
+            v2.received().len(),
+            case.v2.len()
+        ));
     }
     problems
 }
@@ -172,7 +197,11 @@ fn check_v2(name: &str, case: &Case, v2: &ScriptedV2) -> Vec<String> {
 async fn golden_cases() {
     let bless = std::env::var_os("V1COMPAT_BLESS").is_some();
     let cases = cases();
-    assert!(cases.len() >= 26, "expected golden cases for all 13 operations, found {}", cases.len());
+    assert!(
+        cases.len() >= 26,
+        "expected golden cases for all 13 operations, found {}",
+        cases.len()
+    );
     let mut problems = Vec::new();
     for (path, case) in cases {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
@@ -181,7 +210,11 @@ async fn golden_cases() {
         if bless && got != case.expect {
             let mut blessed = case.clone();
             blessed.expect = got.clone();
-            std::fs::write(&path, serde_json::to_string_pretty(&blessed).unwrap() + "\n").unwrap();
+            std::fs::write(
+                &path,
+                serde_json::to_string_pretty(&blessed).unwrap() + "\n",
+            )
+            .unwrap();
         } else if got != case.expect {
             problems.push(format!(
                 "{name} (in-process): {}\n  want {} {}\n  got  {} {}",
@@ -197,5 +230,10 @@ async fn golden_cases() {
             ));
         }
     }
-    assert!(problems.is_empty(), "{} golden problems:\n{}", problems.len(), problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{} golden problems:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }

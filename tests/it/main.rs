@@ -1,5 +1,7 @@
 //! The integration suite, one binary: golden V1↔V2 cases, end-to-end
-//! gateway tests against a mock V2, and the sandbox.
+//! gateway tests, the upstream client and the sandbox, each against
+//! in-process servers on port 0.
 
 mod golden;
 mod support;
+mod upstream;

@@ -83,7 +83,10 @@ impl ScriptedV2 {
     pub fn answer(&self, got: Received) -> (u16, Bytes) {
         self.received.lock().unwrap().push(got.clone());
         let mut pending = self.pending.lock().unwrap();
-        match pending.iter().position(|e| e.request.method == got.method && e.request.path == got.path) {
+        match pending
+            .iter()
+            .position(|e| e.request.method == got.method && e.request.path == got.path)
+        {
             Some(i) => {
                 let e = pending.remove(i);
                 (e.response.status, e.response.bytes())
@@ -126,14 +129,20 @@ pub async fn serve_scripted(v2: ScriptedV2) -> SocketAddr {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
             let v2 = v2.clone();
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                     let v2 = v2.clone();
                     async move {
                         let method = req.method().to_string();
-                        let path = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
+                        let path = req
+                            .uri()
+                            .path_and_query()
+                            .map(|p| p.to_string())
+                            .unwrap_or_default();
                         let key = req
                             .headers()
                             .get("authorization")
@@ -141,8 +150,17 @@ pub async fn serve_scripted(v2: ScriptedV2) -> SocketAddr {
                             .and_then(|v| v.strip_prefix("Bearer "))
                             .map(str::to_owned);
                         let bytes = req.into_body().collect().await.unwrap().to_bytes();
-                        let body = if bytes.is_empty() { None } else { serde_json::from_slice(&bytes).ok() };
-                        let (status, out) = v2.answer(Received { method, path, body, key });
+                        let body = if bytes.is_empty() {
+                            None
+                        } else {
+                            serde_json::from_slice(&bytes).ok()
+                        };
+                        let (status, out) = v2.answer(Received {
+                            method,
+                            path,
+                            body,
+                            key,
+                        });
                         let mut resp = Response::new(Full::new(out));
                         *resp.status_mut() = StatusCode::from_u16(status).unwrap();
                         Ok::<_, Infallible>(resp)
@@ -205,19 +223,33 @@ pub async fn send(
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let resp = client.request(req.body(Full::new(body.unwrap_or_default())).unwrap()).await.unwrap();
+    let resp = client
+        .request(req.body(Full::new(body.unwrap_or_default())).unwrap())
+        .await
+        .unwrap();
     let (parts, body) = resp.into_parts();
-    (parts.status, parts.headers, body.collect().await.unwrap().to_bytes())
+    (
+        parts.status,
+        parts.headers,
+        body.collect().await.unwrap().to_bytes(),
+    )
 }
 
 /// Sends JSON and parses a JSON answer.
-pub async fn send_json(addr: SocketAddr, method: &str, path: &str, key: Option<&str>, body: Option<&Value>) -> (u16, Value) {
+pub async fn send_json(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    key: Option<&str>,
+    body: Option<&Value>,
+) -> (u16, Value) {
     let mut headers = vec![("content-type", "application/json")];
     if let Some(k) = key {
         headers.push(("api-key", k));
     }
     let bytes = body.map(|b| Bytes::from(serde_json::to_vec(b).unwrap()));
     let (status, _, out) = send(addr, method, path, &headers, bytes).await;
-    let v = serde_json::from_slice(&out).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&out).into_owned()));
+    let v = serde_json::from_slice(&out)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&out).into_owned()));
     (status.as_u16(), v)
 }
