@@ -216,9 +216,7 @@ pub struct ShutdownSection {
 
 impl Default for ShutdownSection {
     fn default() -> Self {
-        ShutdownSection {
-            grace_period_secs: 30,
-        }
+        ShutdownSection { grace_period_secs: 30 }
     }
 }
 
@@ -264,10 +262,7 @@ impl Default for Compat {
 pub struct ConfigErrors(pub Vec<String>);
 
 /// Reads TOML text, applies `V1COMPAT_…` overrides from `env`, validates.
-pub fn load(
-    text: &str,
-    env: impl IntoIterator<Item = (String, String)>,
-) -> Result<Config, ConfigErrors> {
+pub fn load(text: &str, env: impl IntoIterator<Item = (String, String)>) -> Result<Config, ConfigErrors> {
     let mut table: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| ConfigErrors(vec![e.to_string()]))?;
@@ -294,11 +289,7 @@ pub fn load(
 
 fn scalar(text: &str) -> toml::Value {
     let probe = format!("v = {text}");
-    match probe
-        .parse::<toml::Table>()
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-    {
+    match probe.parse::<toml::Table>().ok().and_then(|mut t| t.remove("v")) {
         Some(v @ (toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_))) => v,
         _ => toml::Value::String(text.to_owned()),
     }
@@ -349,10 +340,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             Some(url)
         }
         _ => {
-            p.push(format!(
-                "upstream.base_url: {:?} is not an http(s) URL",
-                u.base_url
-            ));
+            p.push(format!("upstream.base_url: {:?} is not an http(s) URL", u.base_url));
             None
         }
     };
@@ -360,9 +348,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         "bearer" => AuthStyle::Bearer,
         "api-key" => AuthStyle::ApiKeyHeader,
         other => {
-            p.push(format!(
-                "upstream.auth: {other:?} is not one of bearer, api-key"
-            ));
+            p.push(format!("upstream.auth: {other:?} is not one of bearer, api-key"));
             AuthStyle::Bearer
         }
     };
@@ -390,7 +376,9 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         p.push("upstream.attempt_timeout_ms: must not exceed upstream.request_timeout_ms".into());
     }
     if u.sync_run_timeout_ms < 300_000 {
-        p.push("upstream.sync_run_timeout_ms: must be at least 300000 (V2 holds synchronous runs up to 5 minutes)".into());
+        p.push(
+            "upstream.sync_run_timeout_ms: must be at least 300000 (V2 holds synchronous runs up to 5 minutes)".into(),
+        );
     }
     if u.max_response_bytes < 1024 {
         p.push("upstream.max_response_bytes: must be at least 1024".into());
@@ -468,10 +456,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         other => p.push(format!("log.format: {other:?} is not one of json, text")),
     }
     if tracing_subscriber::EnvFilter::try_new(&raw.log.level).is_err() {
-        p.push(format!(
-            "log.level: {:?} is not a valid filter",
-            raw.log.level
-        ));
+        p.push(format!("log.level: {:?} is not a valid filter", raw.log.level));
     }
 
     let (Some(base_url), true) = (base_url, p.is_empty()) else {
@@ -521,10 +506,7 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect()
+        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
     }
 
     #[test]
@@ -568,5 +550,19 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.0.len() >= 4, "{err}");
+    }
+}
+
+#[cfg(test)]
+mod example_tests {
+    /// The documented example must load and match the built-in defaults.
+    #[test]
+    fn example_config_loads() {
+        let text = include_str!("../config/v1compat.toml");
+        let c = super::load(text, Vec::new()).unwrap_or_else(|e| panic!("{e}"));
+        let d = super::load("", Vec::new()).unwrap();
+        assert_eq!(format!("{:?}", c.limits), format!("{:?}", d.limits));
+        assert_eq!(c.compat.origin_rename, d.compat.origin_rename);
+        assert_eq!(c.upstream.base_url, d.upstream.base_url);
     }
 }
