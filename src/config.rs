@@ -216,7 +216,9 @@ pub struct ShutdownSection {
 
 impl Default for ShutdownSection {
     fn default() -> Self {
-        ShutdownSection { grace_period_secs: 30 }
+        ShutdownSection {
+            grace_period_secs: 30,
+        }
     }
 }
 
@@ -262,7 +264,10 @@ impl Default for Compat {
 pub struct ConfigErrors(pub Vec<String>);
 
 /// Reads TOML text, applies `V1COMPAT_…` overrides from `env`, validates.
-pub fn load(text: &str, env: impl IntoIterator<Item = (String, String)>) -> Result<Config, ConfigErrors> {
+pub fn load(
+    text: &str,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<Config, ConfigErrors> {
     let mut table: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| ConfigErrors(vec![e.to_string()]))?;
@@ -289,7 +294,11 @@ pub fn load(text: &str, env: impl IntoIterator<Item = (String, String)>) -> Resu
 
 fn scalar(text: &str) -> toml::Value {
     let probe = format!("v = {text}");
-    match probe.parse::<toml::Table>().ok().and_then(|mut t| t.remove("v")) {
+    match probe
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+    {
         Some(v @ (toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_))) => v,
         _ => toml::Value::String(text.to_owned()),
     }
@@ -340,7 +349,10 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             Some(url)
         }
         _ => {
-            p.push(format!("upstream.base_url: {:?} is not an http(s) URL", u.base_url));
+            p.push(format!(
+                "upstream.base_url: {:?} is not an http(s) URL",
+                u.base_url
+            ));
             None
         }
     };
@@ -348,7 +360,9 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         "bearer" => AuthStyle::Bearer,
         "api-key" => AuthStyle::ApiKeyHeader,
         other => {
-            p.push(format!("upstream.auth: {other:?} is not one of bearer, api-key"));
+            p.push(format!(
+                "upstream.auth: {other:?} is not one of bearer, api-key"
+            ));
             AuthStyle::Bearer
         }
     };
@@ -456,7 +470,10 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         other => p.push(format!("log.format: {other:?} is not one of json, text")),
     }
     if tracing_subscriber::EnvFilter::try_new(&raw.log.level).is_err() {
-        p.push(format!("log.level: {:?} is not a valid filter", raw.log.level));
+        p.push(format!(
+            "log.level: {:?} is not a valid filter",
+            raw.log.level
+        ));
     }
 
     let (Some(base_url), true) = (base_url, p.is_empty()) else {
@@ -506,7 +523,10 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
     }
 
     #[test]

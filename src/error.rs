@@ -115,8 +115,18 @@ impl GatewayError {
                     cause: "unauthorized",
                 };
             }
-            NotFound(subject) => (StatusCode::NOT_FOUND, not_found(*subject), Origin::Client, "not_found"),
-            UnknownRoute => (StatusCode::NOT_FOUND, code::NOT_FOUND, Origin::Client, "unknown_route"),
+            NotFound(subject) => (
+                StatusCode::NOT_FOUND,
+                not_found(*subject),
+                Origin::Client,
+                "not_found",
+            ),
+            UnknownRoute => (
+                StatusCode::NOT_FOUND,
+                code::NOT_FOUND,
+                Origin::Client,
+                "unknown_route",
+            ),
             Overloaded => (
                 StatusCode::TOO_MANY_REQUESTS,
                 code::RATE_LIMITED,
@@ -124,7 +134,10 @@ impl GatewayError {
                 "overloaded",
             ),
             Refused {
-                subject, status, code, ..
+                subject,
+                status,
+                code,
+                ..
             } => {
                 let (s, c) = map_refusal(*subject, *status, *code);
                 (s, c, Origin::Upstream, "refused")
@@ -175,7 +188,11 @@ fn not_found(subject: Subject) -> (i64, &'static str) {
 /// The error table: V2 HTTP status + application code → V1 HTTP status + V1
 /// code and message. Business codes win over the HTTP status because V2 does
 /// not bind them to one (they may even arrive with HTTP 200).
-pub fn map_refusal(subject: Subject, status: StatusCode, v2_code: Option<i64>) -> (StatusCode, (i64, &'static str)) {
+pub fn map_refusal(
+    subject: Subject,
+    status: StatusCode,
+    v2_code: Option<i64>,
+) -> (StatusCode, (i64, &'static str)) {
     let s = |n: u16| StatusCode::from_u16(n).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     if subject == Subject::Abort {
         // V1 reports every failure to abort an existing run as 500 / 70002;
@@ -256,7 +273,10 @@ mod tests {
         let r = GatewayError::bad("run_slug", "is required").render();
         assert_eq!(r.status, StatusCode::BAD_REQUEST);
         assert_eq!(r.envelope.code, 4000);
-        assert_eq!(r.envelope.message, "Invalid request parameters: run_slug is required");
+        assert_eq!(
+            r.envelope.message,
+            "Invalid request parameters: run_slug is required"
+        );
         assert!(r.envelope.data.is_null());
     }
 }

@@ -44,7 +44,11 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let gateway = Arc::new(ops::Gateway::new(upstream, Arc::new(config)));
     let (stop_tx, stop_rx) = watch::channel(false);
-    let public = tokio::spawn(server::serve_public(public, gateway.clone(), stop_rx.clone()));
+    let public = tokio::spawn(server::serve_public(
+        public,
+        gateway.clone(),
+        stop_rx.clone(),
+    ));
     let admin = tokio::spawn(server::serve_admin(admin, gateway, stop_rx));
     shutdown.await;
     let _ = stop_tx.send(true);

@@ -32,7 +32,10 @@ pub struct Plan {
 
 impl Window {
     pub fn plan(self) -> Plan {
-        let Window { page_index, page_size } = self;
+        let Window {
+            page_index,
+            page_size,
+        } = self;
         if page_size <= V2_MAX_LIMIT {
             return Plan {
                 limit: page_size,
@@ -94,7 +97,11 @@ mod tests {
 
     fn fetch(total: u64, w: Window) -> (Plan, Vec<u64>) {
         let plan = w.plan();
-        let pages = plan.offsets.clone().map(|o| v2_page(total, o, plan.limit)).collect();
+        let pages = plan
+            .offsets
+            .clone()
+            .map(|o| v2_page(total, o, plan.limit))
+            .collect();
         let rows = plan.assemble(pages);
         (plan, rows)
     }
@@ -190,9 +197,16 @@ mod tests {
         for total in [0u64, 1, 99, 100, 101, 250, 999, 1001, 2500] {
             for page_size in [1u64, 7, 99, 100, 101, 150, 333, 1000] {
                 for page_index in 1u64..=6 {
-                    let (plan, rows) = fetch(total, Window { page_index, page_size });
+                    let (plan, rows) = fetch(
+                        total,
+                        Window {
+                            page_index,
+                            page_size,
+                        },
+                    );
                     let start = (page_index - 1) * page_size;
-                    let want: Vec<u64> = (start.min(total)..(start + page_size).min(total)).collect();
+                    let want: Vec<u64> =
+                        (start.min(total)..(start + page_size).min(total)).collect();
                     assert_eq!(rows, want, "total {total} window {page_index}x{page_size}");
                     assert!(plan.calls() <= 11);
                     assert!(plan.limit <= V2_MAX_LIMIT);

@@ -102,7 +102,11 @@ pub fn route(method: &Method, path: &str) -> Option<Operation> {
         _ => path,
     };
     // HEAD is answered like GET by hyper's semantics only if we route it.
-    let method = if method == Method::HEAD { &Method::GET } else { method };
+    let method = if method == Method::HEAD {
+        &Method::GET
+    } else {
+        method
+    };
     Operation::ALL.into_iter().find(|op| {
         let (m, p) = op.v1_endpoint();
         m == method && p == path

@@ -19,7 +19,9 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::{MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 use tracing::Instrument;
@@ -54,7 +56,10 @@ impl MakeRequestId for MakeUlid {
 /// is replaced, so it cannot smuggle anything into logs or upstream headers.
 fn usable_request_id(headers: &HeaderMap) -> Option<String> {
     let v = headers.get(&REQUEST_ID)?.to_str().ok()?;
-    let ok = !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    let ok = !v.is_empty()
+        && v.len() <= 128
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
     ok.then(|| v.to_owned())
 }
 
@@ -100,14 +105,20 @@ pub async fn serve_public(
 
 async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let started = Instant::now();
-    let request_id = usable_request_id(req.headers()).unwrap_or_else(|| ulid::Ulid::new().to_string());
+    let request_id =
+        usable_request_id(req.headers()).unwrap_or_else(|| ulid::Ulid::new().to_string());
     tracing::Span::current().record("request_id", request_id.as_str());
     let Some(op) = route::route(req.method(), req.uri().path()) else {
         return finish(None, Err(GatewayError::UnknownRoute), &request_id, started);
     };
     tracing::Span::current().record("operation", op.name());
     let Ok(_permit) = state.in_flight.try_acquire() else {
-        return finish(Some(op), Err(GatewayError::Overloaded), &request_id, started);
+        return finish(
+            Some(op),
+            Err(GatewayError::Overloaded),
+            &request_id,
+            started,
+        );
     };
     metrics::gauge!(telemetry::IN_FLIGHT).increment(1.0);
     let result = answer(&state.gateway, op, req, &request_id).await;
@@ -130,9 +141,15 @@ async fn answer(
     let body = match Limited::new(body, limit).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(GatewayError::BadRequest(format!("body is larger than {limit} bytes")));
+            return Err(GatewayError::BadRequest(format!(
+                "body is larger than {limit} bytes"
+            )));
         }
-        Err(e) => return Err(GatewayError::BadRequest(format!("body could not be read ({e})"))),
+        Err(e) => {
+            return Err(GatewayError::BadRequest(format!(
+                "body could not be read ({e})"
+            )))
+        }
     };
     let deadline = if op == Operation::StartRun {
         gw.config.sync_run_timeout + gw.config.request_timeout
@@ -173,10 +190,16 @@ fn client_key(headers: &HeaderMap) -> Result<Option<ApiKey>, GatewayError> {
 }
 
 fn check_content_type(headers: &HeaderMap) -> Result<(), GatewayError> {
-    match headers.get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or("")) {
+    match headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or(""))
+    {
         None => Ok(()),
         Some(ct) if ct.to_ascii_lowercase().contains("json") => Ok(()),
-        Some(_) => Err(GatewayError::bad("Content-Type", "must be application/json")),
+        Some(_) => Err(GatewayError::bad(
+            "Content-Type",
+            "must be application/json",
+        )),
     }
 }
 
@@ -216,9 +239,11 @@ fn finish(
     };
     let status = response.status().as_u16().to_string();
     metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status).increment(1);
-    metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name).record(started.elapsed().as_secs_f64());
+    metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name)
+        .record(started.elapsed().as_secs_f64());
     if op.is_some() {
-        metrics::histogram!(telemetry::UPSTREAM_CALLS_PER_REQUEST, "operation" => name).record(f64::from(calls));
+        metrics::histogram!(telemetry::UPSTREAM_CALLS_PER_REQUEST, "operation" => name)
+            .record(f64::from(calls));
     }
     response
 }
@@ -227,7 +252,10 @@ fn v1_error(err: &GatewayError, _request_id: &str) -> Response<Full<Bytes>> {
     let rendered = err.render();
     let mut resp = json_response(rendered.status, rendered.envelope.to_bytes());
     let h = resp.headers_mut();
-    h.insert(ERROR_ORIGIN, HeaderValue::from_static(rendered.origin.as_str()));
+    h.insert(
+        ERROR_ORIGIN,
+        HeaderValue::from_static(rendered.origin.as_str()),
+    );
     h.insert(ERROR_CAUSE, HeaderValue::from_static(rendered.cause));
     resp
 }
@@ -235,8 +263,10 @@ fn v1_error(err: &GatewayError, _request_id: &str) -> Response<Full<Bytes>> {
 fn json_response(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(body));
     *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     resp
 }
 
@@ -265,11 +295,17 @@ pub async fn serve_admin(
                 (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into()),
                 (&Method::GET, "/readyz") => match upstream_reachable(&gateway).await {
                     Ok(()) => text(StatusCode::OK, "ready\n".into()),
-                    Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+                    Err(why) => text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("not ready: {why}\n"),
+                    ),
                 },
                 (&Method::GET, "/metrics") => match &prometheus {
                     Some(h) => text(StatusCode::OK, h.render()),
-                    None => text(StatusCode::SERVICE_UNAVAILABLE, "metrics recorder unavailable\n".into()),
+                    None => text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "metrics recorder unavailable\n".into(),
+                    ),
                 },
                 _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
             };
@@ -286,7 +322,12 @@ async fn upstream_reachable(gw: &Gateway) -> Result<(), String> {
     let host = url.host_str().ok_or("upstream has no host")?;
     let port = url.port_or_known_default().ok_or("upstream has no port")?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    match tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect((host, port))).await {
+    match tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::net::TcpStream::connect((host, port)),
+    )
+    .await
+    {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(format!("upstream {host}:{port} unreachable: {e}")),
         Err(_) => Err(format!("upstream {host}:{port} did not accept within 2s")),
@@ -302,7 +343,10 @@ pub async fn serve<S, B>(
     grace: Duration,
 ) -> std::io::Result<()>
 where
-    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible> + Clone + Send + 'static,
+    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
     S::Future: Send + 'static,
     B: http_body::Body + Send + 'static,
     B::Data: Send,
@@ -339,7 +383,10 @@ where
         }
     }
     drop(listener);
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!(?grace, "grace period over; closing remaining connections");
     }
     Ok(())
@@ -351,13 +398,14 @@ pub async fn shutdown_signal() {
         let ctrl_c = tokio::signal::ctrl_c();
         #[cfg(unix)]
         {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(_) => {
+                        let _ = ctrl_c.await;
+                        return;
+                    }
+                };
             tokio::select! {
                 _ = ctrl_c => {}
                 _ = term.recv() => {}

@@ -37,8 +37,8 @@ pub fn prometheus() -> Option<PrometheusHandle> {
     PROMETHEUS
         .get_or_init(|| {
             let buckets = [
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0,
-                330.0,
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0, 30.0, 120.0, 330.0,
             ];
             let builder = PrometheusBuilder::new()
                 .set_buckets(&buckets)
@@ -59,18 +59,38 @@ pub fn prometheus() -> Option<PrometheusHandle> {
 
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
-    describe_counter!(REQUESTS, "V1 requests answered, by operation and V1 HTTP status");
-    describe_histogram!(REQUEST_DURATION, Unit::Seconds, "V1 request latency, by operation");
-    describe_histogram!(UPSTREAM_CALLS_PER_REQUEST, "V2 calls made per V1 request, by operation");
+    describe_counter!(
+        REQUESTS,
+        "V1 requests answered, by operation and V1 HTTP status"
+    );
+    describe_histogram!(
+        REQUEST_DURATION,
+        Unit::Seconds,
+        "V1 request latency, by operation"
+    );
+    describe_histogram!(
+        UPSTREAM_CALLS_PER_REQUEST,
+        "V2 calls made per V1 request, by operation"
+    );
     describe_counter!(ERRORS, "V1 error answers, by operation, origin and cause");
     describe_counter!(
         TRANSLATION_GAPS,
         "V2 values the translation had to map by a fallback rule"
     );
     describe_gauge!(IN_FLIGHT, "V1 requests in flight");
-    describe_counter!(UPSTREAM_REQUESTS_TOTAL, "V2 attempts, by route and status class");
-    describe_histogram!(UPSTREAM_DURATION_SECONDS, Unit::Seconds, "V2 attempt latency, by route");
-    describe_counter!(UPSTREAM_RETRIES_TOTAL, "V2 retries sent, by route and reason");
+    describe_counter!(
+        UPSTREAM_REQUESTS_TOTAL,
+        "V2 attempts, by route and status class"
+    );
+    describe_histogram!(
+        UPSTREAM_DURATION_SECONDS,
+        Unit::Seconds,
+        "V2 attempt latency, by route"
+    );
+    describe_counter!(
+        UPSTREAM_RETRIES_TOTAL,
+        "V2 retries sent, by route and reason"
+    );
     describe_counter!(
         UPSTREAM_RETRIES_SKIPPED_TOTAL,
         "Retryable V2 outcomes not retried, by route and cause"
@@ -80,8 +100,8 @@ fn describe() {
 /// Sets up structured logging. `format` is `json` or `text`; `level` a
 /// tracing filter. Calling it twice is harmless (the second is ignored).
 pub fn init_logging(format: &str, level: &str) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_new(level).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -132,7 +132,8 @@ impl UpstreamFailure {
     }
 }
 
-pub type UpstreamFuture<'a> = Pin<Box<dyn Future<Output = Result<V2Reply, UpstreamFailure>> + Send + 'a>>;
+pub type UpstreamFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<V2Reply, UpstreamFailure>> + Send + 'a>>;
 
 /// The one way operations reach V2.
 pub trait Upstream: Send + Sync + 'static {

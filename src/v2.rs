@@ -8,7 +8,11 @@ use serde_json::Value;
 
 /// Everything but RFC 3986 "unreserved" characters is encoded, so a value can
 /// never introduce `/`, `?`, `#`, `%`-sequences or `..` semantics.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 
 /// Query values additionally keep `,` readable is NOT done: V2 documents
 /// `filter_keys` as a URL-encoded comma-separated string, so `,` → `%2C`.
@@ -211,7 +215,10 @@ mod tests {
         }
         let id = Segment::new("01KS2A1M515HG7PZX9STTB0KPH").unwrap();
         let p = V2Path::new(&[Part::Lit("worker-runs"), Part::Id(&id), Part::Lit("log")]);
-        assert_eq!(p.path_and_query(), "/api/v2/worker-runs/01KS2A1M515HG7PZX9STTB0KPH/log");
+        assert_eq!(
+            p.path_and_query(),
+            "/api/v2/worker-runs/01KS2A1M515HG7PZX9STTB0KPH/log"
+        );
     }
 
     #[test]
@@ -228,7 +235,9 @@ mod tests {
             "coreclaw~google-maps"
         );
         assert_eq!(
-            Segment::worker("01KBHMS6A8H6A3K5FJY11MQ99Z").unwrap().as_str(),
+            Segment::worker("01KBHMS6A8H6A3K5FJY11MQ99Z")
+                .unwrap()
+                .as_str(),
             "01KBHMS6A8H6A3K5FJY11MQ99Z"
         );
         for bad in ["a/b/c", "/b", "a/", "../x", "a/.."] {

@@ -46,7 +46,12 @@ pub async fn store_search(ex: &Exchange<'_>, query: &Query) -> Result<Value, Gat
     let limit = match query.opt_int("limit")? {
         None => STORE_DEFAULT_LIMIT,
         Some(l) if l >= 1 && l as u64 <= max => l as u64,
-        Some(_) => return Err(GatewayError::bad("limit", format!("must be between 1 and {max}"))),
+        Some(_) => {
+            return Err(GatewayError::bad(
+                "limit",
+                format!("must be between 1 and {max}"),
+            ))
+        }
     };
     let plan = Window {
         page_index: 1,
@@ -60,7 +65,12 @@ pub async fn store_search(ex: &Exchange<'_>, query: &Query) -> Result<Value, Gat
             store_call(&search, o, plan.limit).with_key(key.clone())
         })
         .await?;
-    let rows = plan.assemble(pages.iter().map(|p| list_of(p, "scraper").to_vec()).collect());
+    let rows = plan.assemble(
+        pages
+            .iter()
+            .map(|p| list_of(p, "scraper").to_vec())
+            .collect(),
+    );
     let items: Vec<Value> = rows.iter().map(v1_store_item).collect();
     Ok(json!({ "scraper": items }))
 }
@@ -94,7 +104,11 @@ pub fn v1_system(v2_system: Option<&Value>, memory_field: &str) -> Value {
         };
         let value = match found {
             Some(v @ Value::Number(_)) => v.clone(),
-            Some(Value::String(s)) => s.trim().parse::<f64>().map(number).unwrap_or_else(|_| number(default)),
+            Some(Value::String(s)) => s
+                .trim()
+                .parse::<f64>()
+                .map(number)
+                .unwrap_or_else(|_| number(default)),
             _ => number(default),
         };
         out.insert(
@@ -121,7 +135,10 @@ pub fn v1_custom(schema: &Value) -> Value {
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     let properties: Vec<Value> = match obj.get("properties") {
-        Some(Value::Array(items)) => items.iter().map(|p| v1_property(p, None, &required)).collect(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|p| v1_property(p, None, &required))
+            .collect(),
         Some(Value::Object(map)) => map
             .iter()
             .map(|(name, p)| v1_property(p, Some(name), &required))
@@ -156,7 +173,10 @@ fn v1_property(p: &Value, name: Option<&str>, required: &[&str]) -> Value {
     out.insert("type".into(), json!(s("type").unwrap_or("string")));
     out.insert("title".into(), json!(s("title").unwrap_or(&name)));
     out.insert("editor".into(), json!(s("editor").unwrap_or("textfield")));
-    out.insert("default".into(), p.get("default").cloned().unwrap_or(Value::Null));
+    out.insert(
+        "default".into(),
+        p.get("default").cloned().unwrap_or(Value::Null),
+    );
     out.insert("required".into(), json!(is_required));
     out.insert("description".into(), json!(s("description").unwrap_or("")));
     Value::Object(out)
@@ -181,7 +201,8 @@ pub fn v1_worker_detail(detail: &Value, schema: Option<&Value>, memory_field: &s
 pub async fn worker_detail(ex: &Exchange<'_>, query: &Query) -> Result<Value, GatewayError> {
     let worker: Segment = ex.gw.worker_ids.translate(query.req("slug")?, "slug")?;
     let key = ex.key()?;
-    let detail_call = V2Call::get(V2Path::new(&[Part::Lit("workers"), Part::Id(&worker)])).with_key(Some(key));
+    let detail_call =
+        V2Call::get(V2Path::new(&[Part::Lit("workers"), Part::Id(&worker)])).with_key(Some(key));
     let schema_call = V2Call::get(V2Path::new(&[
         Part::Lit("workers"),
         Part::Id(&worker),
@@ -208,16 +229,25 @@ pub async fn worker_detail(ex: &Exchange<'_>, query: &Query) -> Result<Value, Ga
 }
 
 pub async fn proxy_regions(ex: &Exchange<'_>, query: &Query) -> Result<Value, GatewayError> {
-    let language = query.get("language").map(str::trim).filter(|l| !l.is_empty());
-    if language.is_some_and(|l| l.len() > 16 || !l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
-    {
+    let language = query
+        .get("language")
+        .map(str::trim)
+        .filter(|l| !l.is_empty());
+    if language.is_some_and(|l| {
+        l.len() > 16
+            || !l
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    }) {
         return Err(GatewayError::bad(
             "language",
             "must be a language code such as en or zh",
         ));
     }
-    let path = V2Path::new(&[Part::Lit("proxy"), Part::Lit("region")]).query_opt("language", language);
-    ex.call(V2Call::get(path).with_key(ex.key().ok()), Subject::Other).await
+    let path =
+        V2Path::new(&[Part::Lit("proxy"), Part::Lit("region")]).query_opt("language", language);
+    ex.call(V2Call::get(path).with_key(ex.key().ok()), Subject::Other)
+        .await
 }
 
 #[cfg(test)]
@@ -226,8 +256,9 @@ mod tests {
 
     #[test]
     fn store_items_are_exactly_three_fields() {
-        let v =
-            v1_store_item(&json!({"slug":"s","name":"n","path":"o~n","title":"T","username":"o","description":"D"}));
+        let v = v1_store_item(
+            &json!({"slug":"s","name":"n","path":"o~n","title":"T","username":"o","description":"D"}),
+        );
         assert_eq!(v, json!({"slug":"s","title":"T","description":"D"}));
     }
 

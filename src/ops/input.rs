@@ -19,8 +19,12 @@ impl Body {
         }
         match serde_json::from_slice::<Value>(bytes) {
             Ok(Value::Object(map)) => Ok(Body(map)),
-            Ok(_) => Err(GatewayError::BadRequest("body must be a JSON object".into())),
-            Err(e) => Err(GatewayError::BadRequest(format!("body is not valid JSON ({e})"))),
+            Ok(_) => Err(GatewayError::BadRequest(
+                "body must be a JSON object".into(),
+            )),
+            Err(e) => Err(GatewayError::BadRequest(format!(
+                "body is not valid JSON ({e})"
+            ))),
         }
     }
 
@@ -113,7 +117,10 @@ impl Body {
                 ))
             }
         };
-        Ok(Window { page_index, page_size })
+        Ok(Window {
+            page_index,
+            page_size,
+        })
     }
 }
 
@@ -141,7 +148,10 @@ impl Query {
     }
 
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn req(&self, name: &str) -> Result<&str, GatewayError> {
@@ -168,12 +178,15 @@ pub fn callback_url(body: &Body, required: bool) -> Result<Option<String>, Gatew
     let raw = if required {
         Some(body.req_str("callback_url")?)
     } else {
-        body.opt_str("callback_url")?.filter(|s| !s.trim().is_empty())
+        body.opt_str("callback_url")?
+            .filter(|s| !s.trim().is_empty())
     };
     match raw {
         None => Ok(None),
         Some(s) => match url::Url::parse(s.trim()) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(Some(s.trim().to_owned())),
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
+                Ok(Some(s.trim().to_owned()))
+            }
             _ => Err(GatewayError::bad(
                 "callback_url",
                 "must be an absolute http or https URL",
@@ -224,14 +237,22 @@ mod tests {
         assert!(body(r#"{"page_size": 0}"#).window(10, 1000).is_err());
         assert!(body(r#"{"page_index": -1}"#).window(10, 1000).is_err());
         assert!(body(r#"{"page_index": 1.5}"#).window(10, 1000).is_err());
-        assert_eq!(body(r#"{"page_index": 2.0}"#).window(10, 1000).unwrap().page_index, 2);
+        assert_eq!(
+            body(r#"{"page_index": 2.0}"#)
+                .window(10, 1000)
+                .unwrap()
+                .page_index,
+            2
+        );
     }
 
     #[test]
     fn callback_urls_are_checked() {
-        assert!(callback_url(&body(r#"{"callback_url": "https://h.example/cb"}"#), true)
-            .unwrap()
-            .is_some());
+        assert!(
+            callback_url(&body(r#"{"callback_url": "https://h.example/cb"}"#), true)
+                .unwrap()
+                .is_some()
+        );
         assert!(callback_url(&body("{}"), false).unwrap().is_none());
         assert!(callback_url(&body("{}"), true).is_err());
         assert!(callback_url(&body(r#"{"callback_url": "ftp://x"}"#), false).is_err());

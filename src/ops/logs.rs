@@ -121,7 +121,10 @@ mod tests {
             json!({"type": 3, "group": "4976", "content": "SYSTEM: Subtask-[4976] - Slow page", "timestamp": 1795356312123i64})
         );
         let e = v1_entry(&json!("[ERROR] boom"), 77);
-        assert_eq!(e, json!({"type": 4, "group": "", "content": "boom", "timestamp": 77}));
+        assert_eq!(
+            e,
+            json!({"type": 4, "group": "", "content": "boom", "timestamp": 77})
+        );
         let e = v1_entry(&json!("Run started"), 5);
         assert_eq!(
             e,
@@ -133,14 +136,21 @@ mod tests {
 
     #[test]
     fn objects_pass_with_gaps_filled() {
-        let e = v1_entry(&json!({"type": 4, "content": "x", "timestamp": 9, "extra": 1}), 0);
-        assert_eq!(e, json!({"type": 4, "group": "", "content": "x", "timestamp": 9}));
+        let e = v1_entry(
+            &json!({"type": 4, "content": "x", "timestamp": 9, "extra": 1}),
+            0,
+        );
+        assert_eq!(
+            e,
+            json!({"type": 4, "group": "", "content": "x", "timestamp": 9})
+        );
     }
 
     #[test]
     fn timestamps_carry_forward() {
-        let log =
-            v1_log(&json!({"all_logs_url": "u", "list": ["2026-11-22T14:05:12Z INFO a", "b"], "result_count": 3}));
+        let log = v1_log(
+            &json!({"all_logs_url": "u", "list": ["2026-11-22T14:05:12Z INFO a", "b"], "result_count": 3}),
+        );
         assert_eq!(log["list"][1]["timestamp"], log["list"][0]["timestamp"]);
         assert_eq!(log["result_count"], 3);
     }

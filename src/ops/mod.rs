@@ -102,7 +102,9 @@ impl<'a> Exchange<'a> {
         }
         match envelope.code {
             Some(0) if reply.status.is_success() => Ok(envelope.data.unwrap_or(Value::Null)),
-            None if reply.status.is_success() => Err(GatewayError::Garbled("V2 envelope without a code".into())),
+            None if reply.status.is_success() => {
+                Err(GatewayError::Garbled("V2 envelope without a code".into()))
+            }
             code => Err(GatewayError::Refused {
                 subject,
                 status: reply.status,
@@ -137,7 +139,11 @@ pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError
     let key = match req.key {
         Some(k) => Some(k),
         None if req.op.is_public() => gw.config.service_key.clone(),
-        None => return Err(GatewayError::Unauthorized("send your key in the api-key header".into())),
+        None => {
+            return Err(GatewayError::Unauthorized(
+                "send your key in the api-key header".into(),
+            ))
+        }
     };
     let ex = Exchange {
         gw,

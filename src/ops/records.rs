@@ -61,7 +61,12 @@ pub fn v2_status_filter(v1: i64) -> Result<Option<RunStatus>, GatewayError> {
         3 => Some(RunStatus::Succeeded),
         4 => Some(RunStatus::Failed),
         5 => Some(RunStatus::Aborting),
-        _ => return Err(GatewayError::bad("status", "must be an integer between 0 and 5")),
+        _ => {
+            return Err(GatewayError::bad(
+                "status",
+                "must be an integer between 0 and 5",
+            ))
+        }
     })
 }
 
@@ -121,7 +126,10 @@ pub fn list_call(filter: &ListFilter, offset: u64, limit: u64) -> V2Call {
 
 /// Joins the V2 pages of a run list into the V1 `{count, list}`.
 pub fn v1_run_list(plan: &Plan, pages: Vec<Value>, compat: &Compat) -> Value {
-    let count = pages.first().and_then(|p| int_of(p.get("count"))).unwrap_or(0);
+    let count = pages
+        .first()
+        .and_then(|p| int_of(p.get("count")))
+        .unwrap_or(0);
     let rows = plan.assemble(pages.iter().map(|p| list_of(p, "list").to_vec()).collect());
     let list: Vec<Value> = rows.iter().map(|r| v1_record(r, compat)).collect();
     json!({ "count": count, "list": list })

@@ -25,7 +25,8 @@ use crate::v2::{Part, Segment, V2Path};
 pub const DEFAULT_PAGE_SIZE: u64 = 10;
 
 pub const V1_EXPORT_FORMATS: [&str; 2] = ["csv", "json"];
-pub const V2_EXPORT_FORMATS: [&str; 8] = ["csv", "json", "jsonl", "xlsx", "xls", "xml", "html", "rss"];
+pub const V2_EXPORT_FORMATS: [&str; 8] =
+    ["csv", "json", "jsonl", "xlsx", "xls", "xml", "html", "rss"];
 
 pub fn result_call(run: &Segment, offset: u64, limit: u64) -> V2Call {
     V2Call::get(
@@ -119,7 +120,12 @@ pub fn export_call(body: &Body, extra_formats: bool) -> Result<V2Call, GatewayEr
                 )),
             })
             .collect::<Result<Vec<_>, _>>()?,
-        Some(_) => return Err(GatewayError::bad("filter_keys", "must be an array of strings")),
+        Some(_) => {
+            return Err(GatewayError::bad(
+                "filter_keys",
+                "must be an array of strings",
+            ))
+        }
     };
     if keys.len() > 1000 {
         return Err(GatewayError::bad("filter_keys", "has more than 1000 keys"));
@@ -137,10 +143,14 @@ pub fn export_call(body: &Body, extra_formats: bool) -> Result<V2Call, GatewayEr
 
 pub async fn export(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
     let call = export_call(body, ex.gw.config.compat.extra_export_formats)?;
-    let data = ex.call(call.with_key(Some(ex.key()?)), Subject::Run).await?;
+    let data = ex
+        .call(call.with_key(Some(ex.key()?)), Subject::Run)
+        .await?;
     match data.get("download_url").and_then(Value::as_str) {
         Some(url) => Ok(json!({ "download_url": url })),
-        None => Err(GatewayError::Garbled("export answer without download_url".into())),
+        None => Err(GatewayError::Garbled(
+            "export answer without download_url".into(),
+        )),
     }
 }
 
@@ -165,12 +175,17 @@ mod tests {
         assert_eq!(out[1]["format"], "number");
         assert_eq!(out[2]["format"], "text");
         assert_eq!(out[3]["format"], "date");
-        assert_eq!(out[0], json!({"label": "Title", "key": "title", "format": "text"}));
+        assert_eq!(
+            out[0],
+            json!({"label": "Title", "key": "title", "format": "text"})
+        );
     }
 
     #[test]
     fn export_query() {
-        let body = Body::parse(br#"{"run_slug":"R1","format":"CSV","filter_keys":["title","a b"]}"#).unwrap();
+        let body =
+            Body::parse(br#"{"run_slug":"R1","format":"CSV","filter_keys":["title","a b"]}"#)
+                .unwrap();
         let call = export_call(&body, false).unwrap();
         assert_eq!(
             call.path.path_and_query(),
@@ -181,9 +196,11 @@ mod tests {
         assert!(export_call(&body, true).is_ok());
         let body = Body::parse(br#"{"run_slug":"R1","format":"pdf"}"#).unwrap();
         assert!(export_call(&body, true).is_err());
-        let body = Body::parse(br#"{"run_slug":"R1","format":"csv","filter_keys":"title"}"#).unwrap();
+        let body =
+            Body::parse(br#"{"run_slug":"R1","format":"csv","filter_keys":"title"}"#).unwrap();
         assert!(export_call(&body, true).is_err());
-        let body = Body::parse(br#"{"run_slug":"R1","format":"csv","filter_keys":["a,b"]}"#).unwrap();
+        let body =
+            Body::parse(br#"{"run_slug":"R1","format":"csv","filter_keys":["a,b"]}"#).unwrap();
         assert!(export_call(&body, true).is_err());
         let body = Body::parse(br#"{"run_slug":"R1"}"#).unwrap();
         assert!(export_call(&body, true).is_err());

@@ -31,7 +31,11 @@ pub struct StartRun {
     pub sync: Option<(Window, Plan)>,
 }
 
-pub fn start_run_request(body: &Body, worker: Segment, max_page_size: u64) -> Result<StartRun, GatewayError> {
+pub fn start_run_request(
+    body: &Body,
+    worker: Segment,
+    max_page_size: u64,
+) -> Result<StartRun, GatewayError> {
     let is_async = body.opt_bool("is_async")?.unwrap_or(true);
     let input = body
         .opt_object("input")?
@@ -51,15 +55,27 @@ pub fn start_run_request(body: &Body, worker: Segment, max_page_size: u64) -> Re
             params.insert("custom".into(), Value::Object(Map::new()));
         }
         Some(Value::Object(_)) => {}
-        Some(_) => return Err(GatewayError::bad("input.parameters.custom", "must be an object")),
+        Some(_) => {
+            return Err(GatewayError::bad(
+                "input.parameters.custom",
+                "must be an object",
+            ))
+        }
     }
     if !matches!(params.get("system"), None | Some(Value::Object(_))) {
-        return Err(GatewayError::bad("input.parameters.system", "must be an object"));
+        return Err(GatewayError::bad(
+            "input.parameters.system",
+            "must be an object",
+        ));
     }
     let mut v2 = Map::new();
     v2.insert("input".into(), Value::Object(input));
     v2.insert("is_async".into(), Value::Bool(is_async));
-    if let Some(version) = body.opt_str("version")?.map(str::trim).filter(|v| !v.is_empty()) {
+    if let Some(version) = body
+        .opt_str("version")?
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+    {
         v2.insert("version".into(), json!(version));
     }
     if let Some(cb) = input::callback_url(body, false)? {
@@ -138,7 +154,11 @@ pub async fn start_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayE
     let req = start_run_request(body, worker, ex.gw.config.limits.max_page_size)?;
     let key = ex.key()?;
     ex.gw.worker_ids.verify(ex, &req.worker).await?;
-    let path = V2Path::new(&[Part::Lit("workers"), Part::Id(&req.worker), Part::Lit("runs")]);
+    let path = V2Path::new(&[
+        Part::Lit("workers"),
+        Part::Id(&req.worker),
+        Part::Lit("runs"),
+    ]);
     let mut call = V2Call::post(path, Some(req.body)).with_key(Some(key.clone()));
     if req.sync.is_some() {
         call = call.with_attempt_timeout(ex.gw.config.sync_run_timeout);
@@ -151,10 +171,16 @@ pub async fn start_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayE
         // V2 answered a synchronous start like an asynchronous one.
         return v1_run_slug(&data);
     }
-    let first_short = (list_of(data.get("results").unwrap_or(&Value::Null), "list").len() as u64) < plan.limit;
+    let first_short =
+        (list_of(data.get("results").unwrap_or(&Value::Null), "list").len() as u64) < plan.limit;
     let rest = if plan.calls() > 1 && !first_short {
-        let run = input::id(&string_of(data.get("run_slug")).unwrap_or_default(), "run_slug")
-            .map_err(|_| GatewayError::Garbled("synchronous answer without a usable run_slug".into()))?;
+        let run = input::id(
+            &string_of(data.get("run_slug")).unwrap_or_default(),
+            "run_slug",
+        )
+        .map_err(|_| {
+            GatewayError::Garbled("synchronous answer without a usable run_slug".into())
+        })?;
         ex.pages(plan.offsets.clone().skip(1), Subject::Run, |o| {
             result_call(&run, o, plan.limit).with_key(Some(key.clone()))
         })
@@ -168,10 +194,17 @@ pub async fn start_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayE
 pub async fn start_task_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
     let task = input::id(body.req_str("task_slug")?, "task_slug")?;
     let callback = input::callback_url(body, true)?;
-    let path = V2Path::new(&[Part::Lit("worker-tasks"), Part::Id(&task), Part::Lit("runs")]);
+    let path = V2Path::new(&[
+        Part::Lit("worker-tasks"),
+        Part::Id(&task),
+        Part::Lit("runs"),
+    ]);
     let v2 = json!({ "callback_url": callback, "is_async": true });
     let data = ex
-        .call(V2Call::post(path, Some(v2)).with_key(Some(ex.key()?)), Subject::Task)
+        .call(
+            V2Call::post(path, Some(v2)).with_key(Some(ex.key()?)),
+            Subject::Task,
+        )
         .await?;
     v1_run_slug(&data)
 }
@@ -182,7 +215,10 @@ pub async fn rerun(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError
     let path = V2Path::new(&[Part::Lit("worker-runs"), Part::Id(&run), Part::Lit("rerun")]);
     let v2 = json!({ "callback_url": callback, "is_async": true });
     let data = ex
-        .call(V2Call::post(path, Some(v2)).with_key(Some(ex.key()?)), Subject::Run)
+        .call(
+            V2Call::post(path, Some(v2)).with_key(Some(ex.key()?)),
+            Subject::Run,
+        )
         .await?;
     v1_run_slug(&data)
 }
@@ -190,8 +226,11 @@ pub async fn rerun(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError
 pub async fn abort(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
     let run = body.run_slug()?;
     let path = V2Path::new(&[Part::Lit("worker-runs"), Part::Id(&run), Part::Lit("abort")]);
-    ex.call(V2Call::post(path, None).with_key(Some(ex.key()?)), Subject::Abort)
-        .await?;
+    ex.call(
+        V2Call::post(path, None).with_key(Some(ex.key()?)),
+        Subject::Abort,
+    )
+    .await?;
     Ok(Value::Null)
 }
 
@@ -200,7 +239,11 @@ mod tests {
     use super::*;
 
     fn req(body: &str) -> Result<StartRun, GatewayError> {
-        start_run_request(&Body::parse(body.as_bytes()).unwrap(), Segment::new("w").unwrap(), 1000)
+        start_run_request(
+            &Body::parse(body.as_bytes()).unwrap(),
+            Segment::new("w").unwrap(),
+            1000,
+        )
     }
 
     #[test]
@@ -224,7 +267,9 @@ mod tests {
 
     #[test]
     fn sync_window_goes_into_the_body() {
-        let r = req(r#"{"is_async":false,"page_index":3,"page_size":250,"input":{"parameters":{}}}"#).unwrap();
+        let r =
+            req(r#"{"is_async":false,"page_index":3,"page_size":250,"input":{"parameters":{}}}"#)
+                .unwrap();
         assert_eq!(r.body["offset"], 6);
         assert_eq!(r.body["limit"], 100);
         assert_eq!(r.body["input"]["parameters"]["custom"], json!({}));
@@ -247,7 +292,12 @@ mod tests {
         assert_eq!(out["run_status"], "completed");
         assert_eq!(out["execution_start_timestamp"], 1786000780000i64);
         assert_eq!(out["results"]["headers"][0]["format"], "text");
-        let running = v1_sync(&json!({"run_slug":"R","run_status":"running"}), w, &w.plan(), &[]);
+        let running = v1_sync(
+            &json!({"run_slug":"R","run_status":"running"}),
+            w,
+            &w.plan(),
+            &[],
+        );
         assert_eq!(running["run_status"], "running");
         assert_eq!(running["results"]["list"], json!([]));
     }

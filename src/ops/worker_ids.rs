@@ -49,7 +49,11 @@ impl WorkerIds {
     fn cached(&self, id: &Segment) -> Option<bool> {
         let seen = self.seen.lock().ok()?;
         let (exists, at) = seen.get(id.as_str())?;
-        let ttl = if *exists { self.positive_ttl } else { self.negative_ttl };
+        let ttl = if *exists {
+            self.positive_ttl
+        } else {
+            self.negative_ttl
+        };
         (at.elapsed() < ttl).then_some(*exists)
     }
 
@@ -79,7 +83,11 @@ impl WorkerIds {
             Some(false) => return Err(GatewayError::NotFound(Subject::Worker)),
             None => {}
         }
-        let path = V2Path::new(&[Part::Lit("workers"), Part::Id(id), Part::Lit("input-schema")]);
+        let path = V2Path::new(&[
+            Part::Lit("workers"),
+            Part::Id(id),
+            Part::Lit("input-schema"),
+        ]);
         match ex.call(V2Call::get(path), Subject::Worker).await {
             Ok(_) => {
                 self.remember(id, true);
@@ -103,7 +111,10 @@ mod tests {
         let mut cfg = WorkersSection::default();
         cfg.aliases.insert("old-slug".into(), "owner/new".into());
         let ids = WorkerIds::new(&cfg);
-        assert_eq!(ids.translate("old-slug", "f").unwrap().as_str(), "owner~new");
+        assert_eq!(
+            ids.translate("old-slug", "f").unwrap().as_str(),
+            "owner~new"
+        );
         assert_eq!(ids.translate("a/b", "f").unwrap().as_str(), "a~b");
         assert!(ids.translate("a/../b", "f").is_err());
     }

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::header::{
-    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER, USER_AGENT,
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE,
+    RETRY_AFTER, USER_AGENT,
 };
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
@@ -23,12 +24,15 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use tracing::debug;
 
-use super::retry::{parse_retry_after, plan_wait, retry_reason, GiveUp, RetryBudget, RetrySettings};
+use super::retry::{
+    parse_retry_after, plan_wait, retry_reason, GiveUp, RetryBudget, RetrySettings,
+};
 use super::route_label::route_label;
 use super::{ApiKey, RetryPolicy, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply};
 
 use crate::telemetry::{
-    UPSTREAM_DURATION_SECONDS, UPSTREAM_REQUESTS_TOTAL, UPSTREAM_RETRIES_SKIPPED_TOTAL, UPSTREAM_RETRIES_TOTAL,
+    UPSTREAM_DURATION_SECONDS, UPSTREAM_REQUESTS_TOTAL, UPSTREAM_RETRIES_SKIPPED_TOTAL,
+    UPSTREAM_RETRIES_TOTAL,
 };
 
 /// How the key travels to V2.
@@ -102,7 +106,10 @@ impl std::fmt::Debug for UpstreamSettings {
             .field("user_agent", &self.user_agent)
             .field(
                 "extra_root_pem",
-                &self.extra_root_pem.as_ref().map(|p| format!("{} bytes", p.len())),
+                &self
+                    .extra_root_pem
+                    .as_ref()
+                    .map(|p| format!("{} bytes", p.len())),
             )
             .finish()
     }
@@ -141,7 +148,9 @@ impl HttpUpstream {
     /// agent or unreadable extra roots. Does not connect.
     pub fn new(settings: UpstreamSettings) -> Result<HttpUpstream, String> {
         let mut problems = Vec::new();
-        let origin_and_prefix = origin_and_prefix(&settings.base_url).map_err(|p| problems.push(p)).ok();
+        let origin_and_prefix = origin_and_prefix(&settings.base_url)
+            .map_err(|p| problems.push(p))
+            .ok();
         if let Err(p) = settings.retry.validate() {
             problems.push(p);
         }
@@ -194,7 +203,10 @@ impl HttpUpstream {
 /// Checks the base URL once and keeps the part every call starts with.
 fn origin_and_prefix(url: &url::Url) -> Result<String, String> {
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!("base_url must be http:// or https://, not {}://", url.scheme()));
+        return Err(format!(
+            "base_url must be http:// or https://, not {}://",
+            url.scheme()
+        ));
     }
     if !url.username().is_empty() || url.password().is_some() {
         return Err("base_url must not carry credentials; keys are sent as headers".to_owned());
@@ -247,7 +259,12 @@ static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static API_KEY: HeaderName = HeaderName::from_static("api-key");
 
 /// The headers of every attempt of one call.
-fn call_headers(call: &V2Call, request_id: &str, user_agent: &HeaderValue, auth_style: AuthStyle) -> HeaderMap {
+fn call_headers(
+    call: &V2Call,
+    request_id: &str,
+    user_agent: &HeaderValue,
+    auth_style: AuthStyle,
+) -> HeaderMap {
     let mut headers = HeaderMap::with_capacity(5);
     headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
     headers.insert(USER_AGENT, user_agent.clone());
@@ -323,7 +340,8 @@ impl Inner {
             .map_err(|e| UpstreamFailure::Unreachable(format!("invalid upstream URI: {e}")))?;
         let body = match &call.body {
             Some(json) => Bytes::from(
-                serde_json::to_vec(json).map_err(|e| UpstreamFailure::Broken(format!("request body: {e}")))?,
+                serde_json::to_vec(json)
+                    .map_err(|e| UpstreamFailure::Broken(format!("request body: {e}")))?,
             ),
             None => Bytes::new(),
         };
@@ -332,7 +350,9 @@ impl Inner {
             uri,
             headers,
             body,
-            timeout: call.attempt_timeout.unwrap_or(self.settings.attempt_timeout),
+            timeout: call
+                .attempt_timeout
+                .unwrap_or(self.settings.attempt_timeout),
             route: route_label(call.path.path()),
         };
         let route = &prepared.route;
@@ -355,16 +375,17 @@ impl Inner {
                 return finish(outcome, attempt);
             };
             let retry_after = outcome.as_ref().ok().and_then(|a| a.retry_after);
-            let planned = plan_wait(attempt, retry, retry_after, &mut rand::thread_rng()).and_then(|wait| {
-                if started.elapsed().saturating_add(wait) > retry.retry_window {
-                    Err(GiveUp::Deadline)
-                } else if !self.budget.withdraw() {
-                    // Withdrawn last so a refused retry does not spend budget.
-                    Err(GiveUp::Budget)
-                } else {
-                    Ok(wait)
-                }
-            });
+            let planned =
+                plan_wait(attempt, retry, retry_after, &mut rand::thread_rng()).and_then(|wait| {
+                    if started.elapsed().saturating_add(wait) > retry.retry_window {
+                        Err(GiveUp::Deadline)
+                    } else if !self.budget.withdraw() {
+                        // Withdrawn last so a refused retry does not spend budget.
+                        Err(GiveUp::Budget)
+                    } else {
+                        Ok(wait)
+                    }
+                });
             let wait = match planned {
                 Ok(wait) => wait,
                 Err(cause) => {
@@ -456,7 +477,8 @@ impl Inner {
             "status_class" => status_class
         )
         .increment(1);
-        metrics::histogram!(UPSTREAM_DURATION_SECONDS, "route" => route.to_owned()).record(elapsed.as_secs_f64());
+        metrics::histogram!(UPSTREAM_DURATION_SECONDS, "route" => route.to_owned())
+            .record(elapsed.as_secs_f64());
         match &outcome {
             Ok(answer) => debug!(
                 method = %method,
@@ -480,7 +502,10 @@ impl Inner {
     }
 }
 
-fn finish(outcome: Result<Answer, UpstreamFailure>, attempts: u32) -> Result<V2Reply, UpstreamFailure> {
+fn finish(
+    outcome: Result<Answer, UpstreamFailure>,
+    attempts: u32,
+) -> Result<V2Reply, UpstreamFailure> {
     outcome.map(|answer| V2Reply {
         status: answer.status,
         body: answer.body,
@@ -550,7 +575,10 @@ mod tests {
             origin_and_prefix(&url("http://127.0.0.1:8080/gw/v2proxy/")).unwrap(),
             "http://127.0.0.1:8080/gw/v2proxy"
         );
-        assert_eq!(origin_and_prefix(&url("http://[::1]:9/")).unwrap(), "http://[::1]:9");
+        assert_eq!(
+            origin_and_prefix(&url("http://[::1]:9/")).unwrap(),
+            "http://[::1]:9"
+        );
     }
 
     #[test]

@@ -289,11 +289,18 @@ mod tests {
             retry_reason(Ok(StatusCode::TOO_MANY_REQUESTS)),
             Some(RetryReason::TooManyRequests)
         );
-        for ok in [StatusCode::OK, StatusCode::NOT_FOUND, StatusCode::BAD_REQUEST] {
+        for ok in [
+            StatusCode::OK,
+            StatusCode::NOT_FOUND,
+            StatusCode::BAD_REQUEST,
+        ] {
             assert_eq!(retry_reason(Ok(ok)), None);
         }
         let unreachable = UpstreamFailure::Unreachable("refused".into());
-        assert_eq!(retry_reason(Err(&unreachable)), Some(RetryReason::Unreachable));
+        assert_eq!(
+            retry_reason(Err(&unreachable)),
+            Some(RetryReason::Unreachable)
+        );
         assert_eq!(retry_reason(Err(&UpstreamFailure::TooLarge(10))), None);
     }
 

@@ -81,7 +81,10 @@ mod tests {
 
     #[test]
     fn encoded_and_odd_segments_never_leak() {
-        assert_eq!(route_label("/api/v2/workers/w%C3%B6rker%3A1"), "/api/v2/workers/{id}");
+        assert_eq!(
+            route_label("/api/v2/workers/w%C3%B6rker%3A1"),
+            "/api/v2/workers/{id}"
+        );
         // A literal in the wrong case is still an identifier.
         assert_eq!(route_label("/api/v2/STORE"), "/api/v2/{id}");
         assert_eq!(route_label("/api/v2/store?keyword=secret"), "/api/v2/store");

@@ -76,7 +76,8 @@ fn cases() -> Vec<(PathBuf, Case)> {
         .into_iter()
         .map(|p| {
             let text = std::fs::read_to_string(&p).unwrap();
-            let case: Case = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let case: Case =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
             (p, case)
         })
         .collect()
@@ -140,7 +141,8 @@ async fn run_over_http(case: &Case) -> (Expect, ScriptedV2) {
     }
     let body = (case.v1.method != "GET").then(|| case.v1.bytes());
     let (status, _, out) = send(gw.addr, &case.v1.method, &case.v1.path, &headers, body).await;
-    let body = serde_json::from_slice(&out).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&out).into()));
+    let body = serde_json::from_slice(&out)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&out).into()));
     (
         Expect {
             status: status.as_u16(),
@@ -162,7 +164,10 @@ fn check_v2(name: &str, case: &Case, v2: &ScriptedV2) -> Vec<String> {
             .iter()
             .find(|e| e.request.method == got.method && e.request.path == got.path)
         else {
-            problems.push(format!("{name}: unexpected V2 call {} {}", got.method, got.path));
+            problems.push(format!(
+                "{name}: unexpected V2 call {} {}",
+                got.method, got.path
+            ));
             continue;
         };
         if want.request.body != got.body {
@@ -205,7 +210,11 @@ async fn golden_cases() {
         if bless && got != case.expect {
             let mut blessed = case.clone();
             blessed.expect = got.clone();
-            std::fs::write(&path, serde_json::to_string_pretty(&blessed).unwrap() + "\n").unwrap();
+            std::fs::write(
+                &path,
+                serde_json::to_string_pretty(&blessed).unwrap() + "\n",
+            )
+            .unwrap();
         } else if got != case.expect {
             problems.push(format!(
                 "{name} (in-process): {}\n  want {} {}\n  got  {} {}",

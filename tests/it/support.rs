@@ -138,7 +138,11 @@ pub async fn serve_scripted(v2: ScriptedV2) -> SocketAddr {
                     let v2 = v2.clone();
                     async move {
                         let method = req.method().to_string();
-                        let path = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
+                        let path = req
+                            .uri()
+                            .path_and_query()
+                            .map(|p| p.to_string())
+                            .unwrap_or_default();
                         let key = req
                             .headers()
                             .get("authorization")
@@ -224,7 +228,11 @@ pub async fn send(
         .await
         .unwrap();
     let (parts, body) = resp.into_parts();
-    (parts.status, parts.headers, body.collect().await.unwrap().to_bytes())
+    (
+        parts.status,
+        parts.headers,
+        body.collect().await.unwrap().to_bytes(),
+    )
 }
 
 /// Sends JSON and parses a JSON answer.
@@ -241,6 +249,7 @@ pub async fn send_json(
     }
     let bytes = body.map(|b| Bytes::from(serde_json::to_vec(b).unwrap()));
     let (status, _, out) = send(addr, method, path, &headers, bytes).await;
-    let v = serde_json::from_slice(&out).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&out).into_owned()));
+    let v = serde_json::from_slice(&out)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&out).into_owned()));
     (status.as_u16(), v)
 }

@@ -22,12 +22,14 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use v1compat::upstream::{
-    ApiKey, AuthStyle, HttpUpstream, RetryPolicy, Upstream, UpstreamFailure, UpstreamSettings, V2Call,
+    ApiKey, AuthStyle, HttpUpstream, RetryPolicy, Upstream, UpstreamFailure, UpstreamSettings,
+    V2Call,
 };
 use v1compat::v2::{Part, Segment, V2Path};
 
 type Body = BoxBody<Bytes, Infallible>;
-type Handler = Arc<dyn Fn(usize) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> + Send + Sync>;
+type Handler =
+    Arc<dyn Fn(usize) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> + Send + Sync>;
 
 /// What the test server saw of one request.
 #[derive(Debug)]
@@ -79,7 +81,11 @@ where
                     let (handler, counter, tx) = (handler.clone(), counter.clone(), tx.clone());
                     async move {
                         let (parts, body) = req.into_parts();
-                        let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                        let body = body
+                            .collect()
+                            .await
+                            .map(|b| b.to_bytes())
+                            .unwrap_or_default();
                         let _ = tx.send(Seen {
                             method: parts.method,
                             uri: parts.uri.to_string(),
@@ -182,7 +188,8 @@ async fn too_many_requests_with_retry_after_zero_is_retried() {
 async fn retry_after_longer_than_the_cap_is_not_waited_for() {
     let server = serve(|_| async {
         let mut r = reply(StatusCode::TOO_MANY_REQUESTS, r#"{"code":13000}"#);
-        r.headers_mut().insert("retry-after", "3600".parse().unwrap());
+        r.headers_mut()
+            .insert("retry-after", "3600".parse().unwrap());
         r
     })
     .await;
@@ -256,7 +263,10 @@ async fn a_closed_port_is_unreachable() {
     };
     let base = url::Url::parse(&format!("http://{addr}")).unwrap();
     let up = HttpUpstream::new(settings(base)).unwrap();
-    let err = up.call(V2Call::get(store_path()), "req-1").await.unwrap_err();
+    let err = up
+        .call(V2Call::get(store_path()), "req-1")
+        .await
+        .unwrap_err();
     assert!(matches!(err, UpstreamFailure::Unreachable(_)), "{err:?}");
     assert_eq!(err.kind(), "unreachable");
 }
@@ -271,7 +281,10 @@ async fn a_silent_server_times_out_within_the_attempt_timeout() {
     let started = Instant::now();
     let err = up.call(call, "req-1").await.unwrap_err();
     let elapsed = started.elapsed();
-    assert!(matches!(err, UpstreamFailure::Timeout(t) if t == timeout), "{err:?}");
+    assert!(
+        matches!(err, UpstreamFailure::Timeout(t) if t == timeout),
+        "{err:?}"
+    );
     assert!(elapsed >= timeout, "{elapsed:?}");
     assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
     assert_eq!(server.hits(), 1);
@@ -296,11 +309,15 @@ async fn a_read_that_timed_out_is_retried() {
 
 #[tokio::test]
 async fn a_body_over_the_cap_is_too_large() {
-    let server = serve(|_| async { Response::new(Full::new(Bytes::from(vec![b'x'; 4096])).boxed()) }).await;
+    let server =
+        serve(|_| async { Response::new(Full::new(Bytes::from(vec![b'x'; 4096])).boxed()) }).await;
     let mut s = settings(server.url());
     s.max_response_bytes = 1024;
     let up = HttpUpstream::new(s).unwrap();
-    let err = up.call(V2Call::get(store_path()), "req-1").await.unwrap_err();
+    let err = up
+        .call(V2Call::get(store_path()), "req-1")
+        .await
+        .unwrap_err();
     assert!(matches!(err, UpstreamFailure::TooLarge(1024)), "{err:?}");
     // Too large is not transient: no retry.
     assert_eq!(server.hits(), 1);
@@ -311,13 +328,18 @@ async fn a_chunked_body_over_the_cap_is_too_large() {
     // No content-length: the cap must hold while reading.
     let server = serve(|_| async {
         let chunks = (0..8).map(|_| Ok::<_, Infallible>(Frame::data(Bytes::from(vec![b'x'; 512]))));
-        Response::new(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(chunks))))
+        Response::new(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(
+            chunks,
+        ))))
     })
     .await;
     let mut s = settings(server.url());
     s.max_response_bytes = 1024;
     let up = HttpUpstream::new(s).unwrap();
-    let err = up.call(V2Call::get(store_path()), "req-1").await.unwrap_err();
+    let err = up
+        .call(V2Call::get(store_path()), "req-1")
+        .await
+        .unwrap_err();
     assert!(matches!(err, UpstreamFailure::TooLarge(1024)), "{err:?}");
 }
 
@@ -348,9 +370,12 @@ async fn bearer_auth_request_id_and_fixed_headers_arrive() {
     let mut server = serve(|_| async { reply(StatusCode::OK, OK_BODY) }).await;
     let up = HttpUpstream::new(settings(server.url())).unwrap();
     let key = ApiKey::new("sk-test-123").unwrap();
-    up.call(V2Call::get(store_path()).with_key(Some(key)), "01JREQUESTID")
-        .await
-        .unwrap();
+    up.call(
+        V2Call::get(store_path()).with_key(Some(key)),
+        "01JREQUESTID",
+    )
+    .await
+    .unwrap();
     let seen = server.seen.recv().await.unwrap();
     assert_eq!(seen.method, Method::GET);
     assert_eq!(seen.uri, "/api/v2/store?keyword=maps%20%26%20more");
@@ -358,7 +383,10 @@ async fn bearer_auth_request_id_and_fixed_headers_arrive() {
     assert!(seen.headers.get("api-key").is_none());
     assert_eq!(seen.headers["x-request-id"], "01JREQUESTID");
     assert_eq!(seen.headers["accept"], "application/json");
-    assert!(seen.headers["user-agent"].to_str().unwrap().starts_with("v1compat/"));
+    assert!(seen.headers["user-agent"]
+        .to_str()
+        .unwrap()
+        .starts_with("v1compat/"));
     assert!(seen.headers.get("content-type").is_none());
     assert!(!seen.uri.contains("sk-test"));
 }
@@ -449,7 +477,10 @@ fn upstream_metrics_have_bounded_labels() {
     });
     let text = handle.render();
     let route = r#"route="/api/v2/worker-runs/{id}/log""#;
-    let has = |needle: &str| text.lines().any(|l| l.contains(needle) && l.contains(route));
+    let has = |needle: &str| {
+        text.lines()
+            .any(|l| l.contains(needle) && l.contains(route))
+    };
     assert!(has("v1compat_upstream_requests_total{"), "{text}");
     assert!(text.contains(r#"status_class="5xx""#), "{text}");
     assert!(text.contains(r#"status_class="2xx""#), "{text}");
@@ -490,9 +521,11 @@ async fn serve_tls() -> (SocketAddr, String, mpsc::UnboundedReceiver<http::Versi
                     let _ = tx.send(req.version());
                     async { Ok::<_, Infallible>(reply(StatusCode::OK, OK_BODY)) }
                 });
-                let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(TokioIo::new(tls), service)
+                .await;
             });
         }
     });
@@ -517,7 +550,10 @@ async fn https_with_an_untrusted_certificate_is_unreachable() {
     let (addr, _, mut versions) = serve_tls().await;
     let base = url::Url::parse(&format!("https://localhost:{}/", addr.port())).unwrap();
     let up = HttpUpstream::new(settings(base)).unwrap();
-    let err = up.call(V2Call::get(store_path()), "req-tls").await.unwrap_err();
+    let err = up
+        .call(V2Call::get(store_path()), "req-tls")
+        .await
+        .unwrap_err();
     assert!(matches!(err, UpstreamFailure::Unreachable(_)), "{err:?}");
     assert!(versions.try_recv().is_err(), "a request got through");
 }
