@@ -19,9 +19,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::{
-    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
-};
+use tower_http::request_id::{MakeRequestId, RequestId, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 use tracing::Instrument;
@@ -84,9 +82,9 @@ pub async fn serve_public(
     let service = ServiceBuilder::new()
         // Keys never reach a log line, even at trace level.
         .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION, API_KEY]))
-        // Every request has an id: the client's if usable, else a new ULID.
+        // Every request has an id: the client's, else a new ULID. (An
+        // unusable client id is replaced in `handle_v1`, which also returns it.)
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeUlid))
-        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         // One span per request; the path is logged without its query.
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<Incoming>| {
             tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = tracing::field::Empty, operation = tracing::field::Empty)
@@ -94,7 +92,7 @@ pub async fn serve_public(
         // A panic in an operation becomes a V1 500 envelope, not a reset.
         .layer(CatchPanicLayer::custom(|_| {
             tracing::error!("operation panicked");
-            v1_error(&GatewayError::Internal("panic".into()), "")
+            v1_error(&GatewayError::Internal("panic".into()))
         }))
         .service_fn(move |req| {
             let state = state.clone();
@@ -234,9 +232,13 @@ fn finish(
                 }
             }
             metrics::counter!(telemetry::ERRORS, "operation" => name, "origin" => rendered.origin.as_str(), "cause" => rendered.cause).increment(1);
-            (v1_error(&err, request_id), 0)
+            (v1_error(&err), 0)
         }
     };
+    let mut response = response;
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        response.headers_mut().insert(REQUEST_ID, v);
+    }
     let status = response.status().as_u16().to_string();
     metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status).increment(1);
     metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name)
@@ -248,7 +250,7 @@ fn finish(
     response
 }
 
-fn v1_error(err: &GatewayError, _request_id: &str) -> Response<Full<Bytes>> {
+fn v1_error(err: &GatewayError) -> Response<Full<Bytes>> {
     let rendered = err.render();
     let mut resp = json_response(rendered.status, rendered.envelope.to_bytes());
     let h = resp.headers_mut();
