@@ -1,1 +1,3 @@
 //! v1compat placeholder
+
+pub mod sandbox;
