@@ -1,0 +1,3 @@
+//! The integration test binary (one for the whole crate).
+
+mod sandbox;
