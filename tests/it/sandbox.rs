@@ -1163,3 +1163,76 @@ async fn v1_sync_run() {
     assert_eq!(d["results"]["headers"][0]["format"], "text");
     env.sb.shutdown().await;
 }
+
+#[tokio::test]
+async fn run_list_time_range() {
+    let env = start().await;
+    let slug = env.run(MAPS, json!({})).await;
+    let started = env.status(&slug).await["started_at"].as_i64().unwrap();
+    let day = started - started.rem_euclid(86_400);
+    let r = env
+        .get(&format!(
+            "/api/v2/worker-runs?start_time={day}&end_time={day}"
+        ))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json()["data"]["count"], 1);
+    // Only one end given, or a range across months: rejected.
+    assert_error(
+        &env.get(&format!("/api/v2/worker-runs?start_time={day}"))
+            .await,
+        422,
+        11000,
+    );
+    let far = day - 90 * 86_400;
+    assert_error(
+        &env.get(&format!(
+            "/api/v2/worker-runs?start_time={far}&end_time={day}"
+        ))
+        .await,
+        422,
+        11000,
+    );
+    env.sb.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_releases_pending_sync_request() {
+    let env = start().await;
+    let r = env
+        .raw("GET", &env.v2("/__sandbox/healthz"), &[], None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    let auth = env.bearer();
+    let url = env.v2(&format!("/api/v2/workers/{SLOW}/runs"));
+    let client = env.client.clone();
+    let pending = tokio::spawn(async move {
+        let req = http::Request::post(url)
+            .header("authorization", auth)
+            .body(Full::new(Bytes::from(
+                json!({"is_async": false}).to_string(),
+            )))
+            .unwrap();
+        client.request(req).await.map(|r| r.status().as_u16())
+    });
+    // Wait until the run exists (the request is then parked), without sleeping.
+    let mut tries = 0;
+    loop {
+        let l = env.get("/api/v2/worker-runs").await.json();
+        if l["data"]["count"] == 1 {
+            break;
+        }
+        tries += 1;
+        assert!(tries < 10_000);
+        tokio::task::yield_now().await;
+    }
+    let t = Instant::now();
+    env.sb.shutdown().await;
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "shutdown waited for the sync run"
+    );
+    // The parked request was answered (with the run still in progress) or cut.
+    let _ = pending.await.unwrap();
+}
