@@ -452,8 +452,7 @@ async fn operate(shared: &Arc<Shared>, req: &Req, action: Action, params: Params
     };
     match action {
         Action::Regions => v2_catalog::regions(&call),
-        Action::Store => v2_catalog::store(&call, true),
-        Action::Workers => v2_catalog::store(&call, false),
+        Action::Store | Action::Workers => v2_catalog::store(&call),
         Action::Account => v2_catalog::account(&call),
         Action::Worker => v2_catalog::worker(&call),
         Action::InputSchema => v2_catalog::input_schema(&call),

@@ -1236,3 +1236,45 @@ async fn shutdown_releases_pending_sync_request() {
     // The parked request was answered (with the run still in progress) or cut.
     let _ = pending.await.unwrap();
 }
+
+/// Send one raw HTTP/1.1 request and read until the server closes.
+async fn raw_exchange(addr: std::net::SocketAddr, request: &str) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    out
+}
+
+#[tokio::test]
+async fn truncated_and_drop_on_the_wire() {
+    let env = start().await;
+    let req = format!(
+        "GET /api/v2/users/account HTTP/1.1\r\nhost: x\r\napi-key: {}\r\n\r\n",
+        env.sb.api_key()
+    );
+    env.set_faults(json!([{"route": "getAccount", "kind": "truncated", "times": 1}]))
+        .await;
+    let out = String::from_utf8_lossy(&raw_exchange(env.sb.v2_addr(), &req).await).into_owned();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    let announced: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length: ")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        !body.is_empty() && body.len() < announced,
+        "{} vs {announced}",
+        body.len()
+    );
+
+    env.set_faults(json!([{"route": "getAccount", "kind": "drop", "times": 1}]))
+        .await;
+    assert!(raw_exchange(env.sb.v2_addr(), &req).await.is_empty());
+    env.sb.shutdown().await;
+}
