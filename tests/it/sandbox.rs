@@ -197,29 +197,32 @@ fn assert_error(r: &Resp, status: u16, code: i64) {
     assert!(v["details"].is_array());
 }
 
+/// The commented example starting at `marker`, uncommented, up to the next blank
+/// line that is followed by a line not starting with `#`.
+fn uncomment_from(text: &str, marker: &str) -> String {
+    let start = text.find(marker).unwrap();
+    text[start..]
+        .lines()
+        .take_while(|l| l.starts_with('#'))
+        .map(|l| l.strip_prefix("# ").unwrap_or(l.trim_start_matches('#')))
+        .map(|l| l.split("  #").next().unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[test]
 fn shipped_config_loads() {
     let text = include_str!("../../config/sandbox.toml");
     let cfg = SandboxConfig::from_toml_str(text).unwrap();
     assert_eq!(cfg.api_key, "sandbox-key");
     assert_eq!(cfg.accounts.len(), 1);
-    assert_eq!(cfg.faults.len(), 1);
-    // The commented worker example is valid too.
-    let start = text.find("# [[workers]]").unwrap();
-    let example: String = text[start..]
-        .lines()
-        .map(|l| l.strip_prefix("# ").unwrap_or(l))
-        .map(|l| {
-            l.split("    #")
-                .next()
-                .unwrap_or(l)
-                .split("  #")
-                .next()
-                .unwrap_or(l)
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    let cfg = SandboxConfig::from_toml_str(&example).unwrap_or_else(|e| panic!("{e}\n{example}"));
+    assert!(cfg.faults.is_empty());
+    // The commented examples are valid too.
+    let faults = uncomment_from(text, "# [[faults]]");
+    let cfg = SandboxConfig::from_toml_str(&faults).unwrap_or_else(|e| panic!("{e}\n{faults}"));
+    assert_eq!(cfg.faults.len(), 2);
+    let workers = uncomment_from(text, "# [[workers]]");
+    let cfg = SandboxConfig::from_toml_str(&workers).unwrap_or_else(|e| panic!("{e}\n{workers}"));
     assert_eq!(cfg.workers.unwrap().len(), 1);
 }
 
