@@ -1281,3 +1281,147 @@ async fn truncated_and_drop_on_the_wire() {
     assert!(raw_exchange(env.sb.v2_addr(), &req).await.is_empty());
     env.sb.shutdown().await;
 }
+
+#[tokio::test]
+async fn odd_input_never_breaks_the_service() {
+    let env = start().await;
+    let slug = env.run(MAPS, json!({})).await;
+    let deep = "[".repeat(500) + &"]".repeat(500);
+    let huge_page =
+        format!("/api/v2/worker-runs/{slug}/result?offset=18446744073709551615&limit=100");
+    let cases: Vec<(&str, String, Option<String>)> = vec![
+        ("GET", "/api/v2/worker-runs/%FF".into(), None),
+        ("GET", "/api/v2//worker-runs".into(), None),
+        (
+            "GET",
+            format!("/api/v2/worker-runs/{}", "A".repeat(5000)),
+            None,
+        ),
+        (
+            "GET",
+            "/api/v2/worker-runs?offset=%FF%FE&limit=%00".into(),
+            None,
+        ),
+        (
+            "GET",
+            "/api/v2/worker-runs?start_time=9223372036854775807&end_time=9223372036854775807"
+                .into(),
+            None,
+        ),
+        ("GET", huge_page.clone(), None),
+        ("GET", "/api/v2/store?limit=1e3".into(), None),
+        (
+            "POST",
+            format!("/api/v2/workers/{MAPS}/runs"),
+            Some(deep.clone()),
+        ),
+        (
+            "POST",
+            format!("/api/v2/workers/{MAPS}/runs"),
+            Some(r#"{"limit": 1e400}"#.into()),
+        ),
+        (
+            "POST",
+            format!("/api/v2/workers/{MAPS}/runs"),
+            Some(r#"{"limit": 5.0, "offset": -3}"#.into()),
+        ),
+        (
+            "POST",
+            format!("/api/v2/workers/{MAPS}/runs"),
+            Some(r#"{"input": null}"#.into()),
+        ),
+        (
+            "POST",
+            format!("/api/v2/workers/{MAPS}/runs"),
+            Some(
+                r#"{"input": {"parameters": {"custom": {"max_results": 18446744073709551615}}}}"#
+                    .into(),
+            ),
+        ),
+        (
+            "POST",
+            format!("/api/v2/workers/{MAPS}/runs"),
+            Some("\u{0}\u{1}".into()),
+        ),
+        (
+            "POST",
+            "/api/v2/worker-tasks".into(),
+            Some(r#"{"worker_id": 5, "title": [], "input": "x", "schedule_time": "99:99"}"#.into()),
+        ),
+        (
+            "PUT",
+            "/api/v2/worker-tasks/x/input".into(),
+            Some("[]".into()),
+        ),
+        (
+            "POST",
+            format!("/api/v2/worker-runs/{slug}/rerun"),
+            Some(r#"{"callback_url": "not a url"}"#.into()),
+        ),
+        (
+            "GET",
+            format!("/api/v2/worker-runs/{slug}/result/export?format=&filter_keys=,,,"),
+            None,
+        ),
+    ];
+    let auth = env.bearer();
+    for (method, path, body) in &cases {
+        let r = env
+            .raw(
+                method,
+                &env.v2(path),
+                &[("authorization", &auth)],
+                body.as_deref(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let v = r.json();
+        assert!(v["request_id"].is_string(), "{method} {path}: {}", r.text);
+        if r.status != 200 {
+            assert!(
+                v["code"].as_i64().unwrap() > 0,
+                "{method} {path}: {}",
+                r.text
+            );
+        }
+    }
+    assert_error(&env.get(&huge_page).await, 422, 11000);
+    let far_page =
+        format!("/api/v2/worker-runs/{slug}/result?offset=9223372036854775807&limit=100");
+    let r = env.get(&far_page).await.json();
+    assert_eq!(r["data"]["list"], json!([]));
+    let v1_cases = [
+        (
+            "/api/v1/run/result/list",
+            r#"{"run_slug": 5, "page_index": -1}"#,
+        ),
+        (
+            "/api/v1/run/list",
+            r#"{"page_index": 99999999999999, "page_size": 1000}"#,
+        ),
+        (
+            "/api/v1/run/result/export",
+            r#"{"run_slug": "x", "format": "csv", "filter_keys": [1]}"#,
+        ),
+        (
+            "/api/v1/scraper/run",
+            r#"{"scraper_slug": "", "input": []}"#,
+        ),
+        ("/api/v1/account/info", "not json"),
+    ];
+    let key = env.sb.api_key().to_string();
+    for (path, body) in v1_cases {
+        let r = env
+            .raw("POST", &env.v1(path), &[("api-key", &key)], Some(body))
+            .await
+            .unwrap();
+        let v = r.json();
+        assert_eq!(v.as_object().unwrap().len(), 3, "{path}: {}", r.text);
+    }
+    let r = env
+        .raw("GET", &env.v2("/__sandbox/healthz"), &[], None)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    env.sb.shutdown().await;
+}
