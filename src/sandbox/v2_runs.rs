@@ -367,7 +367,7 @@ pub fn list(call: &Call) -> Outcome {
             Some((s, e)) => v.started_at >= s && v.started_at < e,
             None => month_utc8(v.started_at) == this_month,
         })
-        .filter(|(_, v)| status.is_none_or_eq(v.status))
+        .filter(|(_, v)| status.map_or(true, |s| s == v.status))
         .collect();
     let (from, to) = window(page, limit);
     let list: Vec<Value> = matching
@@ -377,15 +377,6 @@ pub fn list(call: &Call) -> Outcome {
         .filter_map(|(r, v)| st.worker(r.worker).map(|w| record(r, w, v)))
         .collect();
     Ok(Some(json!({"count": matching.len(), "list": list})))
-}
-
-trait OptStatus {
-    fn is_none_or_eq(&self, s: Status) -> bool;
-}
-impl OptStatus for Option<Status> {
-    fn is_none_or_eq(&self, s: Status) -> bool {
-        self.map_or(true, |x| x == s)
-    }
 }
 
 pub fn log(call: &Call) -> Outcome {
