@@ -15,7 +15,10 @@ fn run_record() -> Value {
 }
 
 fn result_pages(rows: usize) -> (Window, Vec<Value>) {
-    let window = Window { page_index: 1, page_size: rows as u64 };
+    let window = Window {
+        page_index: 1,
+        page_size: rows as u64,
+    };
     let plan = window.plan();
     let pages = plan
         .offsets
@@ -34,7 +37,9 @@ fn result_pages(rows: usize) -> (Window, Vec<Value>) {
 fn bench(c: &mut Criterion) {
     let compat = Compat::default();
     let record = run_record();
-    c.bench_function("run_record", |b| b.iter(|| records::v1_record(black_box(&record), &compat)));
+    c.bench_function("run_record", |b| {
+        b.iter(|| records::v1_record(black_box(&record), &compat))
+    });
 
     for rows in [100usize, 1000] {
         let (window, pages) = result_pages(rows);
@@ -45,10 +50,18 @@ fn bench(c: &mut Criterion) {
     }
 
     let lines: Vec<Value> = (0..100)
-        .map(|i| json!(format!("2026-11-22T14:05:{:02}.123Z INFO SYSTEM: Subtask-[4976399099736] - step {i}", i % 60)))
+        .map(|i| {
+            json!(format!(
+                "2026-11-22T14:05:{:02}.123Z INFO SYSTEM: Subtask-[4976399099736] - step {i}",
+                i % 60
+            ))
+        })
         .collect();
-    let log = json!({"all_logs_url": "https://files.example/log", "list": lines, "result_count": 100});
-    c.bench_function("log_page_100_string_lines", |b| b.iter(|| logs::v1_log(black_box(&log))));
+    let log =
+        json!({"all_logs_url": "https://files.example/log", "list": lines, "result_count": 100});
+    c.bench_function("log_page_100_string_lines", |b| {
+        b.iter(|| logs::v1_log(black_box(&log)))
+    });
 }
 
 criterion_group!(benches, bench);

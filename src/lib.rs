@@ -24,6 +24,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub mod config;
+pub mod demo;
 pub mod error;
 pub mod ops;
 pub mod paging;

@@ -2,6 +2,7 @@
 //! configuration (exit 64 on a bad one, before any port is bound), sets up
 //! telemetry and runs the gateway until SIGTERM or ctrl-c.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -43,6 +44,34 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Run the gateway on its embedded sandbox: a V2 reference service, the gateway
+    /// pointed at it and a native V1 service, in one process. Port 0 picks a free port.
+    Sandbox {
+        /// Gateway (V1 API) address.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// Gateway admin address (/healthz, /readyz, /metrics).
+        #[arg(long, default_value = "127.0.0.1:9090")]
+        admin_listen: SocketAddr,
+        /// V2 reference service address.
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        upstream_listen: SocketAddr,
+        /// Native V1 service address (the legacy side for shadow tests).
+        #[arg(long, default_value = "127.0.0.1:8082")]
+        legacy_listen: SocketAddr,
+        /// Demo API key (default: sandbox-key, or the config's api_key).
+        #[arg(long)]
+        api_key: Option<String>,
+        /// Seed for generated rows, run durations and fault probabilities.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Simulated seconds per real second.
+        #[arg(long)]
+        speed: Option<f64>,
+        /// Sandbox configuration (see config/sandbox.toml).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
 }
 
 fn load(path: Option<&PathBuf>) -> Result<Config, String> {
@@ -69,6 +98,34 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_BAD_CONFIG)
             }
         },
+        Command::Sandbox {
+            listen,
+            admin_listen,
+            upstream_listen,
+            legacy_listen,
+            api_key,
+            seed,
+            speed,
+            config,
+        } => {
+            let opts = v1compat::demo::DemoOptions {
+                listen,
+                admin_listen,
+                upstream_listen,
+                legacy_listen,
+                api_key,
+                seed,
+                speed,
+                config,
+            };
+            match runtime().block_on(v1compat::demo::run(opts, server::shutdown_signal())) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("v1compat sandbox: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Serve { config } => {
             let cfg = match load(config.as_ref()) {
                 Ok(c) => c,

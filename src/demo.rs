@@ -1,0 +1,119 @@
+//! The `v1compat sandbox` command: the embedded V2 reference service, the
+//! gateway pointed at it and the native V1 surface, in one process, so a new
+//! user can try the gateway with one command and no account.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+
+use crate::config;
+use crate::sandbox::{Sandbox, SandboxConfig};
+use crate::upstream::HttpUpstream;
+
+/// What `v1compat sandbox` was asked for.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub upstream_listen: SocketAddr,
+    pub legacy_listen: SocketAddr,
+    pub api_key: Option<String>,
+    pub seed: Option<u64>,
+    pub speed: Option<f64>,
+    pub config: Option<PathBuf>,
+}
+
+/// Starts everything, prints how to use it, and runs until `shutdown`.
+pub async fn run(
+    opts: DemoOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), String> {
+    let mut cfg = match &opts.config {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            SandboxConfig::from_toml_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
+        }
+        None => SandboxConfig::default(),
+    };
+    if let Some(k) = &opts.api_key {
+        cfg.api_key = k.clone();
+    }
+    if let Some(s) = opts.seed {
+        cfg.seed = s;
+    }
+    if let Some(s) = opts.speed {
+        cfg.speed = s;
+    }
+    cfg.validate()?;
+
+    let bind = |addr: SocketAddr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))
+    };
+    let (v2, v1) = (
+        bind(opts.upstream_listen).await?,
+        bind(opts.legacy_listen).await?,
+    );
+    let (public, admin) = (bind(opts.listen).await?, bind(opts.admin_listen).await?);
+    let sandbox = Sandbox::start(cfg, v2, v1)
+        .await
+        .map_err(|e| e.to_string())?;
+
+    // The gateway: defaults and V1COMPAT_* variables, pointed at the sandbox,
+    // with the demo key as service key so the public V1 operations work keyless.
+    let text = format!(
+        "[upstream]\nbase_url = \"http://{}\"\nservice_key = \"{}\"\n[log]\nformat = \"text\"\n",
+        sandbox.v2_addr(),
+        sandbox.api_key()
+    );
+    let gateway_cfg = config::load(&text, std::env::vars()).map_err(|e| e.to_string())?;
+    crate::telemetry::init_logging(&gateway_cfg.log.format, &gateway_cfg.log.level);
+    crate::telemetry::prometheus();
+    let upstream = Arc::new(HttpUpstream::new(gateway_cfg.upstream.clone())?);
+    let (gw, adm) = (local(&public)?, local(&admin)?);
+    println!(
+        "{}",
+        banner(
+            gw,
+            adm,
+            sandbox.v2_addr(),
+            sandbox.v1_addr(),
+            sandbox.api_key()
+        )
+    );
+    let result = crate::run(public, admin, gateway_cfg, upstream, shutdown).await;
+    sandbox.shutdown().await;
+    result.map_err(|e| e.to_string())
+}
+
+fn local(l: &TcpListener) -> Result<SocketAddr, String> {
+    l.local_addr().map_err(|e| e.to_string())
+}
+
+fn banner(
+    gateway: SocketAddr,
+    admin: SocketAddr,
+    v2: SocketAddr,
+    v1: SocketAddr,
+    key: &str,
+) -> String {
+    format!(
+        "v1compat sandbox is running.
+
+  gateway (V1 API, translated)  http://{gateway}
+  admin (/metrics /healthz)     http://{admin}
+  V2 reference service          http://{v2}
+  native V1 service (legacy)    http://{v1}
+  demo API key                  {key}
+
+Try:
+  curl -s 'http://{gateway}/api/store?search=maps&limit=3'
+  curl -s -X POST http://{gateway}/api/v1/scraper/run -H 'api-key: {key}' -H 'content-type: application/json' \\
+    -d '{{\"scraper_slug\":\"coreclaw/google-maps-scraper\",\"is_async\":true,\"input\":{{\"parameters\":{{\"custom\":{{\"max_results\":20}}}}}}}}'
+
+Stop with ctrl-c."
+    )
+}
