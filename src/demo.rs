@@ -12,16 +12,32 @@ use crate::config;
 use crate::sandbox::{Sandbox, SandboxConfig};
 use crate::upstream::HttpUpstream;
 
-/// What `v1compat sandbox` was asked for.
-#[derive(Debug, Clone)]
+/// What `v1compat sandbox` was asked for (its command-line flags).
+#[derive(Debug, Clone, clap::Args)]
 pub struct DemoOptions {
+    /// Gateway (V1 API) address.
+    #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// Gateway admin address (/healthz, /readyz, /metrics).
+    #[arg(long, default_value = "127.0.0.1:9090")]
     pub admin_listen: SocketAddr,
+    /// V2 reference service address.
+    #[arg(long, default_value = "127.0.0.1:8081")]
     pub upstream_listen: SocketAddr,
+    /// Native V1 service address (the legacy side for shadow tests).
+    #[arg(long, default_value = "127.0.0.1:8082")]
     pub legacy_listen: SocketAddr,
+    /// Demo API key (default: sandbox-key, or the config's api_key).
+    #[arg(long)]
     pub api_key: Option<String>,
+    /// Seed for generated rows, run durations and fault probabilities.
+    #[arg(long)]
     pub seed: Option<u64>,
+    /// Simulated seconds per real second.
+    #[arg(long)]
     pub speed: Option<f64>,
+    /// Sandbox configuration (see config/sandbox.toml).
+    #[arg(long, short)]
     pub config: Option<PathBuf>,
 }
 

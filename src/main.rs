@@ -2,7 +2,6 @@
 //! configuration (exit 64 on a bad one, before any port is bound), sets up
 //! telemetry and runs the gateway until SIGTERM or ctrl-c.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -46,32 +45,7 @@ enum Command {
     },
     /// Run the gateway on its embedded sandbox: a V2 reference service, the gateway
     /// pointed at it and a native V1 service, in one process. Port 0 picks a free port.
-    Sandbox {
-        /// Gateway (V1 API) address.
-        #[arg(long, default_value = "127.0.0.1:8080")]
-        listen: SocketAddr,
-        /// Gateway admin address (/healthz, /readyz, /metrics).
-        #[arg(long, default_value = "127.0.0.1:9090")]
-        admin_listen: SocketAddr,
-        /// V2 reference service address.
-        #[arg(long, default_value = "127.0.0.1:8081")]
-        upstream_listen: SocketAddr,
-        /// Native V1 service address (the legacy side for shadow tests).
-        #[arg(long, default_value = "127.0.0.1:8082")]
-        legacy_listen: SocketAddr,
-        /// Demo API key (default: sandbox-key, or the config's api_key).
-        #[arg(long)]
-        api_key: Option<String>,
-        /// Seed for generated rows, run durations and fault probabilities.
-        #[arg(long)]
-        seed: Option<u64>,
-        /// Simulated seconds per real second.
-        #[arg(long)]
-        speed: Option<f64>,
-        /// Sandbox configuration (see config/sandbox.toml).
-        #[arg(long, short)]
-        config: Option<PathBuf>,
-    },
+    Sandbox(v1compat::demo::DemoOptions),
 }
 
 fn load(path: Option<&PathBuf>) -> Result<Config, String> {
@@ -90,34 +64,12 @@ fn main() -> ExitCode {
                 println!("{}: ok", config.display());
                 ExitCode::SUCCESS
             }
-            Err(problems) => {
-                eprintln!("{}: invalid configuration:", config.display());
-                for line in problems.lines() {
-                    eprintln!("  - {line}");
-                }
-                ExitCode::from(EXIT_BAD_CONFIG)
-            }
+            Err(problems) => bad_config(
+                &format!("{}: invalid configuration:", config.display()),
+                &problems,
+            ),
         },
-        Command::Sandbox {
-            listen,
-            admin_listen,
-            upstream_listen,
-            legacy_listen,
-            api_key,
-            seed,
-            speed,
-            config,
-        } => {
-            let opts = v1compat::demo::DemoOptions {
-                listen,
-                admin_listen,
-                upstream_listen,
-                legacy_listen,
-                api_key,
-                seed,
-                speed,
-                config,
-            };
+        Command::Sandbox(opts) => {
             match runtime().block_on(v1compat::demo::run(opts, server::shutdown_signal())) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -129,13 +81,7 @@ fn main() -> ExitCode {
         Command::Serve { config } => {
             let cfg = match load(config.as_ref()) {
                 Ok(c) => c,
-                Err(problems) => {
-                    eprintln!("invalid configuration:");
-                    for line in problems.lines() {
-                        eprintln!("  - {line}");
-                    }
-                    return ExitCode::from(EXIT_BAD_CONFIG);
-                }
+                Err(problems) => return bad_config("invalid configuration:", &problems),
             };
             match runtime().block_on(serve(cfg)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -146,6 +92,15 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Prints every configuration problem, one per line, and gives the exit code.
+fn bad_config(heading: &str, problems: &str) -> ExitCode {
+    eprintln!("{heading}");
+    for line in problems.lines() {
+        eprintln!("  - {line}");
+    }
+    ExitCode::from(EXIT_BAD_CONFIG)
 }
 
 fn runtime() -> tokio::runtime::Runtime {
