@@ -85,6 +85,14 @@ pub async fn serve_public(
         // Keys never reach a log line, even at trace level.
         .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION, API_KEY]))
         // Every request has an id: the client's if usable, else a new ULID.
+        // An unusable client id is dropped first, so the id echoed to the
+        // client is the one used in logs and sent upstream.
+        .map_request(|mut req: Request<Incoming>| {
+            if usable_request_id(req.headers()).is_none() {
+                req.headers_mut().remove(&REQUEST_ID);
+            }
+            req
+        })
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeUlid))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         // One span per request; the path is logged without its query.
