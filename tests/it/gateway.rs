@@ -725,6 +725,25 @@ async fn request_ids_travel_both_ways() {
     assert_eq!(id.len(), 26, "{id}");
     assert_eq!(v2.seen()[1].header("x-request-id"), Some(id));
 
+    // An id the gateway will not use (too long, or with characters that do
+    // not belong in logs) is replaced, and the client is told the one used.
+    let long = "x".repeat(200);
+    for bad in ["has space", "semi;colon", long.as_str()] {
+        let before = v2.total();
+        let r = raw(
+            &gw,
+            "POST",
+            "/api/v1/run/detail",
+            &[json_ct, ("api-key", KEY), ("x-request-id", bad)],
+            Some(&body),
+        )
+        .await;
+        r.assert_ok();
+        let id = r.header("x-request-id").expect("a request id");
+        assert_ne!(id, bad);
+        assert_eq!(v2.seen()[before].header("x-request-id"), Some(id));
+    }
+
     // Errors carry it too.
     let r = raw(&gw, "GET", "/nope", &[("x-request-id", "err-1")], None).await;
     assert_eq!(r.status, 404);
