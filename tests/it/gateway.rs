@@ -321,6 +321,10 @@ async fn upstream_answers_that_cannot_be_read() {
         ),
         (|_: &Seen| Reply::Raw(502, "Bad Gateway"), "garbled"),
         (|_: &Seen| Reply::Truncated, "broken"),
+        (
+            |_: &Seen| Reply::ok(json!({"slug": "x".repeat(4096)})),
+            "too_large",
+        ),
         (|_: &Seen| Reply::Drop, "broken"),
         (
             |_: &Seen| Reply::error(500, 10000, "internal error"),
@@ -328,7 +332,11 @@ async fn upstream_answers_that_cannot_be_read() {
         ),
     ] {
         let v2 = MockV2::start(reply).await;
-        let gw = gateway(&v2, "[retry]\nmax_attempts = 1\n").await;
+        let gw = gateway(
+            &v2,
+            "max_response_bytes = 1024\n[retry]\nmax_attempts = 1\n",
+        )
+        .await;
         let r = post(&gw, "/api/v1/run/detail", json!({"run_slug": RUN})).await;
         r.assert_upstream_failure(cause);
         assert_eq!(v2.count("GET", RUN_PATH), 1, "{cause}");
@@ -362,6 +370,62 @@ async fn upstream_500_is_retried_for_reads_until_it_succeeds() {
     let r = post(&gw, "/api/v1/run/detail", json!({"run_slug": RUN})).await;
     r.assert_upstream_failure("refused");
     assert_eq!(v2.count("GET", RUN_PATH), 1);
+}
+
+#[tokio::test]
+async fn request_deadline_bounds_retries_of_a_hanging_v2() {
+    let v2 = MockV2::start(|_| Reply::Hang).await;
+    let gw = gateway(
+        &v2,
+        "attempt_timeout_ms = 150\nrequest_timeout_ms = 400\n[retry]\nmax_attempts = 10\nbase_backoff_ms = 1\nmax_backoff_ms = 5\n",
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let r = post(&gw, "/api/v1/run/detail", json!({"run_slug": RUN})).await;
+    r.assert_error(500, 5000, "Internal server error");
+    assert_eq!(r.header("x-v1compat-error"), Some("deadline"));
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let attempts = v2.count("GET", RUN_PATH);
+    assert!((2..=3).contains(&attempts), "{attempts} attempts");
+}
+
+#[tokio::test]
+async fn requests_over_the_in_flight_limit_get_429() {
+    let release = Arc::new(Notify::new());
+    let (arrived_tx, mut arrived) = mpsc::unbounded_channel();
+    let hits = AtomicUsize::new(0);
+    let held = release.clone();
+    let v2 = MockV2::start(move |req| {
+        if hits.fetch_add(1, Ordering::SeqCst) == 0 {
+            let _ = arrived_tx.send(());
+            Reply::After(held.clone(), Box::new(run_detail_ok(req)))
+        } else {
+            run_detail_ok(req)
+        }
+    })
+    .await;
+    let gw = gateway(&v2, "[limits]\nmax_in_flight = 1\n").await;
+    let addr = gw.addr;
+    let body = Bytes::from(serde_json::to_vec(&json!({"run_slug": RUN})).unwrap());
+    let first = tokio::spawn({
+        let body = body.clone();
+        async move {
+            let h = [("content-type", "application/json"), ("api-key", KEY)];
+            send(addr, "POST", "/api/v1/run/detail", &h, Some(body)).await
+        }
+    });
+    arrived.recv().await.expect("V2 received the first request");
+
+    let r = post(&gw, "/api/v1/run/detail", json!({"run_slug": RUN})).await;
+    r.assert_error(429, 4290, "Too many requests");
+    assert_eq!(r.header("x-v1compat-error-origin"), Some("gateway"));
+    assert_eq!(v2.total(), 1);
+
+    release.notify_one();
+    assert_eq!(first.await.unwrap().0, 200);
+    let r = post(&gw, "/api/v1/run/detail", json!({"run_slug": RUN})).await;
+    r.assert_ok();
+    assert_eq!(v2.total(), 2);
 }
 
 // 3. A call that starts, reruns or aborts a run is never sent twice.
@@ -498,6 +562,8 @@ async fn result_list_fans_out_and_slices_exact_windows() {
         let n_format = if want.is_empty() { "text" } else { "number" };
         assert_eq!(data["headers"][1]["format"], n_format);
         let calls = &v2.seen()[before..];
+        let reported = r.header("x-v1compat-upstream-calls").map(str::to_owned);
+        assert_eq!(reported, Some(calls.len().to_string()));
         assert!(!calls.is_empty());
         for c in calls {
             assert_eq!(
@@ -554,6 +620,8 @@ async fn run_list_fans_out_and_slices_exact_windows() {
             assert_eq!(first.as_object().unwrap().len(), 13);
         }
         let calls = &v2.seen()[before..];
+        let reported = r.header("x-v1compat-upstream-calls").map(str::to_owned);
+        assert_eq!(reported, Some(calls.len().to_string()));
         assert_eq!(calls.len(), 10);
         for c in calls {
             assert_eq!(c.path, "/api/v2/worker-runs");
