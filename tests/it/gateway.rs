@@ -631,6 +631,80 @@ async fn run_list_fans_out_and_slices_exact_windows() {
     }
 }
 
+#[tokio::test]
+async fn synchronous_run_fetches_the_rest_of_a_large_window_from_results() {
+    const ROWS: u64 = 430;
+    let v2 = MockV2::start(|req| {
+        if req.path == "/api/v2/workers/owner~sync/input-schema" {
+            return Reply::ok(json!({"input_schema": {"properties": []}}));
+        }
+        let (offset, limit) = if req.method == "POST" {
+            let body = req.json();
+            (
+                body["offset"].as_u64().unwrap(),
+                body["limit"].as_u64().unwrap(),
+            )
+        } else {
+            (req.param("offset").unwrap(), req.param("limit").unwrap())
+        };
+        let start = ((offset.max(1) - 1) * limit).min(ROWS);
+        let results = json!({
+            "count": ROWS,
+            "headers": [{"key": "title", "label": "Title"}],
+            "list": (start..(start + limit).min(ROWS)).map(result_row).collect::<Vec<_>>(),
+        });
+        match (req.method.as_str(), req.path.as_str()) {
+            ("POST", _) => Reply::ok(json!({
+                "run_slug": RUN, "run_status": "succeeded", "execution_start_timestamp": 1786000780,
+                "execution_end_timestamp": 1786000787, "running_duration": 7, "results": results,
+            })),
+            _ => Reply::ok(results),
+        }
+    })
+    .await;
+    let gw = gateway(&v2, "").await;
+    for (index, size, expected) in [
+        (2u64, 250u64, 250..430u64),
+        (1, 250, 0..250),
+        (1, 10, 0..10),
+    ] {
+        let before = v2.total();
+        let r = post(
+            &gw,
+            "/api/v1/scraper/run",
+            json!({"scraper_slug": "owner/sync", "is_async": false, "page_index": index,
+                   "page_size": size, "input": {"parameters": {}}}),
+        )
+        .await;
+        let data = r.assert_ok();
+        assert_eq!(data["run_status"], "completed");
+        assert_eq!(data["execution_start_timestamp"], 1786000780000i64);
+        let want: Vec<Value> = expected.map(result_row).collect();
+        assert!(
+            data["results"]["list"].as_array().unwrap() == &want,
+            "page {index} of {size}"
+        );
+        assert_eq!(data["results"]["count"], ROWS);
+        assert_eq!(data["results"]["page_index"], index);
+        assert_eq!(data["results"]["page_size"], size);
+        let calls = &v2.seen()[before..];
+        let posts: Vec<&Seen> = calls.iter().filter(|c| c.method == "POST").collect();
+        assert_eq!(posts.len(), 1);
+        assert_eq!(posts[0].path, "/api/v2/workers/owner~sync/runs");
+        assert_eq!(posts[0].json()["is_async"], false);
+        for c in calls
+            .iter()
+            .filter(|c| c.method == "GET" && c.path.ends_with("/result"))
+        {
+            assert!(c.param("limit").unwrap() <= 100);
+        }
+    }
+    assert_eq!(
+        v2.count("GET", "/api/v2/workers/owner~sync/input-schema"),
+        1
+    );
+}
+
 // 5. Auth.
 
 #[tokio::test]
