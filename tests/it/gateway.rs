@@ -288,6 +288,72 @@ async fn bad_input_is_refused_before_v2() {
     assert_eq!(v2.total(), 0, "V2 was reached: {:?}", v2.seen());
 }
 
+#[tokio::test]
+async fn body_limit_is_exact() {
+    let v2 = MockV2::start(run_detail_ok).await;
+    let gw = gateway(&v2, "[limits]\nmax_body_bytes = 1024\n").await;
+    let body = |len: usize| {
+        let mut b = format!("{{\"run_slug\":\"{RUN}\",\"pad\":\"");
+        let pad = len - b.len() - 2;
+        b.push_str(&"x".repeat(pad));
+        b.push_str("\"}");
+        assert_eq!(b.len(), len);
+        b.into_bytes()
+    };
+    let headers = [("content-type", "application/json"), ("api-key", KEY)];
+    let r = raw(
+        &gw,
+        "POST",
+        "/api/v1/run/detail",
+        &headers,
+        Some(&body(1024)),
+    )
+    .await;
+    assert_eq!(r.assert_ok()["slug"], RUN);
+    let r = raw(
+        &gw,
+        "POST",
+        "/api/v1/run/detail",
+        &headers,
+        Some(&body(1025)),
+    )
+    .await;
+    r.assert_error(
+        400,
+        4000,
+        "Invalid request parameters: body is larger than 1024 bytes",
+    );
+    assert_eq!(v2.total(), 1);
+}
+
+#[tokio::test]
+async fn http2_clients_get_the_same_answers() {
+    let v2 = MockV2::start(run_detail_ok).await;
+    let gw = gateway(&v2, "").await;
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http();
+    let body = serde_json::to_vec(&json!({"run_slug": RUN})).unwrap();
+    let req = http::Request::post(format!("http://{}/api/v1/run/detail", gw.addr))
+        .header("content-type", "application/json")
+        .header("api-key", KEY)
+        .header("x-request-id", "h2-1")
+        .body(http_body_util::Full::new(Bytes::from(body)))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-request-id"], "h2-1");
+    let out = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["data"]["slug"], RUN);
+    assert_eq!(v2.count("GET", RUN_PATH), 1);
+}
+
 // 2. Upstream failures become 500 / 5000 with their cause.
 
 #[tokio::test]
