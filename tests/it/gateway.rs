@@ -1103,3 +1103,37 @@ async fn shutdown_lets_in_flight_requests_finish() {
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
     assert_eq!(v2.total(), 1);
 }
+
+#[tokio::test]
+async fn shutdown_does_not_wait_for_idle_connections() {
+    let v2 = MockV2::start(run_detail_ok).await;
+    let gw = gateway(&v2, "").await;
+    // A keep-alive HTTP/1.1 connection left idle in a client's pool, an
+    // HTTP/2 one, and a TCP connection that never sends a byte.
+    let h1: hyper_util::client::legacy::Client<_, http_body_util::Full<Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http();
+    let h2: hyper_util::client::legacy::Client<_, http_body_util::Full<Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http();
+    for client in [&h1, &h2] {
+        let req = http::Request::get(format!("http://{}/", gw.addr))
+            .body(http_body_util::Full::new(Bytes::new()))
+            .unwrap();
+        let resp = client.request(req).await.unwrap();
+        assert_eq!(resp.status(), 404);
+        http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap();
+    }
+    let _silent = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let server = gw.shutdown();
+    // The default grace period is 30 s; idle connections must not use it up.
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("idle connections held the shutdown")
+        .unwrap()
+        .unwrap();
+    drop((h1, h2));
+}
