@@ -2,8 +2,12 @@
 //! invalid configuration with exit code 64, listing every problem, before
 //! anything is bound.
 
-use std::io::Write;
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{json, Value};
+
+use crate::support::{send, MockV2, Reply};
 
 fn config_file(text: &str) -> tempfile::NamedTempFile {
     let mut f = tempfile::NamedTempFile::new().unwrap();
@@ -91,4 +95,113 @@ fn missing_config_file_is_a_config_error() {
     let out = v1compat(&["check-config", "--config", "/nonexistent/v1compat.toml"]);
     assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
     assert!(stderr(&out).contains("/nonexistent/v1compat.toml"));
+}
+
+/// The binary end to end: `serve` on port 0 in front of a mock V2, logging
+/// at trace level, answers V1 traffic, never writes a key to its logs, and
+/// exits 0 on SIGTERM.
+#[tokio::test]
+async fn serve_answers_and_never_logs_keys() {
+    const KEY: &str = "cli-client-key-Jq4v";
+    const SERVICE_KEY: &str = "cli-service-key-Wm2p";
+    let v2 = MockV2::start(|req| {
+        if req.path.ends_with("/input-schema") {
+            Reply::ok(json!({"input_schema": {"properties": []}}))
+        } else if req.path.starts_with("/api/v2/workers/") {
+            Reply::ok(json!({"version": "v1", "parameters": {}}))
+        } else {
+            Reply::ok(json!({"slug": "R1", "status": "running"}))
+        }
+    })
+    .await;
+    let f = config_file(&format!(
+        "[listen]\npublic = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[upstream]\nbase_url = \"{}\"\nservice_key = \"{SERVICE_KEY}\"\n[log]\nformat = \"json\"\nlevel = \"trace\"\n",
+        v2.url()
+    ));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_v1compat"))
+        .args(["serve", "--config", f.path().to_str().unwrap()])
+        .env_clear()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Read the log on a thread: the listening line carries the addresses.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines() {
+            let line = line.unwrap_or_default();
+            let _ = tx.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let (public, admin) = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while let Some(line) = rx.recv().await {
+            let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if v["message"] == "v1compat listening" {
+                let addr = |k: &str| {
+                    v[k].as_str()
+                        .unwrap()
+                        .parse::<std::net::SocketAddr>()
+                        .unwrap()
+                };
+                return (addr("public"), addr("admin"));
+            }
+        }
+        panic!("v1compat exited without listening");
+    })
+    .await
+    .expect("v1compat did not start listening");
+
+    let body = bytes::Bytes::from_static(br#"{"run_slug":"R1"}"#);
+    let ct = ("content-type", "application/json");
+    let bearer = format!("Bearer {KEY}");
+    let (status, _, _) = send(
+        public,
+        "POST",
+        "/api/v1/run/detail",
+        &[ct, ("api-key", KEY)],
+        Some(body.clone()),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, _, _) = send(
+        public,
+        "POST",
+        "/api/v1/run/detail",
+        &[ct, ("authorization", &bearer)],
+        Some(body),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, _, _) = send(public, "GET", "/api/scraper?slug=w", &[], None).await;
+    assert_eq!(status, 200);
+    let (status, _, metrics) = send(admin, "GET", "/metrics", &[], None).await;
+    assert_eq!(status, 200);
+    let metrics = String::from_utf8_lossy(&metrics).into_owned();
+    assert!(metrics.contains("v1compat_requests_total"), "{metrics}");
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    let log = reader.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(
+        log.contains("R1") || log.contains("run_detail"),
+        "the log is empty?\n{log}"
+    );
+    for secret in [KEY, SERVICE_KEY] {
+        assert!(!log.contains(secret), "{secret} appears in the log:\n{log}");
+        assert!(!metrics.contains(secret), "{secret} appears in /metrics");
+    }
+    assert_eq!(v2.count("GET", "/api/v2/worker-runs/R1"), 2);
 }
