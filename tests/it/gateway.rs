@@ -247,6 +247,10 @@ async fn bad_input_is_refused_before_v2() {
             ("/api/v1/run/result/list", json!({"run_slug": id})),
             ("/api/v1/run/last/log", json!({"run_slug": id})),
             (
+                "/api/v1/run/result/export",
+                json!({"run_slug": id, "format": "csv"}),
+            ),
+            (
                 "/api/v1/rerun",
                 json!({"run_slug": id, "callback_url": "https://h.example/cb"}),
             ),
@@ -283,6 +287,13 @@ async fn bad_input_is_refused_before_v2() {
             json!({"scraper_slug": id, "input": {"parameters": {}}}),
         )
         .await;
+        r.assert_error(400, 4000, "Invalid request parameters: scraper_slug");
+        // The same ids in a query string (worker detail, run-list filter).
+        let query: String = url::form_urlencoded::byte_serialize(id.as_bytes()).collect();
+        let path = format!("/api/scraper?slug={query}");
+        let r = raw(&gw, "GET", &path, &[("api-key", KEY)], None).await;
+        r.assert_error(400, 4000, "Invalid request parameters: slug");
+        let r = post(&gw, "/api/v1/run/list", json!({"scraper_slug": id})).await;
         r.assert_error(400, 4000, "Invalid request parameters: scraper_slug");
     }
     assert_eq!(v2.total(), 0, "V2 was reached: {:?}", v2.seen());

@@ -1,5 +1,8 @@
 //! Shared test plumbing: a scripted V2 double (in-process, or served over
-//! HTTP on port 0), a gateway started on port 0, and a tiny HTTP client.
+//! HTTP on port 0), a mock V2 over HTTP that answers from a closure (and can
+//! hang, hold, drop or truncate) while recording what it received, a gateway
+//! started on port 0 that can be shut down and awaited, and a tiny HTTP
+//! client.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
