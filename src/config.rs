@@ -10,13 +10,13 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::upstream::{AuthStyle, RetrySettings, UpstreamSettings};
 
 pub const ENV_PREFIX: &str = "V1COMPAT_";
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RawConfig {
     pub listen: ListenSection,
@@ -29,7 +29,7 @@ pub struct RawConfig {
     pub shutdown: ShutdownSection,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ListenSection {
     /// V1 traffic.
@@ -47,7 +47,7 @@ impl Default for ListenSection {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamSection {
     pub base_url: String,
@@ -83,7 +83,7 @@ impl Default for UpstreamSection {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetrySection {
     pub max_attempts: u32,
@@ -105,7 +105,7 @@ impl Default for RetrySection {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsSection {
     pub max_body_bytes: usize,
@@ -127,7 +127,7 @@ impl Default for LimitsSection {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkersSection {
     /// Check an unseen worker id against V2 before starting a run with it.
@@ -152,7 +152,7 @@ impl Default for WorkersSection {
 }
 
 /// Where the spec and the public record disagree, or V2 lacks what V1 had.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CompatSection {
     /// Name of the memory field in V1 worker detail: `memory_bytes` (spec)
@@ -190,7 +190,7 @@ impl Default for CompatSection {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogSection {
     /// `json` or `text`.
@@ -208,7 +208,7 @@ impl Default for LogSection {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ShutdownSection {
     pub grace_period_secs: u64,
@@ -286,10 +286,49 @@ pub fn load(
     if !problems.is_empty() {
         return Err(ConfigErrors(problems));
     }
-    let raw: RawConfig = toml::Value::Table(table)
-        .try_into()
-        .map_err(|e: toml::de::Error| ConfigErrors(vec![e.message().to_owned()]))?;
-    validate(raw)
+    // Unknown keys are taken out and reported here rather than left to
+    // serde, which would stop at the first one and hide every other problem.
+    problems.extend(remove_unknown_keys(&mut table));
+    let raw: RawConfig = match toml::Value::Table(table).try_into() {
+        Ok(raw) => raw,
+        Err(e) => {
+            let e: toml::de::Error = e;
+            problems.push(e.message().to_owned());
+            return Err(ConfigErrors(problems));
+        }
+    };
+    match validate(raw) {
+        Ok(config) if problems.is_empty() => Ok(config),
+        Ok(_) => Err(ConfigErrors(problems)),
+        Err(ConfigErrors(more)) => {
+            problems.extend(more);
+            Err(ConfigErrors(problems))
+        }
+    }
+}
+
+/// Removes the sections and section keys [`RawConfig`] does not have (the
+/// known ones are read off its defaults) and names each one.
+fn remove_unknown_keys(table: &mut toml::Table) -> Vec<String> {
+    let known = toml::Table::try_from(RawConfig::default()).unwrap_or_default();
+    let mut problems = Vec::new();
+    table.retain(|section, value| {
+        let Some(fields) = known.get(section).and_then(toml::Value::as_table) else {
+            problems.push(format!("{section}: unknown key"));
+            return false;
+        };
+        if let Some(keys) = value.as_table_mut() {
+            keys.retain(|key, _| {
+                let ok = fields.contains_key(key);
+                if !ok {
+                    problems.push(format!("{section}.{key}: unknown key"));
+                }
+                ok
+            });
+        }
+        true
+    });
+    problems
 }
 
 fn scalar(text: &str) -> toml::Value {
@@ -543,6 +582,25 @@ mod tests {
         assert!(err.to_string().contains("base_ur"), "{err}");
         let err = load("", env(&[("V1COMPAT_UPSTREAM__NOPE", "1")])).unwrap_err();
         assert!(err.to_string().contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_do_not_hide_other_problems() {
+        let err = load(
+            "top = 1\n[nope]\nx = 1\n[upstream]\nbase_ur = \"x\"\nbase_url = \"ftp://x\"\n[workers.aliases]\nold = \"o/n\"\n",
+            env(&[]),
+        )
+        .unwrap_err();
+        let all = err.to_string();
+        for part in [
+            "top: unknown key",
+            "nope: unknown key",
+            "upstream.base_ur: unknown key",
+            "upstream.base_url:",
+        ] {
+            assert!(all.contains(part), "{part} missing from:\n{all}");
+        }
+        assert_eq!(err.0.len(), 4, "{all}");
     }
 
     #[test]

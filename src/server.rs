@@ -82,8 +82,15 @@ pub async fn serve_public(
     let service = ServiceBuilder::new()
         // Keys never reach a log line, even at trace level.
         .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION, API_KEY]))
-        // Every request has an id: the client's, else a new ULID. (An
-        // unusable client id is replaced in `handle_v1`, which also returns it.)
+        // Every request has an id: the client's if usable, else a new ULID.
+        // An unusable client id is dropped first, so the id echoed to the
+        // client is the one used in logs and sent upstream.
+        .map_request(|mut req: Request<Incoming>| {
+            if usable_request_id(req.headers()).is_none() {
+                req.headers_mut().remove(&REQUEST_ID);
+            }
+            req
+        })
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeUlid))
         // One span per request; the path is logged without its query.
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<Incoming>| {

@@ -2,6 +2,8 @@
 //! gateway tests, the upstream client and the sandbox, each against
 //! in-process servers on port 0.
 
+mod cli;
+mod gateway;
 mod golden;
 mod sandbox;
 mod support;

@@ -1,5 +1,8 @@
 //! Shared test plumbing: a scripted V2 double (in-process, or served over
-//! HTTP on port 0), a gateway started on port 0, and a tiny HTTP client.
+//! HTTP on port 0), a mock V2 over HTTP that answers from a closure (and can
+//! hang, hold, drop or truncate) while recording what it received, a gateway
+//! started on port 0 that can be shut down and awaited, and a tiny HTTP
+//! client.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -14,7 +17,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::net::TcpListener;
 
-use v1compat::upstream::{Upstream, UpstreamFuture, V2Call, V2Reply};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use v1compat::upstream::{HttpUpstream, Upstream, UpstreamFuture, V2Call, V2Reply};
 
 /// One expected V2 call and the answer to give.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -180,6 +186,7 @@ pub struct TestGateway {
     pub addr: SocketAddr,
     pub admin: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
 }
 
 impl TestGateway {
@@ -189,14 +196,34 @@ impl TestGateway {
         let (addr, admin_addr) = (public.local_addr().unwrap(), admin.local_addr().unwrap());
         let config = v1compat::config::load(config_toml, Vec::new()).unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(v1compat::run(public, admin, config, upstream, async {
+        let task = tokio::spawn(v1compat::run(public, admin, config, upstream, async {
             let _ = rx.await;
         }));
         TestGateway {
             addr,
             admin: admin_addr,
             stop: Some(tx),
+            task: Some(task),
         }
+    }
+
+    /// A gateway in front of the real [`HttpUpstream`], configured from the
+    /// same text.
+    pub async fn over_http(config_toml: &str) -> TestGateway {
+        let config = v1compat::config::load(config_toml, Vec::new()).unwrap();
+        let upstream = Arc::new(HttpUpstream::new(config.upstream.clone()).unwrap());
+        TestGateway::start(config_toml, upstream).await
+    }
+
+    /// Asks the gateway to stop (as SIGTERM would) and returns its server
+    /// task, which ends once in-flight requests are answered.
+    pub fn shutdown(mut self) -> JoinHandle<std::io::Result<()>> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.task
+            .take()
+            .expect("the server task is kept until shutdown")
     }
 }
 
@@ -252,4 +279,200 @@ pub async fn send_json(
     let v = serde_json::from_slice(&out)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&out).into_owned()));
     (status.as_u16(), v)
+}
+
+/// One request as a [`MockV2`] saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    /// The path without the query.
+    pub path: String,
+    pub query: Vec<(String, String)>,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Seen {
+    /// A query parameter read as an integer.
+    pub fn param(&self, name: &str) -> Option<u64> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.parse().ok())
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The body as JSON (`Null` when empty or not JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// How a [`MockV2`] answers one request.
+pub enum Reply {
+    Json(u16, Value),
+    /// A body that is not JSON.
+    Raw(u16, &'static str),
+    /// Waits for the notification, then answers with the inner reply.
+    After(Arc<Notify>, Box<Reply>),
+    /// Never answers.
+    Hang,
+    /// Closes the connection without answering.
+    Drop,
+    /// Promises a longer body than it sends, then closes the connection.
+    Truncated,
+}
+
+impl Reply {
+    /// A V2 success envelope around `data`.
+    pub fn ok(data: Value) -> Reply {
+        Reply::Json(
+            200,
+            serde_json::json!({"code": 0, "message": "success", "data": data}),
+        )
+    }
+
+    /// A V2 error envelope.
+    pub fn error(status: u16, code: i64, message: &str) -> Reply {
+        Reply::Json(
+            status,
+            serde_json::json!({"code": code, "message": message}),
+        )
+    }
+}
+
+type MockBody = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
+type MockHandler = Arc<dyn Fn(&Seen) -> Reply + Send + Sync>;
+
+/// A V2 double over HTTP on 127.0.0.1:0 that answers each request from a
+/// closure and records every request it received, headers included.
+#[derive(Clone)]
+pub struct MockV2 {
+    pub addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl MockV2 {
+    pub async fn start(handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> MockV2 {
+        let handler: MockHandler = Arc::new(handler);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let log = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (handler, log) = (handler.clone(), log.clone());
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let (handler, log) = (handler.clone(), log.clone());
+                    async move {
+                        let (parts, body) = req.into_parts();
+                        let body = body
+                            .collect()
+                            .await
+                            .map(|b| b.to_bytes())
+                            .unwrap_or_default();
+                        let seen = Seen {
+                            method: parts.method.to_string(),
+                            path: parts.uri.path().to_owned(),
+                            query: url::form_urlencoded::parse(
+                                parts.uri.query().unwrap_or("").as_bytes(),
+                            )
+                            .into_owned()
+                            .collect(),
+                            headers: parts.headers,
+                            body,
+                        };
+                        log.lock().unwrap().push(seen.clone());
+                        let reply = handler(&seen);
+                        mock_response(reply).await
+                    }
+                });
+                tokio::spawn(async move {
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        MockV2 { addr, seen }
+    }
+
+    /// A mock that answers every request with HTTP 599, for tests where V2
+    /// must not be reached.
+    pub async fn untouchable() -> MockV2 {
+        MockV2::start(|_| Reply::Raw(599, "unexpected call")).await
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Requests received with this method and path (query ignored).
+    pub fn count(&self, method: &str, path: &str) -> usize {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.method == method && s.path == path)
+            .count()
+    }
+
+    pub fn total(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+}
+
+async fn mock_response(reply: Reply) -> Result<Response<MockBody>, std::io::Error> {
+    let mut reply = reply;
+    let reply = loop {
+        match reply {
+            Reply::After(notify, inner) => {
+                notify.notified().await;
+                reply = *inner;
+            }
+            other => break other,
+        }
+    };
+    let full = |status: u16, bytes: Bytes| {
+        let mut resp = Response::new(
+            Full::new(bytes)
+                .map_err(|never: Infallible| match never {})
+                .boxed(),
+        );
+        *resp.status_mut() = StatusCode::from_u16(status).unwrap();
+        resp.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        resp
+    };
+    match reply {
+        Reply::Json(status, v) => Ok(full(status, Bytes::from(serde_json::to_vec(&v).unwrap()))),
+        Reply::Raw(status, text) => Ok(full(status, Bytes::from_static(text.as_bytes()))),
+        Reply::Hang => std::future::pending().await,
+        Reply::Drop => Err(std::io::Error::other("mock V2 drops the connection")),
+        Reply::Truncated => {
+            let frames: Vec<Result<hyper::body::Frame<Bytes>, std::io::Error>> = vec![
+                Ok(hyper::body::Frame::data(Bytes::from_static(
+                    b"{\"code\":0,\"da",
+                ))),
+                Err(std::io::Error::other("mock V2 cuts the body short")),
+            ];
+            let body = http_body_util::StreamBody::new(futures_util::stream::iter(frames));
+            let mut resp = Response::new(BodyExt::boxed(body));
+            resp.headers_mut().insert(
+                http::header::CONTENT_LENGTH,
+                http::HeaderValue::from_static("1000"),
+            );
+            Ok(resp)
+        }
+        Reply::After(..) => unreachable!("unwrapped above"),
+    }
 }
