@@ -31,6 +31,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at start-up, so the size of the `Sandbox` variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the gateway: V1 traffic on listen.public, /healthz /readyz /metrics on listen.admin.
@@ -71,6 +73,11 @@ enum Command {
         /// Sandbox configuration (see config/sandbox.toml).
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// Once every listener is bound, write one line to this file (replaced atomically):
+        /// `READY gateway=http://ADDR admin=http://ADDR upstream=http://ADDR legacy=http://ADDR key=KEY`.
+        /// Lets scripts use port 0 and learn the chosen addresses.
+        #[arg(long, value_name = "PATH")]
+        ready_file: Option<PathBuf>,
     },
 }
 
@@ -107,6 +114,7 @@ fn main() -> ExitCode {
             seed,
             speed,
             config,
+            ready_file,
         } => {
             let opts = v1compat::demo::DemoOptions {
                 listen,
@@ -117,6 +125,7 @@ fn main() -> ExitCode {
                 seed,
                 speed,
                 config,
+                ready_file,
             };
             match runtime().block_on(v1compat::demo::run(opts, server::shutdown_signal())) {
                 Ok(()) => ExitCode::SUCCESS,
