@@ -43,9 +43,14 @@ def run_sync(sandbox, client, **kwargs) -> dict:
 
 
 @pytest.fixture(scope="module")
-def run_input(sandbox):
+def detail(sandbox):
     r = httpx.get(f"{sandbox.gateway}/api/scraper", params={"slug": SMALL_PATH}, timeout=30.0)
-    return v1flow.build_input(r.json()["data"])
+    return r.json()["data"]
+
+
+@pytest.fixture(scope="module")
+def run_input(detail):
+    return v1flow.build_input(detail)
 
 
 def check_sync_shape(data: dict, page_index: int, page_size: int) -> None:
@@ -74,7 +79,10 @@ def check_sync_shape(data: dict, page_index: int, page_size: int) -> None:
     [(10, 0, ROWS), (3, 3, 3), (3, 6, 2), (4, 8, 0)],
     ids=["default-window", "page-2", "short-page", "past-the-end"],
 )
-def test_sync_run_returns_the_result_window(sandbox, sdk, poller, run_input, limit, offset, expected_rows):
+def test_sync_run_returns_the_result_window(
+    sandbox, sdk, poller, detail, run_input, limit, offset, expected_rows
+):
+    # No `version`: as the SDK's README shows, the latest version is used.
     data = run_sync(sandbox, sdk, input=run_input, limit=limit, offset=offset)
     check_sync_shape(data, offset // limit + 1, limit)
     window = data["results"]["list"]
@@ -82,6 +90,7 @@ def test_sync_run_returns_the_result_window(sandbox, sdk, poller, run_input, lim
 
     rec = poller.detail(data["run_slug"])
     assert rec["status"] == v1flow.SUCCEEDED and rec["results"] == ROWS, rec
+    assert rec["version"] == detail["version"], f"latest version expected: {rec}"
     assert data["execution_start_timestamp"] // 1000 == rec["started_at"], (data, rec)
     page = sdk.run(data["run_slug"]).list_results(limit=limit, offset=offset)
     assert window == page["list"], "the sync window differs from the same page read later"
