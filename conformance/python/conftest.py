@@ -11,8 +11,11 @@ sees does not depend on how fast the machine is.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -71,6 +74,19 @@ class Sandbox:
         self._http.close()
 
 
+def _die_with_parent() -> None:
+    """Linux: have the kernel stop the sandbox if this pytest process is killed
+    (say by the Rust test's timeout) before the fixture's teardown runs."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            PR_SET_PDEATHSIG = 1
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except (OSError, AttributeError):
+            pass
+
+
 def _parse_ready(text: str) -> dict[str, str] | None:
     line = text.strip()
     if not line.startswith("READY ") or not text.endswith("\n"):
@@ -99,7 +115,12 @@ def sandbox(request):
     # would reject V1COMPAT_BIN itself: start it with none of them.
     env = {k: v for k, v in os.environ.items() if not k.startswith("V1COMPAT_")}
     proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        cmd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        preexec_fn=_die_with_parent if os.name == "posix" else None,
     )
     try:
         fields = None
@@ -185,8 +206,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     """On failure, show the end of the sandbox log (gateway and sandbox output)."""
     if exitstatus == 0:
         return
+    ansi = re.compile(r"\x1b\[[0-9;]*m")
     for path in _LOGS:
-        lines = path.read_text(errors="replace").splitlines()
+        lines = ansi.sub("", path.read_text(errors="replace")).splitlines()
         terminalreporter.section(f"last lines of {path}")
         for line in lines[-40:]:
             terminalreporter.line(line)
