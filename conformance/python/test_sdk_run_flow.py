@@ -212,3 +212,27 @@ def test_account_info(sdk):
     assert isinstance(acct["traffic"], int) and acct["traffic"] >= 0, acct
     assert isinstance(acct["traffic_expiration_at"], int), acct
     assert acct["traffic_expiration_at"] < 10**11, f"not Unix seconds: {acct}"
+
+
+def test_sdk_calls_become_v2_calls(sandbox, sdk, finished_run, store_item, detail):
+    """What the V2 service received for two SDK calls (from `/__sandbox/requests`)."""
+    http = httpx.Client(base_url=sandbox.upstream, timeout=10.0)
+    http.delete("/__sandbox/requests")
+    sdk.run(finished_run["slug"]).list_results(limit=50, offset=50)
+    sdk.scraper(store_item["slug"]).run(input=v1flow.build_input(detail, max_results=1), version=detail["version"])
+    seen = http.get("/__sandbox/requests").json()
+    http.close()
+
+    results = [r for r in seen if r["operation"] == "listWorkerRunResults"]
+    assert len(results) == 1, seen
+    assert results[0]["path"] == f"/api/v2/worker-runs/{finished_run['slug']}/result"
+    assert sorted(results[0]["query"].split("&")) == ["limit=50", "offset=2"], results[0]["query"]
+
+    runs = [r for r in seen if r["operation"] == "runWorker"]
+    assert len(runs) == 1, seen
+    body = runs[0]["body"]
+    # V1-only fields (`scraper_slug`, the window of an async run) do not reach V2.
+    assert "scraper_slug" not in body and "page_index" not in body, body
+    assert body["is_async"] is True and body["version"] == detail["version"], body
+    assert body["input"]["parameters"]["custom"]["max_results"] == 1, body
+    assert {r["auth"] for r in seen} == {"bearer"}, "the gateway sends the key as Bearer"
