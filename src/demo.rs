@@ -39,6 +39,11 @@ pub struct DemoOptions {
     /// Sandbox configuration (see config/sandbox.toml).
     #[arg(long, short)]
     pub config: Option<PathBuf>,
+    /// Once every listener is bound, write one line to this file (replaced atomically):
+    /// `READY gateway=http://ADDR admin=http://ADDR upstream=http://ADDR legacy=http://ADDR key=KEY`.
+    /// Lets scripts use port 0 and learn the chosen addresses.
+    #[arg(long, value_name = "PATH")]
+    pub ready_file: Option<PathBuf>,
 }
 
 /// Starts everything, prints how to use it, and runs until `shutdown`.
@@ -100,9 +105,41 @@ pub async fn run(
             sandbox.api_key()
         )
     );
+    if let Some(path) = &opts.ready_file {
+        let line = ready_line(
+            gw,
+            adm,
+            sandbox.v2_addr(),
+            sandbox.v1_addr(),
+            sandbox.api_key(),
+        );
+        write_atomically(path, &line).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     let result = crate::run(public, admin, gateway_cfg, upstream, shutdown).await;
     sandbox.shutdown().await;
     result.map_err(|e| e.to_string())
+}
+
+/// The machine-readable form of the banner (one line, space-separated `name=value`).
+fn ready_line(
+    gateway: SocketAddr,
+    admin: SocketAddr,
+    v2: SocketAddr,
+    v1: SocketAddr,
+    key: &str,
+) -> String {
+    format!(
+        "READY gateway=http://{gateway} admin=http://{admin} upstream=http://{v2} legacy=http://{v1} key={key}\n"
+    )
+}
+
+/// Write through a temporary file and a rename, so a reader polling for the file
+/// never sees it half-written.
+fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
 }
 
 fn local(l: &TcpListener) -> Result<SocketAddr, String> {
@@ -132,4 +169,30 @@ Try:
 
 Stop with ctrl-c."
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_line_is_one_parseable_line() {
+        let a = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let line = ready_line(a(1), a(2), a(3), a(4), "k");
+        assert_eq!(
+            line,
+            "READY gateway=http://127.0.0.1:1 admin=http://127.0.0.1:2 \
+             upstream=http://127.0.0.1:3 legacy=http://127.0.0.1:4 key=k\n"
+        );
+    }
+
+    #[test]
+    fn ready_file_is_replaced_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ready");
+        std::fs::write(&path, "old").unwrap();
+        write_atomically(&path, "READY x=1\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "READY x=1\n");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
 }
