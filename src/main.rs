@@ -31,7 +31,6 @@ struct Cli {
 }
 
 // Parsed once at start-up, so the size of the `Sandbox` variant does not matter.
-// Parsed once at start-up: the size difference between variants costs nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
