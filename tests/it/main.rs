@@ -2,6 +2,7 @@
 //! gateway tests, the upstream client and the sandbox, each against
 //! in-process servers on port 0.
 
+mod differential;
 mod golden;
 mod sandbox;
 mod support;
