@@ -42,6 +42,9 @@ enum Rule {
     MessageHead,
     /// Not compared when the gateway's page has no rows (`data.list` empty).
     NoRows,
+    /// Not compared when the gateway answers `""`: it had nothing to recover the
+    /// value from. A non-empty gateway value must still match.
+    EmptyOnGateway,
 }
 
 /// The one list of fields allowed to differ: (operation or `*`, path pattern with
@@ -101,11 +104,27 @@ const VOLATILE: &[(&str, &str, Rule, &str)] = &[
         "the result window of a synchronous run: as for result_list",
     ),
     (
+        "run_log",
+        "data.list[*].group",
+        Rule::EmptyOnGateway,
+        "V2 log entries are strings without the subtask group; the gateway recovers \
+         it from `Subtask-[id]` in the text, and a line without one (the closing \
+         `All subtasks have completed` line) gets `\"\"`",
+    ),
+    (
         "account_info",
         "data.traffic",
         Rule::Ignore,
         "V2 removed the traffic fields; the gateway answers the configured \
          compat.account_traffic instead of the account's real quota",
+    ),
+    (
+        "account_info",
+        "data.traffic_expiration_at",
+        Rule::Ignore,
+        "V2 removed the traffic fields; the gateway answers the balance expiry \
+         (compat.traffic_expiration), which is the traffic expiry only when the two \
+         happen to be equal (the demo account; not the second account)",
     ),
     (
         "*",
@@ -343,7 +362,8 @@ impl Env {
             .await
     }
 
-    async fn advance(&self, seconds: u64) {
+    /// Moves the simulated clock; returns the new simulated time (Unix ms).
+    async fn advance(&self, seconds: u64) -> i64 {
         let (s, v) = send_json(
             self.sandbox.v2_addr(),
             "POST",
@@ -353,6 +373,19 @@ impl Env {
         )
         .await;
         assert_eq!(s, 200, "advance: {v}");
+        v["now_ms"].as_i64().unwrap()
+    }
+
+    /// V2 lists only the runs of the current month (UTC+8) while V1 listed all
+    /// (facts §7.2; the gateway does not bridge this). So that the comparison does
+    /// not depend on the date the test runs, the clock is moved past a month
+    /// boundary that is less than an hour away before any run is started.
+    async fn keep_clear_of_month_end(&self) {
+        let now = self.advance(0).await / 1000;
+        let next = next_month_start_utc8(now);
+        if next - now < 3600 {
+            self.advance((next - now + 60) as u64).await;
+        }
     }
 
     /// Runs of the demo account, as the native surface counts them.
@@ -542,6 +575,35 @@ async fn setup(env: &Env) -> Ids {
         foreign_task,
         abort_pairs,
     }
+}
+
+/// Unix time (s) at which the month after the one containing `now` begins in
+/// UTC+8 (civil-date arithmetic after H. Hinnant's `days_from_civil`).
+fn next_month_start_utc8(now: i64) -> i64 {
+    const OFFSET: i64 = 8 * 3600;
+    let days = (now + OFFSET).div_euclid(86_400);
+    // civil_from_days
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month) = if month == 12 {
+        (year + 1, 1)
+    } else {
+        (year, month + 1)
+    };
+    // days_from_civil(year, month, 1)
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = if month > 2 { month - 3 } else { month + 9 };
+    let doy = (153 * mp + 2) / 5;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    (era * 146_097 + doe - 719_468) * 86_400 - OFFSET
 }
 
 /// Seeded request generator.
@@ -751,8 +813,9 @@ impl Gen<'_> {
             "{\"run_slug\": \"\"}",
             "{\"run_slug\": [\"x\"]}",
             "{}",
+            "",
         ]);
-        Case::raw(op, path, Some(body.to_owned()))
+        Case::raw(op, path, (!body.is_empty()).then(|| body.to_owned()))
     }
 
     fn store(&mut self) -> Case {
@@ -1084,6 +1147,93 @@ impl Gen<'_> {
     }
 }
 
+#[test]
+fn month_starts_in_utc8() {
+    // 2026-11-22T14:00:00Z → 2026-12-01T00:00:00+08:00 = 2026-11-30T16:00:00Z.
+    assert_eq!(next_month_start_utc8(1_795_356_000), 1_796_054_400);
+    // 2026-12-31T16:30:00Z is already 2027-01-01 in UTC+8 → 2027-02-01T00:00+08:00.
+    assert_eq!(next_month_start_utc8(1_798_734_600), 1_801_411_200);
+    // 2028-02-10 (leap year) → 2028-03-01T00:00+08:00.
+    assert_eq!(next_month_start_utc8(1_833_724_800), 1_835_452_800);
+}
+
+/// Cases worth sending every time: account info of both accounts and both key
+/// headers, the second account's own run and task, and some operations' paths
+/// with the right and the wrong method.
+fn fixed_cases(ids: &Ids) -> Vec<Case> {
+    let mut out = vec![
+        Case::raw("account_info", "/api/v1/account/info", None),
+        Case::raw("account_info", "/api/v1/account/info", None).auth(Auth::Bearer),
+        Case::raw("account_info", "/api/v1/account/info", Some("{}".into())).auth(Auth::Other),
+        Case::post(
+            "run_detail",
+            "/api/v1/run/detail",
+            json!({ "run_slug": ids.foreign_run }),
+        )
+        .auth(Auth::Other),
+        Case::post(
+            "start_task_run",
+            "/api/v1/task/run",
+            json!({"task_slug": ids.foreign_task, "callback_url": CALLBACK}),
+        )
+        .auth(Auth::Other),
+    ];
+    let run = &ids.done[0].0;
+    let ops: [(&'static str, &str, &str, Option<Value>); 7] = [
+        ("store_search", "GET", "/api/store?search=maps", None),
+        (
+            "worker_detail",
+            "GET",
+            "/api/scraper?slug=coreclaw/google-maps-scraper",
+            None,
+        ),
+        ("proxy_regions", "GET", "/api/proxy/region", None),
+        (
+            "run_detail",
+            "POST",
+            "/api/v1/run/detail",
+            Some(json!({ "run_slug": run })),
+        ),
+        ("run_list", "POST", "/api/v1/run/list", Some(json!({}))),
+        (
+            "run_log",
+            "POST",
+            "/api/v1/run/last/log",
+            Some(json!({ "run_slug": run })),
+        ),
+        (
+            "account_info",
+            "POST",
+            "/api/v1/account/info",
+            Some(json!({})),
+        ),
+    ];
+    for (op, method, path, body) in ops {
+        let (p, q) = path.split_once('?').map_or((path, ""), |(p, q)| (p, q));
+        let q = if q.is_empty() {
+            String::new()
+        } else {
+            format!("?{q}")
+        };
+        let other = if method == "GET" { "POST" } else { "GET" };
+        // Not the path with a trailing slash: the gateway serves it (src/route.rs
+        // says V1's router tolerated one) while the native surface answers
+        // 404/4040, and neither the spec nor the facts say which V1 did. A known,
+        // unresolved difference.
+        for (m, p) in [(method, format!("{p}{q}")), (other, format!("{p}{q}"))] {
+            out.push(Case {
+                op,
+                method: m,
+                path: p,
+                auth: Auth::Key,
+                body: body.as_ref().map(Value::to_string),
+                gateway_body: None,
+            });
+        }
+    }
+    out
+}
+
 /// `data.list[3].status`-style paths to leaf values; empty objects and arrays are
 /// leaves too, so `[]` and `{}` still differ from a missing field.
 fn flatten(v: &Value, prefix: &str, out: &mut BTreeMap<String, Value>) {
@@ -1176,6 +1326,7 @@ fn diff(op: &str, a: &(u16, Value), b: &(u16, Value)) -> Vec<(String, String, St
             (Some(Rule::NoRows), Some(_), Some(_)) if fb.get(&rows_of(p)) == Some(&json!([])) => {
                 continue
             }
+            (Some(Rule::EmptyOnGateway), Some(_), Some(y)) if y == &json!("") => continue,
             (Some(Rule::MessageHead), Some(x), Some(y))
                 if matches!(fa.get("code").and_then(Value::as_i64), Some(4000 | 20001))
                     && fa.get("code") == fb.get("code")
@@ -1264,9 +1415,16 @@ async fn native_v1_and_gateway_answer_alike() {
     let started = std::time::Instant::now();
     // The clock practically stands still unless advanced, so a request pair sees
     // the same run states; `speed` must be positive.
-    let cfg =
-        SandboxConfig::from_toml_str(&format!("speed = 0.0001\n[[accounts]]\nkey = \"{KEY2}\"\n"))
-            .unwrap();
+    // V2 run-log entries as strings, as the contract describes them (the gateway
+    // parses them back into V1 objects); the second account with a traffic expiry
+    // that differs from its balance expiry, as in config/sandbox.toml.
+    let cfg = SandboxConfig::from_toml_str(&format!(
+        "speed = 0.0001\nlog_entries = \"strings\"\n\
+         [[accounts]]\nkey = \"{KEY2}\"\nbalance = \"2.7129\"\n\
+         balance_expiration_at = 1812418930\ntraffic = 178194757135\n\
+         traffic_expiration_at = 1775267018\n"
+    ))
+    .unwrap();
     let v2 = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let v1 = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let sandbox = Sandbox::start(cfg, v2, v1).await.unwrap();
@@ -1287,14 +1445,15 @@ async fn native_v1_and_gateway_answer_alike() {
     let (ready, _, _) = send(env.gateway.admin, "GET", "/readyz", &[], None).await;
     assert_eq!(ready.as_u16(), 200, "gateway /readyz");
 
+    env.keep_clear_of_month_end().await;
     let ids = setup(&env).await;
     let mut gen = Gen {
         rng: StdRng::seed_from_u64(0x5EED_D1FF),
         ids: &ids,
         next_abort_pair: 0,
     };
-    // Every operation at least a few times, then the weighted mix.
-    let mut cases: Vec<Case> = Vec::new();
+    // A few fixed cases, every operation at least a few times, then the weighted mix.
+    let mut cases: Vec<Case> = fixed_cases(&ids);
     for op in [
         "store_search",
         "worker_detail",
