@@ -98,7 +98,7 @@ pub fn export_call(body: &Body, extra_formats: bool) -> Result<V2Call, GatewayEr
     let run = body.run_slug()?;
     // V1 knew `csv` and `json` only, in lowercase; V2 reads the value without
     // regard to case, so the gateway must not pass `CSV` on as V1 refused it.
-    let format = body.req_str("format")?.trim().to_owned();
+    let format = body.req_str("format")?.to_owned();
     let allowed: &[&str] = if extra_formats {
         &V2_EXPORT_FORMATS
     } else {
@@ -193,8 +193,12 @@ mod tests {
             call.path.path_and_query(),
             "/api/v2/worker-runs/R1/result/export?format=csv&filter_keys=title%2Ca%20b"
         );
-        let body = Body::parse(br#"{"run_slug":"R1","format":"CSV"}"#).unwrap();
-        assert!(export_call(&body, true).is_err());
+        for spelling in ["CSV", " csv", "Json"] {
+            let body =
+                Body::parse(format!(r#"{{"run_slug":"R1","format":"{spelling}"}}"#).as_bytes())
+                    .unwrap();
+            assert!(export_call(&body, true).is_err(), "{spelling}");
+        }
         let body = Body::parse(br#"{"run_slug":"R1","format":"xlsx"}"#).unwrap();
         assert!(export_call(&body, false).is_err());
         assert!(export_call(&body, true).is_ok());
