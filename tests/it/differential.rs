@@ -669,6 +669,22 @@ impl Gen<'_> {
         }
     }
 
+    /// Keys on the public operations: usually none, sometimes a valid or a
+    /// wrong one (V1 never looked at them there).
+    fn public_auth(&mut self) -> Auth {
+        self.pick(&[
+            Auth::None,
+            Auth::None,
+            Auth::None,
+            Auth::None,
+            Auth::None,
+            Auth::Key,
+            Auth::Bearer,
+            Auth::Other,
+            Auth::Wrong,
+        ])
+    }
+
     /// A request that is valid except for its key: missing, wrong, or another
     /// account's. Only one fault per request: with a wrong key and a bad body the
     /// native service reports the key, while the gateway cannot know the key is
@@ -853,11 +869,8 @@ impl Gen<'_> {
             q.push(format!("limit={l}"));
         }
         let c = Case::get("store_search", format!("/api/store?{}", q.join("&")));
-        if self.chance(0.1) {
-            c.auth(Auth::Key)
-        } else {
-            c
-        }
+        let auth = self.public_auth();
+        c.auth(auth)
     }
 
     fn worker_detail(&mut self) -> Case {
@@ -881,21 +894,15 @@ impl Gen<'_> {
             None => "/api/scraper".to_owned(),
         };
         let c = Case::get("worker_detail", path);
-        if self.chance(0.1) {
-            c.auth(Auth::Key)
-        } else {
-            c
-        }
+        let auth = self.public_auth();
+        c.auth(auth)
     }
 
     fn regions(&mut self) -> Case {
         let path = self.pick(&["", "", "?language=en", "?language=zh"]);
         let c = Case::get("proxy_regions", format!("/api/proxy/region{path}"));
-        if self.chance(0.3) {
-            c.auth(Auth::Key)
-        } else {
-            c
-        }
+        let auth = self.public_auth();
+        c.auth(auth)
     }
 
     fn start_run(&mut self) -> Case {
