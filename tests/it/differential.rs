@@ -748,6 +748,7 @@ impl Gen<'_> {
             ("page_size", json!(1001)),
             ("page_size", json!(0)),
             ("page_size", json!(-5)),
+            ("page_size", json!(1_000_000_000_000i64)),
             ("page_size", json!("10")),
             ("page_size", json!(2.5)),
             ("page_index", json!(-1)),
@@ -925,7 +926,15 @@ impl Gen<'_> {
                     _ => "latest",
                 });
             }
-            8 => body["callback_url"] = json!(CALLBACK),
+            8 => match self.rng.gen_range(0..5) {
+                0 => body["callback_url"] = json!(CALLBACK),
+                // Empty optional values count as absent on both sides.
+                1 => body["callback_url"] = json!(""),
+                2 => body["version"] = json!(""),
+                // V1 ignored fields it did not know.
+                3 => body["page_token"] = json!("x"),
+                _ => body["is_async"] = json!(true),
+            },
             9 => {
                 body["input"]["parameters"]["system"] = json!({"cpus": 0.125, "memory": 512, "execute_limit_time_seconds": 1800, "max_total_charge": 0, "max_total_traffic": 0, "proxy_region": "US"})
             }
@@ -948,7 +957,16 @@ impl Gen<'_> {
                 let (k, v) = self.bad_page();
                 body[k] = v;
             }
-            18 => body["input"]["parameters"]["custom"] = json!([1, 2]),
+            18 => match self.rng.gen_range(0..5) {
+                0 => body["input"]["parameters"]["custom"] = json!([1, 2]),
+                // `memory_bytes` is the worker-detail name; the run input says `memory`.
+                1 => body["input"]["parameters"]["system"] = json!({"memory_bytes": 512}),
+                2 => body["input"]["extra"] = json!(1),
+                3 => {
+                    body["input"]["parameters"]["custom"] = json!({"keywords": "coffee", "asins": "B1", "video_urls": "u", "start_url": 5, "start_urls": "u", "pages": "p"})
+                }
+                _ => body["callback_url"] = json!("http://"),
+            },
             _ => return self.malformed("start_run", "/api/v1/scraper/run"),
         }
         Case::post("start_run", "/api/v1/scraper/run", body).auth(self.auth())
@@ -972,7 +990,7 @@ impl Gen<'_> {
 
     fn rerun(&mut self) -> Case {
         let body = match self.rng.gen_range(0..10) {
-            0..=3 => json!({"run_slug": self.pick(&self.ids.done).0, "callback_url": CALLBACK}),
+            0..=3 => json!({"run_slug": self.any_run(), "callback_url": CALLBACK}),
             4 => json!({"run_slug": self.any_run()}),
             5 => json!({"run_slug": self.any_run(), "callback_url": "nope"}),
             6 | 7 => json!({"run_slug": self.unknown_run(), "callback_url": CALLBACK}),
@@ -1070,7 +1088,10 @@ impl Gen<'_> {
             0..=3 => {}
             4 | 5 if !keys.is_empty() => body["filter_keys"] = json!(keys[..2]),
             6 if !keys.is_empty() => body["filter_keys"] = json!([keys[2]]),
-            7 => body["filter_keys"] = json!([]),
+            7 => {
+                body["filter_keys"] =
+                    json!(self.pick(&[json!([]), json!(null), json!(["title", "title"])]))
+            }
             8 => body["format"] = json!(self.pick(&["pdf", "", "CSV", "xlsx", "Json"])),
             9 => {
                 body.as_object_mut().unwrap().remove("format");
