@@ -1,6 +1,8 @@
 //! The public catalog: store search, worker detail and proxy regions. V1
 //! served these without a key; V2 worker detail needs one, so the client's
-//! key or the configured service key is used.
+//! key or the configured service key is used. V1 never checked a key here, so
+//! when V2 refuses the client's key the call is repeated once with the service
+//! key (in [`Exchange::call`]).
 //!
 //! | V1 | V2 | rule |
 //! |---|---|---|

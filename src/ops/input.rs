@@ -95,11 +95,12 @@ impl Body {
     }
 
     /// The V1 page window, with V1's defaults and the configured maximum.
-    /// `page_index` 0 is read as 1, as V2 does.
+    /// V1 `page_index` is 1-based, so 0 is refused like any other page V1 never
+    /// had (V2 reads `offset=0` as page 1, but that is V2's rule, not V1's).
     pub fn window(&self, default_size: u64, max_size: u64) -> Result<Window, GatewayError> {
         let page_index = match self.opt_int("page_index")? {
             None => 1,
-            Some(i) if (0..=MAX_PAGE_INDEX).contains(&i) => i.max(1) as u64,
+            Some(i) if (1..=MAX_PAGE_INDEX).contains(&i) => i as u64,
             Some(_) => {
                 return Err(GatewayError::bad(
                     "page_index",
@@ -229,10 +230,11 @@ mod tests {
     fn windows_have_defaults_and_bounds() {
         let w = body("{}").window(10, 1000).unwrap();
         assert_eq!((w.page_index, w.page_size), (1, 10));
-        let w = body(r#"{"page_index": 0, "page_size": 1000}"#)
+        let w = body(r#"{"page_index": 1, "page_size": 1000}"#)
             .window(10, 1000)
             .unwrap();
         assert_eq!((w.page_index, w.page_size), (1, 1000));
+        assert!(body(r#"{"page_index": 0}"#).window(10, 1000).is_err());
         assert!(body(r#"{"page_size": 1001}"#).window(10, 1000).is_err());
         assert!(body(r#"{"page_size": 0}"#).window(10, 1000).is_err());
         assert!(body(r#"{"page_index": -1}"#).window(10, 1000).is_err());

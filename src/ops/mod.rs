@@ -66,6 +66,10 @@ pub struct Exchange<'a> {
     pub gw: &'a Gateway,
     pub request_id: &'a str,
     key: Option<ApiKey>,
+    /// For a V1 public operation sent with the client's own key: the service
+    /// key, to retry with when V2 refuses the client's key. V1 never looked at a
+    /// key on these operations, so a stale one must not turn them into 401s.
+    fallback_key: Option<ApiKey>,
     v2_ids: Mutex<Vec<String>>,
     calls: AtomicU32,
 }
@@ -82,8 +86,26 @@ impl<'a> Exchange<'a> {
     }
 
     /// Sends one call and reads the V2 envelope: `Ok(data)` (Null when V2
-    /// sent none) on code 0, a [`GatewayError`] otherwise.
+    /// sent none) on code 0, a [`GatewayError`] otherwise. On a V1 public
+    /// operation a 401 for the client's key is retried once with the service key.
     pub async fn call(&self, call: V2Call, subject: Subject) -> Result<Value, GatewayError> {
+        let retry = match (&self.fallback_key, &call.key) {
+            (Some(fallback), Some(used)) if fallback != used => {
+                Some(call.clone().with_key(Some(fallback.clone())))
+            }
+            _ => None,
+        };
+        match (self.call_once(call, subject).await, retry) {
+            (Err(GatewayError::Refused { status, .. }), Some(retry))
+                if status == http::StatusCode::UNAUTHORIZED =>
+            {
+                self.call_once(retry, subject).await
+            }
+            (result, _) => result,
+        }
+    }
+
+    async fn call_once(&self, call: V2Call, subject: Subject) -> Result<Value, GatewayError> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let reply = self.gw.upstream.call(call, self.request_id).await?;
         let envelope: Envelope = serde_json::from_slice(&reply.body).map_err(|e| {
@@ -136,6 +158,10 @@ impl<'a> Exchange<'a> {
 
 /// Runs one V1 operation.
 pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError> {
+    let fallback_key = match &req.key {
+        Some(_) if req.op.is_public() => gw.config.service_key.clone(),
+        _ => None,
+    };
     let key = match req.key {
         Some(k) => Some(k),
         None if req.op.is_public() => gw.config.service_key.clone(),
@@ -149,6 +175,7 @@ pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError
         gw,
         request_id: &req.request_id,
         key,
+        fallback_key,
         v2_ids: Mutex::new(Vec::new()),
         calls: AtomicU32::new(0),
     };
@@ -201,4 +228,101 @@ pub(crate) fn list_of<'v>(data: &'v Value, field: &str) -> &'v [Value] {
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or(&[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::{UpstreamFuture, V2Reply};
+    use http::StatusCode;
+    use serde_json::json;
+
+    /// Answers 401 to any key but `svc-key`, and records the keys it saw.
+    #[derive(Default)]
+    struct KeyCheckingV2 {
+        seen: Mutex<Vec<(String, Option<String>)>>,
+    }
+
+    impl Upstream for KeyCheckingV2 {
+        fn call(&self, call: V2Call, _request_id: &str) -> UpstreamFuture<'_> {
+            let key = call.key.as_ref().map(|k| k.expose().to_owned());
+            self.seen
+                .lock()
+                .unwrap()
+                .push((call.path.path_and_query(), key.clone()));
+            let (status, body) = match key.as_deref() {
+                Some("svc-key") | None => (
+                    StatusCode::OK,
+                    json!({"code": 0, "message": "success", "data": {"version": "v1.0.0"}}),
+                ),
+                Some(_) => (
+                    StatusCode::UNAUTHORIZED,
+                    json!({"code": 12002, "message": "invalid token"}),
+                ),
+            };
+            Box::pin(async move {
+                Ok(V2Reply {
+                    status,
+                    body: Bytes::from(body.to_string()),
+                    attempts: 1,
+                })
+            })
+        }
+    }
+
+    async fn run(
+        op: Operation,
+        query: &str,
+        key: &str,
+        config: &str,
+    ) -> (Result<Answer, GatewayError>, Vec<(String, Option<String>)>) {
+        let v2 = Arc::new(KeyCheckingV2::default());
+        let config = crate::config::load(config, Vec::new()).unwrap();
+        let gw = Gateway::new(v2.clone(), Arc::new(config));
+        let req = V1Request {
+            op,
+            query: Some(query.to_owned()),
+            body: Bytes::new(),
+            key: ApiKey::new(key),
+            request_id: "t".into(),
+        };
+        let result = handle(&gw, req).await;
+        let seen = v2.seen.lock().unwrap().clone();
+        (result, seen)
+    }
+
+    #[tokio::test]
+    async fn public_operation_retries_a_refused_client_key_with_the_service_key() {
+        let (result, seen) = run(
+            Operation::WorkerDetail,
+            "slug=w1",
+            "stale-key",
+            "[upstream]\nservice_key = \"svc-key\"\n",
+        )
+        .await;
+        assert!(result.is_ok(), "{:?}", result.err());
+        let detail: Vec<_> = seen
+            .iter()
+            .filter(|(p, _)| p == "/api/v2/workers/w1")
+            .collect();
+        assert_eq!(
+            detail.iter().map(|(_, k)| k.as_deref()).collect::<Vec<_>>(),
+            vec![Some("stale-key"), Some("svc-key")]
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_service_key_the_refusal_stands_and_keyed_operations_never_retry() {
+        let (result, _) = run(Operation::WorkerDetail, "slug=w1", "stale-key", "").await;
+        assert_eq!(result.err().unwrap().render().envelope.code, 20001);
+        let (result, seen) = run(
+            Operation::AccountInfo,
+            "",
+            "stale-key",
+            "[upstream]\nservice_key = \"svc-key\"\n",
+        )
+        .await;
+        assert_eq!(result.err().unwrap().render().envelope.code, 20001);
+        assert_eq!(seen.len(), 1);
+    }
 }

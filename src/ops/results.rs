@@ -8,7 +8,7 @@
 //! | `data.count`, `data.list[]` | same | rows unchanged (`__coreclaw_data_id__` kept) |
 //! | `data.headers[].format` | — (V2 has none) | kept if V2 sends one; else `number` when the column has at least one non-null value in the page and every non-null value is a JSON number, otherwise `text` |
 //! | `data.page_index`, `data.page_size` | — | echo of the V1 request |
-//! | export `format` (`csv`, `json`) | `format` | lowercased; V2's other formats accepted when `compat.extra_export_formats` |
+//! | export `format` (`csv`, `json`) | `format` | exactly as V1 spelled them (lowercase); V2's other formats accepted when `compat.extra_export_formats` |
 //! | export `filter_keys` (array) | `filter_keys` (comma-joined, URL-encoded) | omitted when empty; keys with a comma are refused |
 //! | `data.download_url` | `data.download_url` | untouched |
 
@@ -96,7 +96,9 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Value, Gatewa
 /// Checks the V1 export body and builds the V2 call.
 pub fn export_call(body: &Body, extra_formats: bool) -> Result<V2Call, GatewayError> {
     let run = body.run_slug()?;
-    let format = body.req_str("format")?.trim().to_ascii_lowercase();
+    // V1 knew `csv` and `json` only, in lowercase; V2 reads the value without
+    // regard to case, so the gateway must not pass `CSV` on as V1 refused it.
+    let format = body.req_str("format")?.to_owned();
     let allowed: &[&str] = if extra_formats {
         &V2_EXPORT_FORMATS
     } else {
@@ -184,13 +186,19 @@ mod tests {
     #[test]
     fn export_query() {
         let body =
-            Body::parse(br#"{"run_slug":"R1","format":"CSV","filter_keys":["title","a b"]}"#)
+            Body::parse(br#"{"run_slug":"R1","format":"csv","filter_keys":["title","a b"]}"#)
                 .unwrap();
         let call = export_call(&body, false).unwrap();
         assert_eq!(
             call.path.path_and_query(),
             "/api/v2/worker-runs/R1/result/export?format=csv&filter_keys=title%2Ca%20b"
         );
+        for spelling in ["CSV", " csv", "Json"] {
+            let body =
+                Body::parse(format!(r#"{{"run_slug":"R1","format":"{spelling}"}}"#).as_bytes())
+                    .unwrap();
+            assert!(export_call(&body, true).is_err(), "{spelling}");
+        }
         let body = Body::parse(br#"{"run_slug":"R1","format":"xlsx"}"#).unwrap();
         assert!(export_call(&body, false).is_err());
         assert!(export_call(&body, true).is_ok());

@@ -49,8 +49,10 @@ type V1Result = Result<Value, V1Error>;
 
 /// Largest V1 run-list page.
 const MAX_LIST_PAGE: i64 = 1000;
-/// Largest V1 result page (no documented cap; bounded to keep answers sane).
-const MAX_RESULT_PAGE: i64 = 5000;
+/// Largest V1 result page. `result/list` documents no cap of its own; the one cap
+/// V1 documented for a result window is the synchronous run's `page_size` max 1000
+/// (facts §1.3, V1-SWAGGER), which this surface already applies there.
+const MAX_RESULT_PAGE: i64 = 1000;
 
 fn render(result: V1Result) -> Response<Body> {
     let (status, body) = match result {

@@ -1,9 +1,10 @@
 //! The integration suite, one binary: golden V1↔V2 cases, end-to-end
-//! gateway tests, the upstream client and the sandbox, each against
+//! gateway tests, the differential test (native V1 vs translation), the upstream client and the sandbox, each against
 //! in-process servers on port 0, and the client conformance suite (the
 //! published V1 Python SDK against `v1compat sandbox`).
 
 mod cli;
+mod differential;
 mod gateway;
 mod golden;
 mod python_sdk;
