@@ -140,7 +140,7 @@ async fn bad_input_is_refused_before_v2() {
     let too_big = format!("{{\"run_slug\":\"{}\"}}", "x".repeat(2000));
     // (path, JSON body sent with a key, what the message says after
     // "Invalid request parameters: ")
-    let cases: [(&str, &[u8], &str); 13] = [
+    let cases: [(&str, &[u8], &str); 14] = [
         (
             "/api/v1/run/detail",
             b"{\"run_slug\": ",
