@@ -62,6 +62,8 @@ pub enum GatewayError {
         status: StatusCode,
         code: Option<i64>,
         message: String,
+        /// V2's `request_id`, returned to the client for troubleshooting.
+        v2_request_id: Option<String>,
     },
     /// No answer from V2 at all.
     #[error(transparent)]

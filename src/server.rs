@@ -266,6 +266,15 @@ fn v1_error(err: &GatewayError) -> Response<Full<Bytes>> {
         HeaderValue::from_static(rendered.origin.as_str()),
     );
     h.insert(ERROR_CAUSE, HeaderValue::from_static(rendered.cause));
+    if let GatewayError::Refused {
+        v2_request_id: Some(id),
+        ..
+    } = err
+    {
+        if let Ok(v) = HeaderValue::from_str(id) {
+            h.insert(V2_REQUEST_ID, v);
+        }
+    }
     resp
 }
 

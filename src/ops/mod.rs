@@ -114,13 +114,12 @@ impl<'a> Exchange<'a> {
                 reply.status.as_u16()
             ))
         })?;
-        if let Some(id) = envelope
+        // Only ids that are safe to put in a response header are kept.
+        let v2_request_id = envelope
             .request_id
-            .filter(|id| id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic()))
-        {
-            if let Ok(mut ids) = self.v2_ids.lock() {
-                ids.push(id);
-            }
+            .filter(|id| id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic()));
+        if let (Some(id), Ok(mut ids)) = (&v2_request_id, self.v2_ids.lock()) {
+            ids.push(id.clone());
         }
         match envelope.code {
             Some(0) if reply.status.is_success() => Ok(envelope.data.unwrap_or(Value::Null)),
@@ -132,6 +131,7 @@ impl<'a> Exchange<'a> {
                 status: reply.status,
                 code,
                 message: envelope.message.unwrap_or_default(),
+                v2_request_id,
             }),
         }
     }

@@ -973,6 +973,22 @@ async fn request_ids_travel_both_ways() {
     assert_eq!(r.header("x-request-id"), Some("err-1"));
 }
 
+#[tokio::test]
+async fn v2_request_id_comes_back_on_errors_too() {
+    let v2 = MockV2::start(|_| {
+        Reply::Json(
+            404,
+            json!({"code": 70001, "message": "run record does not exist", "request_id": "v2-req-404", "details": null}),
+        )
+    })
+    .await;
+    let gw = gateway(&v2, "").await;
+    let r = post(&gw, "/api/v1/run/detail", json!({"run_slug": RUN})).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.body["code"], 70001);
+    assert_eq!(r.header("x-v2-request-id"), Some("v2-req-404"));
+}
+
 // 7. Worker verification cache.
 
 #[tokio::test]
