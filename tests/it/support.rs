@@ -178,6 +178,7 @@ pub async fn serve_scripted(v2: ScriptedV2) -> SocketAddr {
 /// A gateway on 127.0.0.1:0 in front of `upstream`.
 pub struct TestGateway {
     pub addr: SocketAddr,
+    #[allow(dead_code)] // plumbing for tests of the admin listener
     pub admin: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -236,6 +237,7 @@ pub async fn send(
 }
 
 /// Sends JSON and parses a JSON answer.
+#[allow(dead_code)] // plumbing kept for tests that need it
 pub async fn send_json(
     addr: SocketAddr,
     method: &str,
