@@ -21,7 +21,7 @@ CONNS=32              # connections of the throughput workloads
 FANOUT_LATENCY_MS=10  # simulated V2 service time for the second fan-out measurement
 PORT_BASE="${BENCH_PORT_BASE:-18180}"
 KEY=sandbox-key
-COMMAND="deploy/bench/run.sh $*"
+COMMAND="deploy/bench/run.sh${*:+ $*}"
 
 usage() {
   sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
