@@ -70,11 +70,14 @@ pub async fn store_search(ex: &Exchange<'_>, query: &Query) -> Result<Value, Gat
     let rows = plan.assemble(
         pages
             .iter()
-            .map(|p| list_of(p, "scraper").to_vec())
+            .map(|p| list_of(p, "scraper").iter().collect())
             .collect(),
     );
-    let items: Vec<Value> = rows.iter().map(v1_store_item).collect();
-    Ok(json!({ "scraper": items }))
+    let items: Vec<Value> = rows.into_iter().map(v1_store_item).collect();
+    // Not `json!`, which would serialize `items` into a copy.
+    let mut answer = Map::new();
+    answer.insert("scraper".into(), Value::Array(items));
+    Ok(Value::Object(answer))
 }
 
 /// The shipped system defaults, for fields V2 leaves out.

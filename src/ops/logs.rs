@@ -9,7 +9,7 @@
 //! | | strings | parsed: an RFC 3339 timestamp at the start → `timestamp` in ms; then a level word (`DEBUG`/`TRACE` 1, `INFO` 2, `WARN`/`WARNING` 3, `ERROR`/`FATAL`/`CRITICAL` 4, optionally in brackets or followed by `:`) → `type`, default 2; `group` = the digits in `Subtask-[…]` if present, else `""`; `content` = the rest |
 //! | | | an entry without a timestamp takes the previous entry's (0 for the first), so V1 clients sorting by time keep the order |
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::error::{GatewayError, Subject};
 use crate::ops::input::Body;
@@ -90,11 +90,20 @@ pub fn v1_log(data: &Value) -> Value {
             v
         })
         .collect();
-    json!({
-        "all_logs_url": string_of(data.get("all_logs_url")).unwrap_or_default(),
-        "list": list,
-        "result_count": int_of(data.get("result_count")).unwrap_or(0),
-    })
+    // Built field by field: `json!` would serialize `list` into a copy.
+    let mut page = Map::new();
+    page.insert(
+        "all_logs_url".into(),
+        string_of(data.get("all_logs_url"))
+            .unwrap_or_default()
+            .into(),
+    );
+    page.insert("list".into(), Value::Array(list));
+    page.insert(
+        "result_count".into(),
+        int_of(data.get("result_count")).unwrap_or(0).into(),
+    );
+    Value::Object(page)
 }
 
 pub async fn run_log(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {

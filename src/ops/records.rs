@@ -130,9 +130,18 @@ pub fn v1_run_list(plan: &Plan, pages: Vec<Value>, compat: &Compat) -> Value {
         .first()
         .and_then(|p| int_of(p.get("count")))
         .unwrap_or(0);
-    let rows = plan.assemble(pages.iter().map(|p| list_of(p, "list").to_vec()).collect());
-    let list: Vec<Value> = rows.iter().map(|r| v1_record(r, compat)).collect();
-    json!({ "count": count, "list": list })
+    let rows = plan.assemble(
+        pages
+            .iter()
+            .map(|p| list_of(p, "list").iter().collect())
+            .collect(),
+    );
+    let list: Vec<Value> = rows.into_iter().map(|r| v1_record(r, compat)).collect();
+    // Built field by field: `json!` would serialize `list` into a copy.
+    let mut answer = Map::new();
+    answer.insert("count".into(), count.into());
+    answer.insert("list".into(), Value::Array(list));
+    Value::Object(answer)
 }
 
 pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {

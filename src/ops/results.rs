@@ -12,11 +12,11 @@
 //! | export `filter_keys` (array) | `filter_keys` (comma-joined, URL-encoded) | omitted when empty; keys with a comma are refused |
 //! | `data.download_url` | `data.download_url` | untouched |
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::error::{GatewayError, Subject};
 use crate::ops::input::Body;
-use crate::ops::{int_of, list_of, Exchange};
+use crate::ops::{int_of, take_list, Exchange};
 use crate::paging::{Plan, Window};
 use crate::upstream::V2Call;
 use crate::v2::{Part, Segment, V2Path};
@@ -65,19 +65,27 @@ fn infer_format(key: &str, rows: &[Value]) -> &'static str {
     }
 }
 
-/// The V1 result page from the V2 pages of a plan.
-pub fn v1_result_page(window: Window, plan: &Plan, pages: &[Value]) -> Value {
-    let first = pages.first().cloned().unwrap_or(Value::Null);
-    let count = int_of(first.get("count")).unwrap_or(0);
-    let rows = plan.assemble(pages.iter().map(|p| list_of(p, "list").to_vec()).collect());
-    let headers = v1_headers(list_of(&first, "headers"), &rows);
-    json!({
-        "count": count,
-        "headers": headers,
-        "list": rows,
-        "page_index": window.page_index,
-        "page_size": window.page_size,
-    })
+/// The V1 result page from the V2 pages of a plan. The pages are taken by
+/// value so their rows move into the answer rather than being copied.
+pub fn v1_result_page(window: Window, plan: &Plan, mut pages: Vec<Value>) -> Value {
+    let count = pages
+        .first()
+        .and_then(|p| int_of(p.get("count")))
+        .unwrap_or(0);
+    let v2_headers = pages
+        .first_mut()
+        .map(|p| take_list(p, "headers"))
+        .unwrap_or_default();
+    let rows = plan.assemble(pages.iter_mut().map(|p| take_list(p, "list")).collect());
+    let headers = v1_headers(&v2_headers, &rows);
+    // Built field by field: `json!` would serialize `rows` into a copy.
+    let mut page = Map::new();
+    page.insert("count".into(), count.into());
+    page.insert("headers".into(), Value::Array(headers));
+    page.insert("list".into(), Value::Array(rows));
+    page.insert("page_index".into(), window.page_index.into());
+    page.insert("page_size".into(), window.page_size.into());
+    Value::Object(page)
 }
 
 pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
@@ -90,7 +98,7 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Value, Gatewa
             result_call(&run, o, plan.limit).with_key(Some(key.clone()))
         })
         .await?;
-    Ok(v1_result_page(window, &plan, &pages))
+    Ok(v1_result_page(window, &plan, pages))
 }
 
 /// Checks the V1 export body and builds the V2 call.
