@@ -15,7 +15,8 @@
 //! Modules: [`config`] (TOML + env → validated config), [`server`],
 //! [`route`], [`ops`] (one module per operation family), [`paging`] (V1 page
 //! windows → V2 page plans), [`upstream`] (the V2 client), [`v1`]/[`v2`] (wire
-//! types), [`error`], [`telemetry`] (logs, metric names).
+//! types), [`error`], [`telemetry`] (logs, metric names), [`sandbox`] (an
+//! embedded V2 reference service with a native V1 surface, for demos and tests).
 
 use std::sync::Arc;
 
@@ -27,6 +28,7 @@ pub mod error;
 pub mod ops;
 pub mod paging;
 pub mod route;
+pub mod sandbox;
 pub mod server;
 pub mod telemetry;
 pub mod upstream;

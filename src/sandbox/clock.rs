@@ -1,0 +1,86 @@
+//! The simulated clock. It starts at the real wall-clock time, runs at `speed`
+//! simulated seconds per real second, and can be pushed forward (`/__sandbox/advance`)
+//! so tests never sleep. Waiters are woken when it jumps or when run state changes, so
+//! nothing busy-waits.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
+
+pub struct SimClock {
+    start_real: Instant,
+    start_ms: i64,
+    speed: f64,
+    advanced_ms: AtomicI64,
+    /// Bumped on every jump or state change that may end a wait early.
+    changed: watch::Sender<u64>,
+}
+
+impl SimClock {
+    pub fn new(speed: f64) -> Self {
+        let start_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        SimClock {
+            start_real: Instant::now(),
+            start_ms,
+            speed,
+            advanced_ms: AtomicI64::new(0),
+            changed: watch::Sender::new(0),
+        }
+    }
+
+    /// Simulated Unix time in milliseconds.
+    pub fn now_ms(&self) -> i64 {
+        let real = self.start_real.elapsed().as_secs_f64();
+        self.start_ms
+            + (real * self.speed * 1000.0) as i64
+            + self.advanced_ms.load(Ordering::SeqCst)
+    }
+
+    /// Jump forward by `seconds` simulated seconds.
+    pub fn advance(&self, seconds: f64) {
+        let ms = (seconds * 1000.0).round() as i64;
+        self.advanced_ms.fetch_add(ms.max(0), Ordering::SeqCst);
+        self.bump();
+    }
+
+    /// Wake waiters because something they may depend on changed.
+    pub fn bump(&self) {
+        self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Real time it takes the clock to move `sim_ms` forward on its own.
+    pub fn real_delay(&self, sim_ms: i64) -> Duration {
+        let secs = sim_ms.max(0) as f64 / 1000.0 / self.speed;
+        // Capped so a tiny speed cannot overflow; callers re-check after waking anyway.
+        Duration::from_secs_f64(secs.min(86_400.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advance_moves_time() {
+        let c = SimClock::new(1.0);
+        let a = c.now_ms();
+        c.advance(100.0);
+        let b = c.now_ms();
+        assert!(b - a >= 100_000);
+    }
+
+    #[test]
+    fn speed_scales_delay() {
+        let c = SimClock::new(10.0);
+        assert_eq!(c.real_delay(10_000), Duration::from_secs(1));
+        assert_eq!(c.real_delay(-5), Duration::ZERO);
+    }
+}
