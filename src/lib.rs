@@ -30,6 +30,7 @@ pub mod paging;
 pub mod route;
 pub mod sandbox;
 pub mod server;
+pub mod shadow;
 pub mod telemetry;
 pub mod upstream;
 pub mod v1;

@@ -3,5 +3,6 @@
 //! in-process servers on port 0.
 
 mod golden;
+mod shadow;
 mod support;
 mod upstream;

@@ -1,0 +1,564 @@
+//! Shadow testing end to end: the sandbox's native V1 surface is the legacy
+//! service, its V2 surface the upstream of the translation. Replays over
+//! every read-only operation, a translation fault, the baseline, the live
+//! mirror against a hanging or absent legacy target, and key redaction in
+//! captures.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+use v1compat::ops::Gateway;
+use v1compat::sandbox::{Sandbox, SandboxConfig};
+use v1compat::shadow::replay::{replay, ReplayOptions, ReplayStats, TranslatedSide};
+use v1compat::shadow::report::{quantile, Report};
+use v1compat::upstream::HttpUpstream;
+
+use crate::support::{send, send_json, TestGateway};
+
+const GOOGLE_MAPS: &str = "01KBHMS6A8H6A3K5FJY11MQ99Z";
+const AMAZON: &str = "coreclaw/amazon-product-by-asin";
+const BROKEN: &str = "01KE6Q8S0T2V4W6Y8Z0A2C4E6G";
+
+/// A sandbox with three finished runs (two succeeded, one failed).
+struct World {
+    sandbox: Sandbox,
+    runs: Vec<String>,
+    dir: tempfile::TempDir,
+}
+
+impl World {
+    async fn start() -> World {
+        let v2 = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let v1 = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let sandbox = Sandbox::start(SandboxConfig::default(), v2, v1)
+            .await
+            .unwrap();
+        let key = sandbox.api_key().to_owned();
+        let mut runs = Vec::new();
+        for (slug, custom) in [
+            (
+                GOOGLE_MAPS,
+                json!({"keywords": ["coffee"], "max_results": 30}),
+            ),
+            (AMAZON, json!({"asins": ["B000000001", "B000000002"]})),
+            (BROKEN, json!({})),
+        ] {
+            let (status, body) = send_json(
+                sandbox.v1_addr(),
+                "POST",
+                "/api/v1/scraper/run",
+                Some(&key),
+                Some(&json!({"scraper_slug": slug, "is_async": true, "input": {"parameters": {"custom": custom}}})),
+            )
+            .await;
+            assert_eq!(status, 200, "{body}");
+            runs.push(body["data"]["run_slug"].as_str().unwrap().to_owned());
+        }
+        // Every run finishes; from here on the answers are stable.
+        let (status, _) = send_json(
+            sandbox.v2_addr(),
+            "POST",
+            "/__sandbox/advance",
+            None,
+            Some(&json!({"seconds": 3600})),
+        )
+        .await;
+        assert_eq!(status, 200);
+        World {
+            sandbox,
+            runs,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn key(&self) -> &str {
+        self.sandbox.api_key()
+    }
+
+    fn legacy_url(&self) -> url::Url {
+        format!("http://{}", self.sandbox.v1_addr())
+            .parse()
+            .unwrap()
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Gateway configuration against the sandbox's V2, plus `extra` TOML.
+    fn config(&self, extra: &str) -> String {
+        format!(
+            "[upstream]\nbase_url = \"http://{}\"\nservice_key = \"{}\"\n[log]\nlevel = \"warn\"\n{extra}",
+            self.sandbox.v2_addr(),
+            self.key()
+        )
+    }
+
+    /// An in-process translation with `extra` configuration.
+    fn in_process(&self, extra: &str) -> (TranslatedSide, v1compat::config::Config) {
+        let cfg = v1compat::config::load(&self.config(extra), Vec::new()).unwrap();
+        let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());
+        let gw = Gateway::new(upstream, Arc::new(cfg.clone()));
+        (TranslatedSide::InProcess(Arc::new(gw)), cfg)
+    }
+
+    /// A request list over every read-only operation, errors included.
+    fn requests(&self) -> PathBuf {
+        let [a, b, c] = [&self.runs[0], &self.runs[1], &self.runs[2]];
+        let mut lines = vec![
+            json!({"path": "/api/store", "query": "search=scraper&limit=5"}),
+            json!({"path": "/api/store", "query": "search=maps"}),
+            json!({"path": "/api/store", "query": "limit=3"}),
+            json!({"path": "/api/scraper", "query": format!("slug={GOOGLE_MAPS}")}),
+            json!({"path": "/api/scraper", "query": "slug=coreclaw%2Famazon-product-by-asin"}),
+            json!({"path": "/api/scraper", "query": "slug=01KZZZZZZZZZZZZZZZZZZZZZZZ"}),
+            json!({"path": "/api/proxy/region"}),
+            json!({"operation": "run_list", "body": {"page_index": 1, "page_size": 10}}),
+            json!({"operation": "run_list", "body": {"status": 3}}),
+            json!({"operation": "run_list", "body": {"status": 4, "page_size": 1}}),
+            json!({"operation": "run_list", "body": {"scraper_slug": GOOGLE_MAPS}}),
+            json!({"operation": "account_info", "body": {}}),
+            json!({"operation": "run_detail", "body": {"run_slug": "no-such-run"}}),
+            json!({"operation": "run_detail", "body": {}}),
+        ];
+        for run in [a, b, c] {
+            lines.push(json!({"operation": "run_detail", "body": {"run_slug": run}}));
+            lines.push(json!({"operation": "run_log", "body": {"run_slug": run}}));
+            lines.push(json!({"operation": "result_list", "body": {"run_slug": run}}));
+            lines.push(json!({"operation": "result_list", "body": {"run_slug": run, "page_index": 2, "page_size": 7}}));
+            lines.push(
+                json!({"operation": "result_export", "body": {"run_slug": run, "format": "csv"}}),
+            );
+            lines.push(json!({"operation": "result_export", "body": {"run_slug": run, "format": "json", "filter_keys": ["title"]}}));
+        }
+        // Never replayed: it would start a run.
+        lines.push(json!({"operation": "start_run", "body": {"scraper_slug": GOOGLE_MAPS}}));
+        let path = self.path("requests.jsonl");
+        write_lines(&path, &lines);
+        path
+    }
+
+    fn options(&self, input: &Path, out: &str, translated: TranslatedSide) -> ReplayOptions {
+        ReplayOptions {
+            input: input.to_owned(),
+            out: self.path(out),
+            legacy: self.legacy_url(),
+            translated,
+            speed: 0.0,
+            max_rate: None,
+            concurrency: 4,
+            api_key: Some(self.key().to_owned()),
+            baseline: false,
+            timeout: Duration::from_secs(10),
+            max_body_bytes: 4 << 20,
+            progress: false,
+        }
+    }
+}
+
+/// The ignore rules this sandbox needs, each with its reason. Two of them
+/// are real translation differences (see the README's shadow section).
+const RULES: &str = r#"
+[[shadow.ignore]]
+operation = "result_export"
+path = "data.download_url"
+compare = "shape"
+reason = "signed download URL, new on every call"
+
+[[shadow.ignore]]
+operation = "account_info"
+path = "data.traffic"
+reason = "real difference: V2 dropped traffic; the gateway answers compat.account_traffic (0) where V1 had the quota"
+
+[[shadow.ignore]]
+path = "message"
+reason = "real difference: on 400/4000 the gateway appends the failing field to V1's fixed message"
+"#;
+
+fn write_lines(path: &Path, lines: &[Value]) {
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(path, text).unwrap();
+}
+
+fn report_of(path: &Path, cfg: &v1compat::config::Config) -> Report {
+    Report::load(path, cfg.shadow.rules.clone(), cfg.shadow.thresholds).unwrap()
+}
+
+/// The sandbox's native V1 and the translation agree on every read-only
+/// operation; the only rule needed is the documented one for signed URLs.
+#[tokio::test]
+async fn replay_through_a_gateway_finds_no_difference() {
+    let w = World::start().await;
+    let text = w.config(RULES);
+    let cfg = v1compat::config::load(&text, Vec::new()).unwrap();
+    let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());
+    let gw = TestGateway::start(&text, upstream).await;
+    let gateway_url: url::Url = format!("http://{}", gw.addr).parse().unwrap();
+    let input = w.requests();
+    let opts = w.options(
+        &input,
+        "capture.jsonl",
+        TranslatedSide::Gateway(gateway_url),
+    );
+    let stats = replay(opts.clone()).await.unwrap();
+    assert_eq!(
+        stats,
+        ReplayStats {
+            lines: 33,
+            sent: 32,
+            failed: 0,
+            skipped: 1
+        }
+    );
+    let report = report_of(&opts.out, &cfg);
+    let text = report.text();
+    println!("{text}");
+    assert_eq!(report.real_fields(), Vec::new(), "{text}");
+    let ops: Vec<&str> = report.tally.ops.keys().map(String::as_str).collect();
+    assert_eq!(
+        ops,
+        vec![
+            "account_info",
+            "proxy_regions",
+            "result_export",
+            "result_list",
+            "run_detail",
+            "run_list",
+            "run_log",
+            "store_search",
+            "worker_detail"
+        ]
+    );
+    // Each ignore rule is listed with its count (one export asks for a
+    // column the failing worker lacks: 400 on both sides, no URL).
+    for line in [
+        "5  result_export:data.download_url (shape)",
+        "1  account_info:data.traffic (skip)",
+        "2  *:message (skip)",
+    ] {
+        assert!(text.contains(line), "{line}\n{text}");
+    }
+    let html = report.html();
+    assert!(html.contains("No differences."));
+    assert!(html.contains("V2 dropped traffic"));
+    // The capture holds no key, only its redacted mark.
+    let capture = std::fs::read_to_string(&opts.out).unwrap();
+    assert!(
+        !capture.contains(w.key()),
+        "the key leaked into the capture"
+    );
+    assert!(capture.contains("\"api-key\":\"<redacted>\""));
+}
+
+/// One compat setting changed on the translated side: the report names that
+/// operation and field, and nothing else.
+#[tokio::test]
+async fn a_translation_fault_is_named_and_nothing_else() {
+    let w = World::start().await;
+    let (translated, cfg) = w.in_process(&format!(
+        "[compat]\nworker_memory_field = \"memory\"\n{RULES}"
+    ));
+    let input = w.requests();
+    let opts = w.options(&input, "fault.jsonl", translated);
+    let stats = replay(opts.clone()).await.unwrap();
+    assert_eq!(stats.failed, 0);
+    let report = report_of(&opts.out, &cfg);
+    let text = report.text();
+    println!("{text}");
+    assert_eq!(
+        report.real_fields(),
+        vec![
+            (
+                "worker_detail".to_owned(),
+                "data.parameters.system.memory".to_owned(),
+                2
+            ),
+            (
+                "worker_detail".to_owned(),
+                "data.parameters.system.memory_bytes".to_owned(),
+                2
+            ),
+        ],
+        "{text}"
+    );
+    for (op, t) in &report.tally.ops {
+        let expected = if op == "worker_detail" { 2 } else { 0 };
+        assert_eq!(
+            report.tally.differing_requests(op, &cfg.shadow.thresholds),
+            expected,
+            "{op}"
+        );
+        assert_eq!(t.failed, 0);
+    }
+    let sample =
+        &report.tally.ops["worker_detail"].fields["data.parameters.system.memory_bytes"].samples[0];
+    assert!(sample.legacy.is_some() && sample.translated.is_none());
+    let html = report.html();
+    assert!(html.contains("data.parameters.system.memory_bytes"));
+}
+
+/// With a baseline, a field that differs on every call (the signed export
+/// URL) is noise; without it and without an ignore rule, it is reported.
+#[tokio::test]
+async fn baseline_hides_volatile_fields_that_are_otherwise_reported() {
+    let w = World::start().await;
+    let (translated, cfg) = w.in_process("[shadow]\nignore = []\n");
+    assert!(cfg.shadow.rules.ignore.is_empty());
+    let mut lines = Vec::new();
+    for run in &w.runs[..2] {
+        for format in ["csv", "json", "csv"] {
+            lines.push(
+                json!({"operation": "result_export", "body": {"run_slug": run, "format": format}}),
+            );
+        }
+        lines.push(json!({"operation": "run_detail", "body": {"run_slug": run}}));
+    }
+    let input = w.path("exports.jsonl");
+    write_lines(&input, &lines);
+
+    let mut opts = w.options(&input, "with-baseline.jsonl", translated.clone());
+    opts.baseline = true;
+    replay(opts.clone()).await.unwrap();
+    let with = report_of(&opts.out, &cfg);
+    assert_eq!(with.real_fields(), Vec::new(), "{}", with.text());
+    let noise = with.tally.noise_fields(&cfg.shadow.thresholds);
+    assert_eq!(
+        noise,
+        vec![(
+            "result_export".to_owned(),
+            "data.download_url".to_owned(),
+            6,
+            6
+        )]
+    );
+    assert!(with.text().contains("Judged noise by the baseline"));
+
+    let opts = w.options(&input, "without-baseline.jsonl", translated);
+    replay(opts.clone()).await.unwrap();
+    let without = report_of(&opts.out, &cfg);
+    assert_eq!(
+        without.real_fields(),
+        vec![(
+            "result_export".to_owned(),
+            "data.download_url".to_owned(),
+            6
+        )],
+        "{}",
+        without.text()
+    );
+}
+
+/// A gateway against the sandbox's V2 with `extra` configuration.
+async fn gateway(w: &World, extra: &str) -> TestGateway {
+    let text = w.config(extra);
+    let cfg = v1compat::config::load(&text, Vec::new()).unwrap();
+    let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());
+    TestGateway::start(&text, upstream).await
+}
+
+/// Sum of the samples of `name` whose labels include every `labels` pair.
+async fn metric(admin: std::net::SocketAddr, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let (_, _, body) = send(admin, "GET", "/metrics", &[], None).await;
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn copies(gw: &TestGateway, op: &str, outcome: &str) -> f64 {
+    metric(
+        gw.admin,
+        "v1compat_shadow_copies_total",
+        &[("operation", op), ("outcome", outcome)],
+    )
+    .await
+}
+
+async fn in_flight(gw: &TestGateway) -> f64 {
+    metric(gw.admin, "v1compat_shadow_copies_in_flight", &[]).await
+}
+
+/// A legacy target that accepts connections and never answers.
+async fn hanging_target() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    (addr, task)
+}
+
+/// A legacy target that refuses connections: a port that was bound, then freed.
+async fn absent_target() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap()
+}
+
+async fn timed_get(addr: std::net::SocketAddr, path: &str) -> Duration {
+    let started = Instant::now();
+    let (status, _, _) = send(addr, "GET", path, &[], None).await;
+    assert_eq!(status, 200);
+    started.elapsed()
+}
+
+/// The live mirror (one test, because the in-flight gauge is process-wide):
+/// a legacy target that is down fails copies fast and in-flight copies stay
+/// within the cap; a target that hangs holds its slots, later copies are
+/// dropped, and the primary answers are not delayed; the loop guard stops
+/// mirroring; with `primary = "legacy"` the client gets legacy's answer and
+/// the capture has keys redacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
+    let w = World::start().await;
+    let key = w.key().to_owned();
+
+    // 1. Legacy down: copies fail, none linger beyond the cap.
+    let down = absent_target().await;
+    let gw = gateway(
+        &w,
+        &format!("[shadow]\nenabled = true\nlegacy_base_url = \"http://{down}\"\nmax_in_flight = 4\ncopy_timeout_ms = 2000\n"),
+    )
+    .await;
+    let n = 300;
+    let mut peak = 0.0f64;
+    for i in 0..n {
+        let (status, _) = send_json(
+            gw.addr,
+            "POST",
+            "/api/v1/account/info",
+            Some(&key),
+            Some(&json!({})),
+        )
+        .await;
+        assert_eq!(status, 200);
+        if i % 25 == 0 {
+            peak = peak.max(in_flight(&gw).await);
+        }
+    }
+    assert!(peak <= 4.0, "in flight {peak} > max_in_flight 4");
+    let failed = copies(&gw, "account_info", "failed").await;
+    let dropped = copies(&gw, "account_info", "dropped").await;
+    assert_eq!(copies(&gw, "account_info", "sent").await, 0.0);
+    assert!(failed >= 1.0, "no failed copy counted");
+    // Every copy is accounted for, except at most max_in_flight still running.
+    assert!(
+        failed + dropped >= f64::from(n) - 4.0,
+        "failed {failed} dropped {dropped}"
+    );
+    assert!(failed + dropped <= f64::from(n));
+    drop(gw);
+
+    // 2. Legacy hangs: four copies hold the four slots for the whole test,
+    // every later one is dropped on the spot; primary latency is compared
+    // with the same requests to a gateway without shadow.
+    let (hang, _hang_task) = hanging_target().await;
+    let off = gateway(&w, "").await;
+    let on = gateway(
+        &w,
+        &format!("[shadow]\nenabled = true\nlegacy_base_url = \"http://{hang}\"\nmax_in_flight = 4\ncopy_timeout_ms = 60000\n"),
+    )
+    .await;
+    let path = "/api/proxy/region";
+    let dropped_before = copies(&on, "proxy_regions", "dropped").await;
+    let (mut t_off, mut t_on) = (Vec::new(), Vec::new());
+    let rounds = 200;
+    for _ in 0..rounds {
+        t_off.push(timed_get(off.addr, path).await.as_secs_f64() * 1000.0);
+        t_on.push(timed_get(on.addr, path).await.as_secs_f64() * 1000.0);
+    }
+    let (p99_off, p99_on) = (quantile(&t_off, 0.99), quantile(&t_on, 0.99));
+    println!("primary p99: shadow off {p99_off:.2} ms, shadow on (legacy hangs) {p99_on:.2} ms");
+    // Generous on purpose (debug build, tests running in parallel); the
+    // precise 5% check is deploy/bench/shadow-latency.sh.
+    assert!(
+        p99_on <= p99_off * 2.0 + 25.0,
+        "p99 {p99_on:.2} ms vs {p99_off:.2} ms"
+    );
+    let dropped = copies(&on, "proxy_regions", "dropped").await - dropped_before;
+    assert_eq!(dropped, f64::from(rounds) - 4.0);
+    let now = in_flight(&on).await;
+    assert!(
+        (4.0..=8.0).contains(&now),
+        "in flight {now}: 4 hung here, at most 4 left from part 1"
+    );
+    drop((off, on));
+
+    // 3. primary = "legacy", capture on: the client gets legacy's answer,
+    // the translation runs behind it, the capture has no key in it.
+    let capture = w.path("live.jsonl");
+    let gw = gateway(
+        &w,
+        &format!(
+            "[shadow]\nenabled = true\nlegacy_base_url = \"{}\"\nprimary = \"legacy\"\ncapture_path = \"{}\"\n{RULES}",
+            w.legacy_url(),
+            capture.display()
+        ),
+    )
+    .await;
+    let (status, body) = send_json(
+        gw.addr,
+        "POST",
+        "/api/v1/account/info",
+        Some(&key),
+        Some(&json!({})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    // Legacy's own answer: the real traffic quota, which V2 no longer has.
+    assert_eq!(body["data"]["traffic"], json!(10_737_418_240i64));
+    let detail = json!({"run_slug": w.runs[0]});
+    let (status, body) = send_json(
+        gw.addr,
+        "POST",
+        "/api/v1/run/detail",
+        Some(&key),
+        Some(&detail),
+    )
+    .await;
+    assert_eq!((status, body["data"]["status"].clone()), (200, json!(3)));
+    // A write operation goes to legacy only, and a guarded request is not mirrored.
+    let skipped = copies(&gw, "run_detail", "skipped").await;
+    let (status, _, _) = send(
+        gw.addr,
+        "POST",
+        "/api/v1/run/detail",
+        &[
+            ("api-key", &key),
+            ("content-type", "application/json"),
+            ("x-v1compat-shadow", "1"),
+        ],
+        Some(serde_json::to_vec(&detail).unwrap().into()),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(copies(&gw, "run_detail", "skipped").await, skipped + 1.0);
+    // Wait (bounded) for the two copies to reach the capture file.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = std::fs::read_to_string(&capture).unwrap_or_default();
+        if text.lines().count() >= 2 || Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(!text.contains(&key), "the key leaked into the capture");
+    assert!(text.contains("\"api-key\":\"<redacted>\""));
+    let cfg = v1compat::config::load(&w.config(RULES), Vec::new()).unwrap();
+    let report = report_of(&capture, &cfg);
+    assert_eq!(report.real_fields(), Vec::new(), "{}", report.text());
+    assert_eq!(report.tally.rule_hits[1], 1, "account_info traffic rule");
+}
