@@ -16,7 +16,9 @@
 //! [`route`], [`ops`] (one module per operation family), [`paging`] (V1 page
 //! windows → V2 page plans), [`upstream`] (the V2 client), [`v1`]/[`v2`] (wire
 //! types), [`error`], [`telemetry`] (logs, metric names), [`sandbox`] (an
-//! embedded V2 reference service with a native V1 surface, for demos and tests).
+//! embedded V2 reference service with a native V1 surface, for demos and tests),
+//! [`shadow`] (the migration shadow tester: live mirror, diff engine, capture,
+//! replay, report — beside the request path, never on it).
 
 use std::sync::Arc;
 

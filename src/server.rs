@@ -128,31 +128,26 @@ async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Byte
     metrics::gauge!(telemetry::IN_FLIGHT).increment(1.0);
     let response = match read_request(&state.gateway, op, req, &request_id).await {
         Err(err) => finish(Some(op), Err(err), &request_id, started),
-        Ok(read) => match &state.shadow {
-            None => {
-                let result = translate(&state.gateway, read.v1).await;
-                finish(Some(op), result, &request_id, started)
-            }
-            // Shadow mode: the copy is chosen before answering and handed to
-            // its own task after; the client's answer never waits for it.
-            Some(mirror) => {
-                let copy = mirror.sample(op, &read);
-                let response = match mirror.primary() {
-                    Primary::Translated => {
-                        let result = translate(&state.gateway, read.v1).await;
-                        finish(Some(op), result, &request_id, started)
-                    }
-                    Primary::Legacy => match mirror.proxy(op, &read.call).await {
-                        Ok(answer) => relayed(op, answer, started),
-                        Err(err) => finish(Some(op), Err(err), &request_id, started),
-                    },
-                };
-                if let Some(copy) = copy {
-                    mirror.spawn(copy, &response);
+        Ok(read) => {
+            // Shadow mode: a copy is chosen before answering and handed to its
+            // own task after; the client's answer never waits for it.
+            let mirror = state.shadow.as_ref();
+            let copy = mirror.and_then(|m| m.sample(op, &read));
+            let response = match mirror.filter(|m| m.primary() == Primary::Legacy) {
+                Some(m) => match m.proxy(op, &read.call).await {
+                    Ok(answer) => relayed(op, answer, started),
+                    Err(err) => finish(Some(op), Err(err), &request_id, started),
+                },
+                None => {
+                    let result = translate(&state.gateway, read.v1).await;
+                    finish(Some(op), result, &request_id, started)
                 }
-                response
+            };
+            if let (Some(m), Some(copy)) = (mirror, copy) {
+                m.spawn(copy, &response);
             }
-        },
+            response
+        }
     };
     metrics::gauge!(telemetry::IN_FLIGHT).decrement(1.0);
     response

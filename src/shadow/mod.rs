@@ -75,7 +75,29 @@ pub struct Mirror {
     legacy: LegacyClient,
     slots: Arc<Semaphore>,
     capture: Option<CaptureWriter>,
-    labels: Mutex<HashSet<String>>,
+    labels: FieldLabels,
+}
+
+/// Keeps the `field` label of the differences metric bounded: the first
+/// [`FIELD_LABELS`] distinct normalised paths keep their name, later ones
+/// are counted as `other`.
+#[derive(Default)]
+pub struct FieldLabels(Mutex<HashSet<String>>);
+
+impl FieldLabels {
+    pub fn label(&self, field: String) -> String {
+        let Ok(mut seen) = self.0.lock() else {
+            return "other".into();
+        };
+        if seen.contains(&field) {
+            return field;
+        }
+        if seen.len() < FIELD_LABELS {
+            seen.insert(field.clone());
+            return field;
+        }
+        "other".into()
+    }
 }
 
 /// Counts a copy's outcome.
@@ -143,7 +165,7 @@ impl Mirror {
             gateway,
             legacy,
             capture,
-            labels: Mutex::new(HashSet::new()),
+            labels: FieldLabels::default(),
         })))
     }
 
@@ -309,7 +331,7 @@ impl Mirror {
                     .filter(|p| !noise.contains(p))
                     .collect();
                 for field in fields {
-                    let label = self.label(field);
+                    let label = self.labels.label(field);
                     metrics::counter!(telemetry::SHADOW_DIFFERENCES, "operation" => op.name(), "field" => label)
                         .increment(1);
                 }
@@ -334,21 +356,6 @@ impl Mirror {
                 baseline,
             });
         }
-    }
-
-    /// A bounded label for a normalised field path.
-    fn label(&self, field: String) -> String {
-        let Ok(mut seen) = self.labels.lock() else {
-            return "other".into();
-        };
-        if seen.contains(&field) {
-            return field;
-        }
-        if seen.len() < FIELD_LABELS {
-            seen.insert(field.clone());
-            return field;
-        }
-        "other".into()
     }
 }
 
@@ -397,5 +404,15 @@ mod tests {
         assert!((2_000..3_000).contains(&inside), "{inside}");
         assert!(in_sample(9_999, 100.0));
         assert!(!in_sample(0, 0.0));
+    }
+
+    #[test]
+    fn field_labels_are_capped() {
+        let labels = FieldLabels::default();
+        for i in 0..FIELD_LABELS {
+            assert_eq!(labels.label(format!("data.f{i}")), format!("data.f{i}"));
+        }
+        assert_eq!(labels.label("data.new".into()), "other");
+        assert_eq!(labels.label("data.f0".into()), "data.f0");
     }
 }

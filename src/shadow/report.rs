@@ -135,20 +135,20 @@ impl Report {
         let _ = writeln!(o);
         let _ = writeln!(
             o,
-            "{:<16} {:>8} {:>8} {:>6} {:>9}  {:>19}  {:>19}",
+            "{:<16} {:>8} {:>8} {:>6} {:>9}  {:>21}  {:>21}",
             "operation",
             "requests",
             "compared",
             "failed",
             "differing",
             "legacy p50/p99 ms",
-            "translated p50/p99"
+            "translated p50/p99 ms"
         );
         for (op, t) in &self.tally.ops {
             let lat = self.latencies.get(op).cloned().unwrap_or_default();
             let _ = writeln!(
                 o,
-                "{:<16} {:>8} {:>8} {:>6} {:>9}  {:>19}  {:>19}",
+                "{:<16} {:>8} {:>8} {:>6} {:>9}  {:>21}  {:>21}",
                 op,
                 t.requests,
                 t.compared,

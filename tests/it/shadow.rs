@@ -562,3 +562,100 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
     assert_eq!(report.real_fields(), Vec::new(), "{}", report.text());
     assert_eq!(report.tally.rule_hits[1], 1, "account_info traffic rule");
 }
+
+/// A legacy target that answers every request after `delay`.
+async fn slow_target(delay: Duration) -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |_req| async move {
+                    tokio::time::sleep(delay).await;
+                    let body =
+                        bytes::Bytes::from_static(br#"{"code":0,"message":"success","data":{}}"#);
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                        http_body_util::Full::new(body),
+                    ))
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                .await;
+            });
+        }
+    });
+    addr
+}
+
+/// The precise check behind "primary latency stays within 5% at p99":
+/// thousands of interleaved requests over keep-alive connections, shadow off
+/// vs shadow on against a legacy target that hangs and one ten times slower
+/// than the primary. Timing-sensitive, so not part of `cargo test`; run it
+/// with `deploy/bench/shadow-latency.sh` (release build, nothing else running).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "timing benchmark: deploy/bench/shadow-latency.sh"]
+async fn shadow_latency_p99_within_5_percent() {
+    use http_body_util::BodyExt;
+    let w = World::start().await;
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http();
+    let get = |addr: std::net::SocketAddr| {
+        let client = client.clone();
+        async move {
+            let started = Instant::now();
+            let req = hyper::Request::get(format!("http://{addr}/api/proxy/region"))
+                .body(http_body_util::Full::default())
+                .unwrap();
+            let resp = client.request(req).await.unwrap();
+            assert_eq!(resp.status(), 200);
+            resp.into_body().collect().await.unwrap();
+            started.elapsed().as_secs_f64() * 1000.0
+        }
+    };
+    let off = gateway(&w, "").await;
+    // Primary median, to make the slow target ten times slower.
+    let mut warm = Vec::new();
+    for _ in 0..500 {
+        warm.push(get(off.addr).await);
+    }
+    let p50 = quantile(&warm, 0.5);
+    let (hang, _task) = hanging_target().await;
+    let slow = slow_target(Duration::from_secs_f64(p50 * 10.0 / 1000.0)).await;
+    let rounds = 5000;
+    let mut failures = Vec::new();
+    for (name, target) in [("hangs", hang), ("10x slower", slow)] {
+        let on = gateway(
+            &w,
+            &format!("[shadow]\nenabled = true\nlegacy_base_url = \"http://{target}\"\ncopy_timeout_ms = 5000\n"),
+        )
+        .await;
+        for _ in 0..200 {
+            get(on.addr).await;
+        }
+        let (mut t_off, mut t_on) = (Vec::new(), Vec::new());
+        for i in 0..rounds {
+            // Alternate the order so neither side always goes first.
+            if i % 2 == 0 {
+                t_off.push(get(off.addr).await);
+                t_on.push(get(on.addr).await);
+            } else {
+                t_on.push(get(on.addr).await);
+                t_off.push(get(off.addr).await);
+            }
+        }
+        let (a, b) = (quantile(&t_off, 0.99), quantile(&t_on, 0.99));
+        println!(
+            "legacy {name}: p50 off {:.3} ms on {:.3} ms; p99 off {a:.3} ms on {b:.3} ms ({:+.1}%)",
+            quantile(&t_off, 0.5),
+            quantile(&t_on, 0.5),
+            (b / a - 1.0) * 100.0
+        );
+        if b > a * 1.05 {
+            failures.push(format!("{name}: p99 {b:.3} ms > 1.05 x {a:.3} ms"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:?}");
+}
