@@ -106,8 +106,9 @@ struct ReplayArgs {
     /// Requests in flight at most.
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
+    // The variable is outside the V1COMPAT_ prefix, which configuration overrides own.
     /// Key sent as api-key where a line's key is redacted or absent.
-    #[arg(long, env = "V1COMPAT_REPLAY_API_KEY", hide_env_values = true)]
+    #[arg(long, env = "REPLAY_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
     /// Call legacy twice per request and treat their disagreements as noise (also [shadow] baseline).
     #[arg(long)]

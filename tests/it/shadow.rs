@@ -659,3 +659,80 @@ async fn shadow_latency_p99_within_5_percent() {
     }
     assert!(failures.is_empty(), "{failures:?}");
 }
+
+/// The `replay` and `report` commands end to end: in-process translation
+/// against the sandbox's V2, a clean report on stdout, an HTML file, and
+/// `--fail-on-diff` turning a difference into exit code 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_and_report_commands() {
+    let w = World::start().await;
+    let input = w.requests();
+    let config = w.path("v1compat.toml");
+    std::fs::write(&config, w.config(RULES)).unwrap();
+    let out = w.path("cli.jsonl");
+    let html = w.path("cli.html");
+    let bin = env!("CARGO_BIN_EXE_v1compat");
+    let args: Vec<String> = vec![
+        "replay".into(),
+        input.display().to_string(),
+        "--legacy".into(),
+        w.legacy_url().to_string(),
+        "--upstream".into(),
+        format!("http://{}", w.sandbox.v2_addr()),
+        "--config".into(),
+        config.display().to_string(),
+        "--out".into(),
+        out.display().to_string(),
+        "--html".into(),
+        html.display().to_string(),
+        "--speed".into(),
+        "0".into(),
+        "--quiet".into(),
+        "--fail-on-diff".into(),
+    ];
+    let key = w.key().to_owned();
+    let run = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(bin)
+            .args(&args)
+            .env("REPLAY_API_KEY", key)
+            .env_remove("V1COMPAT_CONFIG")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        stdout.contains("replayed 32 of 33 lines (0 failed, 1 skipped)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Differences: none"), "{stdout}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>") && page.contains("No differences."));
+    assert!(!page.contains(w.key()) && !std::fs::read_to_string(&out).unwrap().contains(w.key()));
+
+    // The same capture without the ignore rules: differences, exit code 1.
+    let bare = w.path("bare.toml");
+    std::fs::write(&bare, w.config("")).unwrap();
+    let report = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(bin)
+            .arg("report")
+            .arg(&out)
+            .arg("--config")
+            .arg(&bare)
+            .arg("--fail-on-diff")
+            .env_remove("V1COMPAT_CONFIG")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&report.stdout);
+    assert_eq!(report.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("account_info     data.traffic"), "{stdout}");
+}
