@@ -229,6 +229,14 @@ impl Mirror {
     /// once; nothing here waits.
     pub fn spawn(self: &Arc<Self>, copy: ShadowCopy, primary: &Response<Full<Bytes>>) {
         let op = copy.op;
+        // With legacy as primary, an error the gateway rendered itself means
+        // legacy did not answer: there is nothing of legacy's to compare.
+        if self.cfg.primary == Primary::Legacy
+            && primary.headers().contains_key(crate::server::ERROR_ORIGIN)
+        {
+            count(op, "failed");
+            return;
+        }
         let too_large = http_body::Body::size_hint(primary.body())
             .upper()
             .map_or(true, |n| n > self.cfg.max_body_bytes as u64);
@@ -299,7 +307,6 @@ impl Mirror {
         let op = copy.op;
         match (legacy.status, translated.status) {
             (Some(ls), Some(ts)) => {
-                count(op, "sent");
                 let l = diff::Answer {
                     status: ls,
                     body: &legacy.body,
@@ -335,6 +342,8 @@ impl Mirror {
                     metrics::counter!(telemetry::SHADOW_DIFFERENCES, "operation" => op.name(), "field" => label)
                         .increment(1);
                 }
+                // Counted after the differences, so `sent` implies they are in.
+                count(op, "sent");
                 if !cmp.diffs.is_empty() {
                     tracing::debug!(operation = op.name(), request_id = %copy.v1.request_id, differences = cmp.diffs.len(), "shadow answers differ");
                 }

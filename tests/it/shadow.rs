@@ -561,6 +561,53 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
     let report = report_of(&capture, &cfg);
     assert_eq!(report.real_fields(), Vec::new(), "{}", report.text());
     assert_eq!(report.tally.rule_hits[1], 1, "account_info traffic rule");
+    drop(gw);
+
+    // 4. primary = "translated" with a compat fault: the difference shows in
+    // the metrics by operation and field path.
+    let gw = gateway(
+        &w,
+        &format!(
+            "[compat]\nworker_memory_field = \"memory\"\n[shadow]\nenabled = true\nlegacy_base_url = \"{}\"\n",
+            w.legacy_url()
+        ),
+    )
+    .await;
+    let field = |f: &'static str| {
+        let admin = gw.admin;
+        async move {
+            metric(
+                admin,
+                "v1compat_shadow_differences_total",
+                &[("operation", "worker_detail"), ("field", f)],
+            )
+            .await
+        }
+    };
+    let before = field("data.parameters.system.memory_bytes").await;
+    let sent = copies(&gw, "worker_detail", "sent").await;
+    let (status, body) = send_json(
+        gw.addr,
+        "GET",
+        &format!("/api/scraper?slug={GOOGLE_MAPS}"),
+        Some(&key),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(
+        body["data"]["parameters"]["system"]["memory"].is_number(),
+        "{body}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while copies(&gw, "worker_detail", "sent").await < sent + 1.0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        field("data.parameters.system.memory_bytes").await,
+        before + 1.0
+    );
+    assert!(field("data.parameters.system.memory").await >= 1.0);
 }
 
 /// A legacy target that answers every request after `delay`.
@@ -735,4 +782,60 @@ async fn replay_and_report_commands() {
     let stdout = String::from_utf8_lossy(&report.stdout);
     assert_eq!(report.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("account_info     data.traffic"), "{stdout}");
+}
+
+/// Resident memory of this process, in KiB (Linux).
+fn rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// With the legacy target down, tens of thousands of mirrored requests leave
+/// resident memory flat: failed copies release everything they held.
+/// Run with `deploy/bench/shadow-latency.sh` (it runs both benchmarks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "memory benchmark: deploy/bench/shadow-latency.sh"]
+async fn shadow_memory_flat_with_target_down() {
+    let w = World::start().await;
+    let down = absent_target().await;
+    let capture = w.path("down.jsonl");
+    let gw = gateway(
+        &w,
+        &format!("[shadow]\nenabled = true\nlegacy_base_url = \"http://{down}\"\ncapture_path = \"{}\"\n", capture.display()),
+    )
+    .await;
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http();
+    let round = |n: usize| {
+        let client = client.clone();
+        let addr = gw.addr;
+        async move {
+            for _ in 0..n {
+                let req = hyper::Request::get(format!("http://{addr}/api/proxy/region"))
+                    .body(http_body_util::Full::default())
+                    .unwrap();
+                let resp = client.request(req).await.unwrap();
+                assert_eq!(resp.status(), 200);
+                http_body_util::BodyExt::collect(resp.into_body())
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    round(5_000).await;
+    let before = rss_kib().unwrap_or(0);
+    round(30_000).await;
+    let after = rss_kib().unwrap_or(0);
+    let peak = in_flight(&gw).await;
+    println!(
+        "legacy down: RSS {before} KiB → {after} KiB after 30000 more requests; copies in flight now {peak}"
+    );
+    assert!(peak <= 100.0);
+    assert!(
+        after <= before + 16 * 1024,
+        "RSS grew by {} KiB",
+        after - before
+    );
 }
