@@ -610,28 +610,41 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
     assert!(field("data.parameters.system.memory").await >= 1.0);
 }
 
-/// A legacy target that answers every request after `delay`.
-async fn slow_target(delay: Duration) -> std::net::SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// A legacy target on its own thread and runtime, like a service elsewhere:
+/// it answers every request after `delay`, or never (`None`).
+fn external_target(delay: Option<Duration>) -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |_req| async move {
-                    tokio::time::sleep(delay).await;
-                    let body =
-                        bytes::Bytes::from_static(br#"{"code":0,"message":"success","data":{}}"#);
-                    Ok::<_, std::convert::Infallible>(hyper::Response::new(
-                        http_body_util::Full::new(body),
-                    ))
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = TcpListener::from_std(listener).unwrap();
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |_req| async move {
+                        match delay {
+                            Some(d) => tokio::time::sleep(d).await,
+                            None => std::future::pending::<()>().await,
+                        }
+                        let body = bytes::Bytes::from_static(
+                            br#"{"code":0,"message":"success","data":{}}"#,
+                        );
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                            http_body_util::Full::new(body),
+                        ))
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
                 });
-                let _ = hyper_util::server::conn::auto::Builder::new(
-                    hyper_util::rt::TokioExecutor::new(),
-                )
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                .await;
-            });
-        }
+            }
+        });
     });
     addr
 }
@@ -669,8 +682,8 @@ async fn shadow_latency_p99_within_5_percent() {
         warm.push(get(off.addr).await);
     }
     let p50 = quantile(&warm, 0.5);
-    let (hang, _task) = hanging_target().await;
-    let slow = slow_target(Duration::from_secs_f64(p50 * 10.0 / 1000.0)).await;
+    let hang = external_target(None);
+    let slow = external_target(Some(Duration::from_secs_f64(p50 * 10.0 / 1000.0)));
     let rounds = 5000;
     let mut failures = Vec::new();
     for (name, target) in [("hangs", hang), ("10x slower", slow)] {
