@@ -14,6 +14,7 @@
 //! optional `query`, `headers`, `at_ms`.
 
 use std::collections::BTreeMap;
+use std::io::BufRead;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -175,31 +176,18 @@ fn key_of(headers: &HeaderMap) -> Option<ApiKey> {
 
 /// Replays `opts.input` and writes `opts.out`.
 pub async fn replay(opts: ReplayOptions) -> Result<ReplayStats, String> {
-    let text = std::fs::read_to_string(&opts.input)
-        .map_err(|e| format!("{}: {e}", opts.input.display()))?;
-    let mut stats = ReplayStats::default();
-    let mut planned = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        stats.lines += 1;
-        match plan(line, opts.api_key.as_deref()) {
-            Ok(p) if p.op.is_read_only() => planned.push(p),
-            Ok(p) => {
-                stats.skipped += 1;
-                tracing::warn!(
-                    line = n + 1,
-                    operation = p.op.name(),
-                    "not replayed: the operation changes runs"
-                );
-            }
-            Err(e) => {
-                stats.skipped += 1;
-                tracing::warn!(line = n + 1, error = %e, "not replayed: unreadable line");
-            }
-        }
-    }
+    let open = || {
+        std::fs::File::open(&opts.input)
+            .map(std::io::BufReader::new)
+            .map_err(|e| format!("{}: {e}", opts.input.display()))
+    };
+    // A first pass only counts lines, for the progress bar; the second one
+    // streams, so a large capture is never held in memory.
+    let total = open()?
+        .lines()
+        .map_while(Result::ok)
+        .filter(|l| !l.trim().is_empty())
+        .count();
 
     let legacy = LegacyClient::new(&opts.legacy)?;
     let gateway = match &opts.translated {
@@ -210,7 +198,7 @@ pub async fn replay(opts: ReplayOptions) -> Result<ReplayStats, String> {
         .map_err(|e| format!("{}: {e}", opts.out.display()))?;
     let writer = Arc::new(writer);
     let bar = if opts.progress {
-        indicatif::ProgressBar::new(planned.len() as u64)
+        indicatif::ProgressBar::new(total as u64)
     } else {
         indicatif::ProgressBar::hidden()
     };
@@ -221,19 +209,47 @@ pub async fn replay(opts: ReplayOptions) -> Result<ReplayStats, String> {
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
 
+    let mut stats = ReplayStats::default();
     let slots = Arc::new(Semaphore::new(opts.concurrency.max(1)));
-    let first_at = planned.iter().filter_map(|p| p.at_ms).min();
+    let mut first_at = None;
+    let mut sent = 0u64;
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
-    for (i, p) in planned.into_iter().enumerate() {
-        // Recorded pace, scaled; then the rate cap.
+    for (n, line) in open()?.lines().enumerate() {
+        let line = line.map_err(|e| format!("{}: {e}", opts.input.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        stats.lines += 1;
+        let p = match plan(&line, opts.api_key.as_deref()) {
+            Ok(p) if p.op.is_read_only() => p,
+            Ok(p) => {
+                stats.skipped += 1;
+                bar.inc(1);
+                tracing::warn!(
+                    line = n + 1,
+                    operation = p.op.name(),
+                    "not replayed: the operation changes runs"
+                );
+                continue;
+            }
+            Err(e) => {
+                stats.skipped += 1;
+                bar.inc(1);
+                tracing::warn!(line = n + 1, error = %e, "not replayed: unreadable line");
+                continue;
+            }
+        };
+        // Recorded pace (from the first timestamp seen), scaled; then the rate cap.
         let mut due = Duration::ZERO;
-        if let (true, Some(first), Some(at)) = (opts.speed > 0.0, first_at, p.at_ms) {
+        if let (true, Some(at)) = (opts.speed > 0.0, p.at_ms) {
+            let first = *first_at.get_or_insert(at);
             due = Duration::from_secs_f64((at - first).max(0) as f64 / 1000.0 / opts.speed);
         }
         if let Some(rate) = opts.max_rate.filter(|r| *r > 0.0) {
-            due = due.max(Duration::from_secs_f64(i as f64 / rate));
+            due = due.max(Duration::from_secs_f64(sent as f64 / rate));
         }
+        sent += 1;
         tokio::time::sleep_until((started + due).into()).await;
         let permit = slots
             .clone()

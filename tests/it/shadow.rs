@@ -852,3 +852,32 @@ async fn shadow_memory_flat_with_target_down() {
         after - before
     );
 }
+
+/// Replay keeps the recorded pace scaled by `speed`, and `max_rate` caps it
+/// (lower bounds only: a slow machine cannot make this fail).
+#[tokio::test]
+async fn replay_paces_by_recorded_time_and_rate() {
+    let w = World::start().await;
+    let (translated, _) = w.in_process("");
+    let lines: Vec<Value> = (0..5)
+        .map(|i| json!({"path": "/api/proxy/region", "at_ms": 1_000_000 + i * 100}))
+        .collect();
+    let input = w.path("paced.jsonl");
+    write_lines(&input, &lines);
+    let mut opts = w.options(&input, "paced-out.jsonl", translated);
+    opts.speed = 2.0;
+    let started = Instant::now();
+    assert_eq!(replay(opts.clone()).await.unwrap().sent, 5);
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "400 ms recorded at ×2"
+    );
+    opts.speed = 0.0;
+    opts.max_rate = Some(40.0);
+    let started = Instant::now();
+    assert_eq!(replay(opts).await.unwrap().sent, 5);
+    assert!(
+        started.elapsed() >= Duration::from_millis(100),
+        "5 requests at 40/s"
+    );
+}
