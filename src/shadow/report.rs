@@ -37,6 +37,8 @@ pub struct Report {
     /// Lines that were not capture records.
     pub unreadable: u64,
     pub latencies: BTreeMap<String, Latencies>,
+    /// Why sides gave no answer: (operation, side, reason) → requests.
+    pub failures: BTreeMap<(String, &'static str, String), u64>,
 }
 
 fn answer(side: &Side) -> Option<Answer<'_>> {
@@ -69,6 +71,7 @@ impl Report {
             records: 0,
             unreadable: 0,
             latencies: BTreeMap::new(),
+            failures: BTreeMap::new(),
         }
     }
 
@@ -108,7 +111,22 @@ impl Report {
                 self.tally
                     .add(&rec.operation, &rec.id, l, t, b, &self.rules);
             }
-            _ => self.tally.add_failed(&rec.operation),
+            _ => {
+                self.tally.add_failed(&rec.operation);
+                for (name, side) in [("legacy", &rec.legacy), ("translated", &rec.translated)] {
+                    let reason = match side {
+                        None => "not captured".to_owned(),
+                        Some(s) if s.status.is_none() => {
+                            s.error.clone().unwrap_or_else(|| "no answer".into())
+                        }
+                        Some(_) => continue,
+                    };
+                    *self
+                        .failures
+                        .entry((rec.operation.clone(), name, reason))
+                        .or_default() += 1;
+                }
+            }
         }
     }
 
@@ -186,6 +204,12 @@ impl Report {
             }
             if real.len() > TOP {
                 let _ = writeln!(o, "  … and {} more (see --html)", real.len() - TOP);
+            }
+        }
+        if !self.failures.is_empty() {
+            let _ = writeln!(o, "\nNo answer (not compared):");
+            for ((op, side, reason), n) in &self.failures {
+                let _ = writeln!(o, "  {n:>6}  {op:<16} {side:<10} {reason}");
             }
         }
         let noise = self.tally.noise_fields(th);
@@ -336,6 +360,18 @@ impl Report {
             }
         }
 
+        if !self.failures.is_empty() {
+            h.push_str("<h2>No answer (not compared)</h2><table><tr><th>requests</th><th>operation</th><th>side</th><th>reason</th></tr>");
+            for ((op, side, reason), n) in &self.failures {
+                let _ = write!(
+                    h,
+                    "<tr><td class=\"n\">{n}</td><td><code>{}</code></td><td>{side}</td><td>{}</td></tr>",
+                    esc(op),
+                    esc(reason)
+                );
+            }
+            h.push_str("</table>");
+        }
         let noise = self.tally.noise_fields(th);
         if !noise.is_empty() {
             h.push_str("<h2>Judged noise by the baseline</h2><table><tr><th>operation</th><th>field path</th><th>translated vs legacy</th><th>legacy vs legacy</th></tr>");
@@ -510,6 +546,25 @@ mod tests {
         assert!(html.contains("&quot;&lt;b&gt;&quot;"), "{html}");
         assert!(!html.contains("\"<b>\""));
         assert!(html.contains("clock"));
+    }
+
+    #[test]
+    fn sides_without_an_answer_are_listed_with_their_reason() {
+        let mut r = Report::new("t", Rules::default(), Thresholds::default());
+        let mut rec = record("run_log", json!({"code": 0}), json!({}));
+        rec.translated = Some(Side {
+            status: None,
+            error: Some("upstream did not answer within 5s".into()),
+            ..side(Value::Null)
+        });
+        r.add(&rec);
+        assert_eq!(r.tally.ops["run_log"].failed, 1);
+        let text = r.text();
+        assert!(
+            text.contains("run_log          translated upstream did not answer within 5s"),
+            "{text}"
+        );
+        assert!(r.html().contains("No answer"));
     }
 
     #[test]
