@@ -529,7 +529,7 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
     )
     .await;
     assert_eq!((status, body["data"]["status"].clone()), (200, json!(3)));
-    // A write operation goes to legacy only, and a guarded request is not mirrored.
+    // A guarded request is not mirrored; a write operation goes to legacy only.
     let skipped = copies(&gw, "run_detail", "skipped").await;
     let (status, _, _) = send(
         gw.addr,
@@ -545,6 +545,42 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
     .await;
     assert_eq!(status, 200);
     assert_eq!(copies(&gw, "run_detail", "skipped").await, skipped + 1.0);
+    let started_runs = || async {
+        let (_, log) = send_json(
+            w.sandbox.v2_addr(),
+            "GET",
+            "/__sandbox/requests",
+            None,
+            None,
+        )
+        .await;
+        log.as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| {
+                r["method"] == "POST" && r["path"].as_str().unwrap_or("").ends_with("/runs")
+            })
+            .count()
+    };
+    let v2_runs = started_runs().await;
+    let skipped = copies(&gw, "start_run", "skipped").await;
+    let start = json!({"scraper_slug": GOOGLE_MAPS, "is_async": true, "input": {"parameters": {"custom": {"keywords": ["tea"]}}}});
+    let (status, body) = send_json(
+        gw.addr,
+        "POST",
+        "/api/v1/scraper/run",
+        Some(&key),
+        Some(&start),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["data"]["run_slug"].is_string());
+    assert_eq!(copies(&gw, "start_run", "skipped").await, skipped + 1.0);
+    assert_eq!(
+        started_runs().await,
+        v2_runs,
+        "a run was started through V2"
+    );
     // Wait (bounded) for the two copies to reach the capture file.
     let deadline = Instant::now() + Duration::from_secs(10);
     let text = loop {
