@@ -47,27 +47,38 @@ pub async fn handle(shared: &Arc<Shared>, req: Req) -> Response<Body> {
             lock(&shared.requests).clear();
             json(StatusCode::OK, &json!([]))
         }
-        (&Method::GET, p) if p.starts_with("/exports/") => {
-            match shared.exports.get(&p["/exports/".len()..]) {
-                Some((ct, body)) => bytes_response(StatusCode::OK, ct, body),
-                None => problem(StatusCode::NOT_FOUND, "no such export"),
-            }
-        }
-        (&Method::GET, p) if p.starts_with("/logs/") && p.ends_with(".txt") => {
-            let slug = &p["/logs/".len()..p.len() - ".txt".len()];
-            let now = shared.clock.now_ms();
-            let text = lock(&shared.state).run_any(slug).map(|r| {
-                r.logs(now)
-                    .iter()
-                    .map(|l| l.to_text() + "\n")
-                    .collect::<String>()
-            });
-            match text {
-                Some(t) => bytes_response(StatusCode::OK, "text/plain; charset=utf-8", t),
-                None => problem(StatusCode::NOT_FOUND, "no such run"),
-            }
-        }
+        (&Method::GET, p) if p.starts_with("/exports/") => export_file(shared, p),
+        (&Method::GET, p) if p.starts_with("/logs/") => log_file(shared, p),
         _ => problem(StatusCode::NOT_FOUND, "unknown sandbox endpoint"),
+    }
+}
+
+fn export_file(shared: &Shared, path: &str) -> Response<Body> {
+    let found = path
+        .strip_prefix("/exports/")
+        .and_then(|name| shared.exports.get(name));
+    match found {
+        Some((ct, body)) => bytes_response(StatusCode::OK, ct, body),
+        None => problem(StatusCode::NOT_FOUND, "no such export"),
+    }
+}
+
+/// The full log of a run as text (what `all_logs_url` points at).
+fn log_file(shared: &Shared, path: &str) -> Response<Body> {
+    let slug = path
+        .strip_prefix("/logs/")
+        .and_then(|p| p.strip_suffix(".txt"))
+        .unwrap_or("");
+    let now = shared.clock.now_ms();
+    let text = lock(&shared.state).run_any(slug).map(|r| {
+        r.logs(now)
+            .iter()
+            .map(|l| l.to_text() + "\n")
+            .collect::<String>()
+    });
+    match text {
+        Some(t) => bytes_response(StatusCode::OK, "text/plain; charset=utf-8", t),
+        None => problem(StatusCode::NOT_FOUND, "no such run"),
     }
 }
 

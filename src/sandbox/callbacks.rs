@@ -60,13 +60,13 @@ fn due(shared: &Shared) -> Vec<(String, Value)> {
     let now = shared.clock.now_ms();
     let mut st = lock(&shared.state);
     let mut out = Vec::new();
-    for run in st.runs_mut() {
+    st.for_pending_callbacks(|run| {
         let Some(url) = run.callback_url.clone() else {
-            continue;
+            return false;
         };
         let v = run.view(now);
         if v.status == run.notified {
-            continue;
+            return true;
         }
         run.notified = v.status;
         let payload = match run.origin {
@@ -88,6 +88,7 @@ fn due(shared: &Shared) -> Vec<(String, Value)> {
             }),
         };
         out.push((url, payload));
-    }
+        !v.status.is_completed()
+    });
     out
 }

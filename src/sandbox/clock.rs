@@ -8,6 +8,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
+/// Largest single jump of the clock (about 30 years), so time arithmetic never
+/// overflows whatever a caller asks for.
+pub const MAX_ADVANCE_SECONDS: f64 = 1e9;
+
 pub struct SimClock {
     start_real: Instant,
     start_ms: i64,
@@ -36,14 +40,22 @@ impl SimClock {
     pub fn now_ms(&self) -> i64 {
         let real = self.start_real.elapsed().as_secs_f64();
         self.start_ms
-            + (real * self.speed * 1000.0) as i64
-            + self.advanced_ms.load(Ordering::SeqCst)
+            .saturating_add((real * self.speed * 1000.0) as i64)
+            .saturating_add(self.advanced_ms.load(Ordering::SeqCst))
     }
 
-    /// Jump forward by `seconds` simulated seconds.
+    /// Jump forward by `seconds` simulated seconds (negative or non-finite values
+    /// are ignored; one jump is capped at `MAX_ADVANCE_SECONDS`).
     pub fn advance(&self, seconds: f64) {
-        let ms = (seconds * 1000.0).round() as i64;
-        self.advanced_ms.fetch_add(ms.max(0), Ordering::SeqCst);
+        if !seconds.is_finite() || seconds <= 0.0 {
+            return;
+        }
+        let ms = (seconds.min(MAX_ADVANCE_SECONDS) * 1000.0).round() as i64;
+        let _ = self
+            .advanced_ms
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                Some(v.saturating_add(ms))
+            });
         self.bump();
     }
 
@@ -75,6 +87,19 @@ mod tests {
         c.advance(100.0);
         let b = c.now_ms();
         assert!(b - a >= 100_000);
+    }
+
+    #[test]
+    fn absurd_advances_are_bounded() {
+        let c = SimClock::new(1.0);
+        let a = c.now_ms();
+        c.advance(f64::NAN);
+        c.advance(-5.0);
+        assert!(c.now_ms() - a < 10_000);
+        for _ in 0..100 {
+            c.advance(1e300);
+        }
+        assert!(c.now_ms() > a);
     }
 
     #[test]

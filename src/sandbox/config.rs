@@ -217,6 +217,12 @@ mod tests {
     }
 
     #[test]
+    fn integer_speed_is_accepted() {
+        let cfg = SandboxConfig::from_toml_str("speed = 10").expect("integer speed");
+        assert_eq!(cfg.speed, 10.0);
+    }
+
+    #[test]
     fn version_format() {
         assert!(is_version("v1.2.3"));
         assert!(!is_version("1.2.3"));

@@ -83,13 +83,21 @@ pub fn bytes_response(
     resp
 }
 
-/// 200 with a Content-Length longer than the bytes that follow, then a body error so
-/// the connection is closed instead of waiting for the missing bytes.
+/// A response with a Content-Length longer than the bytes that follow: the head and
+/// the partial body are sent, then (after a short pause, so they are flushed) the body
+/// fails and the connection is closed instead of waiting for the missing bytes.
 pub fn truncated(status: StatusCode, body: Bytes) -> Response<Body> {
     let announced = body.len() + 64;
-    let frames: Vec<Result<Frame<Bytes>, BoxError>> =
-        vec![Ok(Frame::data(body)), Err(Box::new(Dropped))];
-    let stream = futures_util::stream::iter(frames);
+    // States: Some(Some(data)) → send data; Some(None) → pause, then fail; None → end.
+    let stream = futures_util::stream::unfold(Some(Some(body)), |state| async move {
+        match state? {
+            Some(data) => Some((Ok::<_, BoxError>(Frame::data(data)), Some(None))),
+            None => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Some((Err(Box::new(Dropped) as BoxError), None))
+            }
+        }
+    });
     let mut resp = Response::new(StreamBody::new(stream).boxed());
     *resp.status_mut() = status;
     let h = resp.headers_mut();

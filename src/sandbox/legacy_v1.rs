@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 use super::catalog::WorkerSpec;
 use super::checks::{check_input, parse_body, window, Fields, Query};
 use super::http::{json as json_resp, Body, Dropped, Req};
-use super::state::{AbortError, NewRun, Origin, Run, RunView, State};
+use super::state::{AbortError, NewRun, Origin, Run, RunView};
 use super::v2_catalog::regions_value;
 use super::v2_runs::{logs_url, wait_done};
 use super::{lock, Shared};
@@ -307,10 +307,11 @@ async fn run_scraper(c: &Ctx<'_>) -> V1Result {
         return Ok(json!({ "run_slug": slug }));
     }
     wait_done(c.shared, &c.account, &slug).await;
-    let st = lock(&c.shared.state);
+    let (run, w) = lock(&c.shared.state)
+        .snapshot(&c.account, &slug)
+        .ok_or(NO_RUN)?;
+    let (run, w) = (&run, &w);
     let now = c.now();
-    let run = st.run(&c.account, &slug).ok_or(NO_RUN)?;
-    let w = st.worker(run.worker).ok_or(NO_SCRIPT)?;
     let v = run.view(now);
     let done = v.status.is_completed();
     Ok(json!({
@@ -381,23 +382,24 @@ fn rerun(c: &Ctx) -> V1Result {
     Ok(json!({ "run_slug": slug }))
 }
 
-/// Run of the body's `run_slug` with its worker, or the V1 error.
+/// Run of the body's `run_slug` with its worker (copies, used outside the lock),
+/// or the V1 error.
 fn with_run<T>(
     c: &Ctx,
-    f: impl FnOnce(&State, &Run, &WorkerSpec) -> Result<T, V1Error>,
+    f: impl FnOnce(&Run, &WorkerSpec) -> Result<T, V1Error>,
 ) -> Result<T, V1Error> {
     let mut fields = c.fields();
     let slug = run_slug(&mut fields).ok_or(INVALID)?;
     ok_or_invalid(&fields.errors)?;
-    let st = lock(&c.shared.state);
-    let run = st.run(&c.account, &slug).ok_or(NO_RUN)?;
-    let w = st.worker(run.worker).ok_or(NO_SCRIPT)?;
-    f(&st, run, w)
+    let (run, w) = lock(&c.shared.state)
+        .snapshot(&c.account, &slug)
+        .ok_or(NO_RUN)?;
+    f(&run, &w)
 }
 
 fn detail(c: &Ctx) -> V1Result {
     let now = c.now();
-    with_run(c, |_, run, w| Ok(record(run, w, &run.view(now))))
+    with_run(c, |run, w| Ok(record(run, w, &run.view(now))))
 }
 
 fn list(c: &Ctx) -> V1Result {
@@ -438,7 +440,7 @@ fn results(c: &Ctx) -> V1Result {
     let page_size = f.int("page_size", 1, MAX_RESULT_PAGE).unwrap_or(10) as u64;
     ok_or_invalid(&f.errors)?;
     let now = c.now();
-    with_run(c, |_, run, w| Ok(page(run, w, now, page_index, page_size)))
+    with_run(c, |run, w| Ok(page(run, w, now, page_index, page_size)))
 }
 
 fn export(c: &Ctx) -> V1Result {
@@ -465,7 +467,7 @@ fn export(c: &Ctx) -> V1Result {
         _ => return Err(INVALID),
     };
     let now = c.now();
-    let (columns, rows) = with_run(c, |_, run, w| {
+    let (columns, rows) = with_run(c, |run, w| {
         if keys.iter().any(|k| !w.columns.iter().any(|c| &c.key == k)) {
             return Err(INVALID);
         }
@@ -486,7 +488,7 @@ fn export(c: &Ctx) -> V1Result {
 
 fn log(c: &Ctx) -> V1Result {
     let now = c.now();
-    with_run(c, |_, run, _| {
+    with_run(c, |run, _| {
         let list: Vec<Value> = run.logs(now).iter().map(|l| l.to_object()).collect();
         Ok(json!({
             "all_logs_url": logs_url(c.shared, &run.slug),

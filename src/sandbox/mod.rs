@@ -6,6 +6,21 @@
 //! `v1compat sandbox` command, the integration tests and the benchmarks use it as the
 //! upstream, so a gateway mistake shows up as a failing test instead of in production.
 //!
+//! The seeded workers (`SandboxConfig::workers` replaces them), by role:
+//!
+//! | Slug | Path (V2 / V1 uses `/`) | Role |
+//! |---|---|---|
+//! | `01KBHMS6A8H6A3K5FJY11MQ99Z` | `coreclaw~google-maps-scraper` | typical; rows = `max_results` (default 50) |
+//! | `01KC2X8Q3R5T7V9W1Y3Z5B7D9F` | `coreclaw~amazon-product-by-asin` | small; rows = `max_items` (default 8) |
+//! | `01KD4N6P8R0T2V4W6Y8Z0B2D4F` | `coreclaw~tiktok-comments-bulk` | bulk; 2600 rows by default (`max_comments`) |
+//! | `01KE6Q8S0T2V4W6Y8Z0A2C4E6G` | `coreclaw~broken-news-scraper` | every run fails (non-empty `err_msg`) |
+//! | `01KF8S0T2V4W6Y8Z0A2B4D6F8H` | `coreclaw~slow-site-crawler` | runs take 600 simulated seconds (abort) |
+//! | `01KG0A2B4C6D8E0F2G4H6J8K0M` | `acme~price-monitor` | another owner; 12 rows |
+//!
+//! Runs are `ready` for 1 simulated second, then `running` for their duration (5-20 s,
+//! deterministic from seed + input), then `succeeded` or `failed`; an abort shows
+//! `aborting` for 3 s, then `failed` with `err_msg` "run aborted".
+//!
 //! Files: `config` (what can be set), `catalog` (workers and the seed), `clock`
 //! (simulated time), `state` (accounts, tasks, runs, lifecycle), `data` (deterministic
 //! rows and logs), `checks` (request contract checks shared by both surfaces), `v2`
@@ -37,7 +52,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use catalog::{Column, ColumnType, SystemDefaults, WorkerSpec};
+pub use catalog::{seed_workers, Column, ColumnType, SystemDefaults, WorkerSpec};
 pub use config::{AccountConfig, LogEntries, SandboxConfig};
 pub use faults::{FaultKind, FaultRule};
 

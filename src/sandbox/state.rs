@@ -330,6 +330,9 @@ pub struct State {
     runs: Vec<Run>,
     run_index: HashMap<String, usize>,
     tasks: Vec<Task>,
+    /// Indexes of runs with a `callback_url` whose completion is not reported yet,
+    /// so the callback task does not scan every run.
+    pending_callbacks: Vec<usize>,
     seed: u64,
 }
 
@@ -354,6 +357,7 @@ impl State {
             runs: Vec::new(),
             run_index: HashMap::new(),
             tasks: Vec::new(),
+            pending_callbacks: Vec::new(),
             seed: cfg.seed,
         }
     }
@@ -438,6 +442,9 @@ impl State {
             group,
             notified: Status::Ready,
         };
+        if run.callback_url.is_some() {
+            self.pending_callbacks.push(self.runs.len());
+        }
         self.run_index.insert(slug.clone(), self.runs.len());
         self.runs.push(run);
         slug
@@ -447,6 +454,12 @@ impl State {
     pub fn run(&self, account: &str, slug: &str) -> Option<&Run> {
         let r = self.runs.get(*self.run_index.get(slug)?)?;
         (r.account == account).then_some(r)
+    }
+
+    /// Copies of a run and its worker, so rows can be generated without the lock.
+    pub fn snapshot(&self, account: &str, slug: &str) -> Option<(Run, WorkerSpec)> {
+        let r = self.run(account, slug)?;
+        Some((r.clone(), self.workers.get(r.worker)?.clone()))
     }
 
     /// A run whatever its account (for the unauthenticated full-log file).
@@ -466,8 +479,12 @@ impl State {
             .filter(move |r| r.account == account && worker.map_or(true, |w| r.worker == w))
     }
 
-    pub fn runs_mut(&mut self) -> impl Iterator<Item = &mut Run> {
-        self.runs.iter_mut()
+    /// Call `f` on every run still waiting for callbacks; `f` returns whether the
+    /// run still waits (false once its completion has been reported).
+    pub fn for_pending_callbacks(&mut self, mut f: impl FnMut(&mut Run) -> bool) {
+        let runs = &mut self.runs;
+        self.pending_callbacks
+            .retain(|i| runs.get_mut(*i).is_some_and(&mut f));
     }
 
     pub fn abort(&mut self, account: &str, slug: &str, now_ms: i64) -> Result<(), AbortError> {

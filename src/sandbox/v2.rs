@@ -14,7 +14,7 @@ use percent_encoding::percent_decode_str;
 use serde_json::{json, Map, Value};
 
 use super::checks::{parse_body, Query};
-use super::faults::FaultKind;
+use super::faults::{FaultKind, FaultRule};
 use super::http::{bytes_response, json as json_resp, truncated, Body, Dropped, Req};
 use super::{admin, lock, v2_catalog, v2_runs, v2_tasks, Shared};
 
@@ -341,57 +341,8 @@ pub async fn handle(shared: Arc<Shared>, req: Req) -> Result<Response<Body>, Dro
     };
     admin::record(&shared, &req, op);
     if let Some(rule) = op.and_then(|name| shared.faults.pick(name)) {
-        match rule.kind {
-            FaultKind::Latency => {
-                let wait = Duration::from_millis(rule.latency_ms.unwrap_or(0));
-                let mut stop = shared.stop.clone();
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = stop.wait_for(|s| *s) => {}
-                }
-            }
-            FaultKind::Error => {
-                let (status, code) = rule.error_status_code();
-                let msg = rule
-                    .message
-                    .clone()
-                    .unwrap_or_else(|| "injected fault".into());
-                return Ok(render(Err(ApiError::new(status, code, &msg, vec![]))));
-            }
-            FaultKind::RateLimit => {
-                let msg = rule
-                    .message
-                    .clone()
-                    .unwrap_or_else(|| "too many requests".into());
-                let mut resp = render(Err(ApiError::new(
-                    429,
-                    rule.code.unwrap_or(13000),
-                    &msg,
-                    vec![],
-                )));
-                resp.headers_mut().insert(
-                    http::header::RETRY_AFTER,
-                    HeaderValue::from(rule.retry_after.unwrap_or(1)),
-                );
-                return Ok(resp);
-            }
-            FaultKind::Malformed => {
-                return Ok(bytes_response(
-                    StatusCode::OK,
-                    "application/json",
-                    "<html><body>502 Bad Gateway</body></html>",
-                ));
-            }
-            FaultKind::Truncated => {
-                let body = envelope_ok(Some(json!({"partial": true})), &request_id());
-                let text = serde_json::to_vec(&body).unwrap_or_default();
-                let cut = text.len() / 2;
-                return Ok(truncated(
-                    StatusCode::OK,
-                    bytes::Bytes::from(text).slice(..cut),
-                ));
-            }
-            FaultKind::Drop => return Err(Dropped),
+        if let Some(answer) = apply_fault(&shared, &rule).await {
+            return answer;
         }
     }
     let outcome = match routed {
@@ -400,6 +351,59 @@ pub async fn handle(shared: Arc<Shared>, req: Req) -> Result<Response<Body>, Dro
         Routed::Op(_, action, params) => operate(&shared, &req, action, params).await,
     };
     Ok(render(outcome))
+}
+
+/// Act out a fault. `None` means "continue normally" (after a latency fault).
+async fn apply_fault(shared: &Shared, rule: &FaultRule) -> Option<Result<Response<Body>, Dropped>> {
+    let message = |default: &str| rule.message.clone().unwrap_or_else(|| default.to_string());
+    let answer = match rule.kind {
+        FaultKind::Latency => {
+            let wait = Duration::from_millis(rule.latency_ms.unwrap_or(0));
+            let mut stop = shared.stop.clone();
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+            return None;
+        }
+        FaultKind::Error => {
+            let (status, code) = rule.error_status_code();
+            render(Err(ApiError::new(
+                status,
+                code,
+                &message("injected fault"),
+                vec![],
+            )))
+        }
+        FaultKind::RateLimit => {
+            let code = rule.code.unwrap_or(13000);
+            let mut resp = render(Err(ApiError::new(
+                429,
+                code,
+                &message("too many requests"),
+                vec![],
+            )));
+            resp.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                HeaderValue::from(rule.retry_after.unwrap_or(1)),
+            );
+            resp
+        }
+        // What a misconfigured proxy in front of the service might answer.
+        FaultKind::Malformed => bytes_response(
+            StatusCode::OK,
+            "application/json",
+            "<html><body>502 Bad Gateway</body></html>",
+        ),
+        FaultKind::Truncated => {
+            let body = envelope_ok(Some(json!({"partial": true})), &request_id());
+            let text = bytes::Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+            let cut = text.len() / 2;
+            truncated(StatusCode::OK, text.slice(..cut))
+        }
+        FaultKind::Drop => return Some(Err(Dropped)),
+    };
+    Some(Ok(answer))
 }
 
 async fn operate(shared: &Arc<Shared>, req: &Req, action: Action, params: Params) -> Outcome {
@@ -452,8 +456,7 @@ async fn operate(shared: &Arc<Shared>, req: &Req, action: Action, params: Params
     };
     match action {
         Action::Regions => v2_catalog::regions(&call),
-        Action::Store => v2_catalog::store(&call, true),
-        Action::Workers => v2_catalog::store(&call, false),
+        Action::Store | Action::Workers => v2_catalog::store(&call),
         Action::Account => v2_catalog::account(&call),
         Action::Worker => v2_catalog::worker(&call),
         Action::InputSchema => v2_catalog::input_schema(&call),

@@ -52,7 +52,7 @@ pub fn matches_keyword(st: &State, i: usize, keyword: &str) -> bool {
 }
 
 /// Store (public) and worker list (key): `{scraper: [...]}`, no count.
-pub fn store(call: &Call, _public: bool) -> Outcome {
+pub fn store(call: &Call) -> Outcome {
     let mut errs = Vec::new();
     let (page, limit) = query_paging(&call.query, &mut errs);
     if !errs.is_empty() {

@@ -120,12 +120,11 @@ fn sync_value(
     limit: u64,
     rerun: bool,
 ) -> Outcome {
-    let st = lock(&shared.state);
+    let (run, w) = lock(&shared.state)
+        .snapshot(account, slug)
+        .ok_or_else(ApiError::run_not_found)?;
+    let (run, w) = (&run, &w);
     let now = shared.clock.now_ms();
-    let run = st.run(account, slug).ok_or_else(ApiError::run_not_found)?;
-    let w = st
-        .worker(run.worker)
-        .ok_or_else(ApiError::worker_not_found)?;
     let v = run.view(now);
     let running = if v.finished_at > 0 {
         v.duration
@@ -368,7 +367,7 @@ pub fn list(call: &Call) -> Outcome {
             Some((s, e)) => v.started_at >= s && v.started_at < e,
             None => month_utc8(v.started_at) == this_month,
         })
-        .filter(|(_, v)| status.is_none_or_eq(v.status))
+        .filter(|(_, v)| status.map_or(true, |s| s == v.status))
         .collect();
     let (from, to) = window(page, limit);
     let list: Vec<Value> = matching
@@ -378,15 +377,6 @@ pub fn list(call: &Call) -> Outcome {
         .filter_map(|(r, v)| st.worker(r.worker).map(|w| record(r, w, v)))
         .collect();
     Ok(Some(json!({"count": matching.len(), "list": list})))
-}
-
-trait OptStatus {
-    fn is_none_or_eq(&self, s: Status) -> bool;
-}
-impl OptStatus for Option<Status> {
-    fn is_none_or_eq(&self, s: Status) -> bool {
-        self.map_or(true, |x| x == s)
-    }
 }
 
 pub fn log(call: &Call) -> Outcome {
@@ -415,18 +405,16 @@ pub fn logs_url(shared: &Shared, slug: &str) -> String {
 pub fn result(call: &Call) -> Outcome {
     let mut errs = Vec::new();
     let (page, limit) = query_paging(&call.query, &mut errs);
-    let st = lock(&call.shared.state);
-    let slug = resolve_run(&st, call)?;
-    fail_if(errs)?;
-    let run = st
-        .run(&call.account, &slug)
-        .ok_or_else(ApiError::run_not_found)?;
-    let w = st
-        .worker(run.worker)
-        .ok_or_else(ApiError::worker_not_found)?;
+    let (run, w) = {
+        let st = lock(&call.shared.state);
+        let slug = resolve_run(&st, call)?;
+        fail_if(errs)?;
+        st.snapshot(&call.account, &slug)
+            .ok_or_else(ApiError::run_not_found)?
+    };
     Ok(Some(result_page(
-        run,
-        w,
+        &run,
+        &w,
         call.shared.clock.now_ms(),
         page,
         limit,
@@ -455,31 +443,27 @@ pub fn export(call: &Call) -> Outcome {
         .filter(|k| !k.is_empty())
         .map(String::from)
         .collect();
-    let (columns, rows) = {
+    let (run, w) = {
         let st = lock(&call.shared.state);
         let slug = resolve_run(&st, call)?;
-        let run = st
-            .run(&call.account, &slug)
-            .ok_or_else(ApiError::run_not_found)?;
-        let w = st
-            .worker(run.worker)
-            .ok_or_else(ApiError::worker_not_found)?;
-        for k in &keys {
-            if !w.columns.iter().any(|c| &c.key == k) {
-                errs.push(format!("filter_keys: {k} is not a result header key"));
-            }
-        }
-        fail_if(errs)?;
-        let now = call.shared.clock.now_ms();
-        let count = run.view(now).results;
-        let columns: Vec<_> = w
-            .columns
-            .iter()
-            .filter(|c| keys.is_empty() || keys.contains(&c.key))
-            .cloned()
-            .collect();
-        (columns, run.rows(w, now, 0, count))
+        st.snapshot(&call.account, &slug)
+            .ok_or_else(ApiError::run_not_found)?
     };
+    for k in &keys {
+        if !w.columns.iter().any(|c| &c.key == k) {
+            errs.push(format!("filter_keys: {k} is not a result header key"));
+        }
+    }
+    fail_if(errs)?;
+    let now = call.shared.clock.now_ms();
+    let count = run.view(now).results;
+    let columns: Vec<_> = w
+        .columns
+        .iter()
+        .filter(|c| keys.is_empty() || keys.contains(&c.key))
+        .cloned()
+        .collect();
+    let rows = run.rows(&w, now, 0, count);
     let url = call
         .shared
         .exports
