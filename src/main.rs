@@ -132,7 +132,9 @@ fn load(path: Option<&PathBuf>) -> Result<Config, String> {
         Some(p) => std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
         None => String::new(),
     };
-    config::load(&text, std::env::vars()).map_err(|e| e.to_string())
+    // V1COMPAT_CONFIG names the file (the --config flag); it is not a key override.
+    let env = std::env::vars().filter(|(name, _)| name != "V1COMPAT_CONFIG");
+    config::load(&text, env).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
