@@ -13,6 +13,7 @@
 //! guard `x-v1compat-shadow` are never mirrored again. A copy needs one of
 //! `max_in_flight` slots, taken with `try_acquire` (none free: dropped and
 //! counted), runs under `copy_timeout` and reads at most `max_body_bytes`.
+//! With `baseline`, legacy is called a second time beside the other side.
 //!
 //! Files: [`config`] (`[shadow]`), [`legacy`] (the V1 client), [`diff`]
 //! (the pure diff engine), [`capture`] (JSONL), [`replay`] and [`report`]
@@ -108,12 +109,14 @@ fn count(op: Operation, outcome: &'static str) {
 
 /// Holds a slot and the in-flight gauge for the life of a copy task, so
 /// both come back even if the task is cancelled.
-struct Slot(#[allow(dead_code)] OwnedSemaphorePermit);
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+}
 
 impl Slot {
     fn new(permit: OwnedSemaphorePermit) -> Slot {
         metrics::gauge!(telemetry::SHADOW_IN_FLIGHT).increment(1.0);
-        Slot(permit)
+        Slot { _permit: permit }
     }
 }
 

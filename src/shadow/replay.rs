@@ -127,11 +127,12 @@ fn plan(line: &str, api_key: Option<&str>) -> Result<Planned, String> {
     let mut headers = HeaderMap::new();
     for (name, value) in &req.headers {
         let usable = value != REDACTED && !value.is_empty();
-        if let (true, Ok(n), Ok(v)) = (
+        if let (true, Ok(n), Ok(mut v)) = (
             usable,
             HeaderName::from_bytes(name.as_bytes()),
             HeaderValue::from_str(value),
         ) {
+            v.set_sensitive(super::capture::SECRET_HEADERS.contains(&n.as_str()));
             headers.insert(n, v);
         }
     }
