@@ -644,6 +644,35 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
         before + 1.0
     );
     assert!(field("data.parameters.system.memory").await >= 1.0);
+    drop(gw);
+
+    // 5. Sampling by key: a given key is always in or always out.
+    let gw = gateway(
+        &w,
+        &format!("[shadow]\nenabled = true\nlegacy_base_url = \"http://{down}\"\nsample_percent = 50.0\nsample_by = \"key\"\n"),
+    )
+    .await;
+    let (mut inside, mut outside) = (0, 0);
+    for k in 0..30 {
+        let key = format!("client-key-{k}");
+        let skipped = copies(&gw, "run_log", "skipped").await;
+        for _ in 0..3 {
+            send_json(
+                gw.addr,
+                "POST",
+                "/api/v1/run/last/log",
+                Some(&key),
+                Some(&json!({"run_slug": "x"})),
+            )
+            .await;
+        }
+        match copies(&gw, "run_log", "skipped").await - skipped {
+            0.0 => inside += 1,
+            3.0 => outside += 1,
+            other => panic!("key {key}: {other} of 3 requests skipped"),
+        }
+    }
+    assert!(inside > 0 && outside > 0, "in {inside}, out {outside}");
 }
 
 /// A legacy target on its own thread and runtime, like a service elsewhere:
