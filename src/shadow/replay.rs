@@ -417,6 +417,15 @@ mod tests {
     }
 
     #[test]
+    fn the_example_request_list_plans() {
+        let text = include_str!("../../config/shadow-requests.example.jsonl");
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let p = plan(line, Some("k")).unwrap_or_else(|e| panic!("{line}: {e}"));
+            assert!(p.op.is_read_only(), "{line}");
+        }
+    }
+
+    #[test]
     fn a_key_sent_in_clear_is_kept() {
         let p = plan(
             r#"{"operation": "account_info", "headers": {"api-key": "own"}}"#,
