@@ -946,3 +946,16 @@ async fn replay_paces_by_recorded_time_and_rate() {
         "5 requests at 40/s"
     );
 }
+
+/// The example request list in `config/` replays clean on the sandbox.
+#[tokio::test]
+async fn the_example_request_list_replays_clean() {
+    let w = World::start().await;
+    let (translated, cfg) = w.in_process(RULES);
+    let input = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/shadow-requests.example.jsonl");
+    let opts = w.options(&input, "example.jsonl", translated);
+    let stats = replay(opts.clone()).await.unwrap();
+    assert_eq!((stats.sent, stats.failed, stats.skipped), (9, 0, 0));
+    let report = report_of(&opts.out, &cfg);
+    assert_eq!(report.real_fields(), Vec::new(), "{}", report.text());
+}
