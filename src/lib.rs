@@ -48,10 +48,14 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let gateway = Arc::new(ops::Gateway::new(upstream, Arc::new(config)));
+    // Built before anything serves: a capture file that cannot be opened
+    // stops start-up instead of leaving a gateway without its public side.
+    let mirror = shadow::Mirror::new(gateway.clone())?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let public = tokio::spawn(server::serve_public(
         public,
         gateway.clone(),
+        mirror,
         stop_rx.clone(),
     ));
     let admin = tokio::spawn(server::serve_admin(admin, gateway, stop_rx));

@@ -73,16 +73,18 @@ struct Public {
     shadow: Option<Arc<Mirror>>,
 }
 
-/// Serves V1 traffic on `listener` until `shutdown` resolves.
+/// Serves V1 traffic on `listener` until `shutdown` resolves, mirroring it
+/// through `shadow` when given.
 pub async fn serve_public(
     listener: TcpListener,
     gateway: Arc<Gateway>,
+    shadow: Option<Arc<Mirror>>,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let grace = gateway.config.grace_period;
     let state = Arc::new(Public {
         in_flight: Semaphore::new(gateway.config.limits.max_in_flight),
-        shadow: Mirror::new(gateway.clone())?,
+        shadow,
         gateway,
     });
     // The stack, outermost first. Each layer's reason:

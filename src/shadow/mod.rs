@@ -159,7 +159,12 @@ impl Mirror {
         };
         let legacy = LegacyClient::new(base).map_err(std::io::Error::other)?;
         let capture = match &cfg.capture_path {
-            Some(path) => Some(CaptureWriter::start(path, true)?),
+            Some(path) => Some(CaptureWriter::start(path, true).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("shadow.capture_path {}: {e}", path.display()),
+                )
+            })?),
             None => None,
         };
         Ok(Some(Arc::new(Mirror {

@@ -967,3 +967,20 @@ async fn the_example_request_list_replays_clean() {
     let report = report_of(&opts.out, &cfg);
     assert_eq!(report.real_fields(), Vec::new(), "{}", report.text());
 }
+
+/// A capture file that cannot be opened stops start-up.
+#[tokio::test]
+async fn an_unwritable_capture_path_stops_start_up() {
+    let text = "[shadow]\nenabled = true\nlegacy_base_url = \"http://127.0.0.1:9\"\ncapture_path = \"/nonexistent-dir/capture.jsonl\"\n";
+    let cfg = v1compat::config::load(text, Vec::new()).unwrap();
+    let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());
+    let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let run = v1compat::run(public, admin, cfg, upstream, std::future::pending());
+    let result = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("run did not stop");
+    let err = result.unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
+    assert!(err.to_string().contains("shadow.capture_path"), "{err}");
+}
