@@ -2,17 +2,14 @@
 //! configuration (exit 64 on a bad one, before any port is bound), sets up
 //! telemetry and runs the gateway until SIGTERM or ctrl-c.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
 use v1compat::config::{self, Config};
-use v1compat::ops::Gateway;
-use v1compat::shadow::replay::{ReplayOptions, TranslatedSide};
-use v1compat::shadow::report::Report;
+use v1compat::shadow::cli::{self, ReplayArgs, ReportArgs};
 use v1compat::upstream::HttpUpstream;
 use v1compat::{server, telemetry};
 
@@ -59,72 +56,7 @@ Operations that start, rerun or abort runs are never replayed."
     )]
     Replay(Box<ReplayArgs>),
     /// Summarise a capture: terminal summary, and a self-contained HTML report with --html.
-    Report {
-        /// Capture file (JSONL).
-        file: PathBuf,
-        /// Configuration whose [shadow] section gives ignore rules, unordered paths and baseline thresholds.
-        #[arg(long, short, env = "V1COMPAT_CONFIG")]
-        config: Option<PathBuf>,
-        /// Write the HTML report here.
-        #[arg(long)]
-        html: Option<PathBuf>,
-        /// Exit 1 when any difference is reported (for CI).
-        #[arg(long)]
-        fail_on_diff: bool,
-    },
-}
-
-#[derive(clap::Args)]
-struct ReplayArgs {
-    /// Capture or plain request list (JSONL).
-    file: PathBuf,
-    /// Base URL of the legacy V1 service.
-    #[arg(long)]
-    legacy: url::Url,
-    /// Base URL of a running v1compat gateway to replay through.
-    #[arg(
-        long,
-        conflicts_with = "upstream",
-        required_unless_present = "upstream"
-    )]
-    gateway: Option<url::Url>,
-    /// Base URL of the V2 service: translate in this process.
-    #[arg(long)]
-    upstream: Option<url::Url>,
-    /// Configuration for the in-process translation and the report rules.
-    #[arg(long, short, env = "V1COMPAT_CONFIG")]
-    config: Option<PathBuf>,
-    /// Capture of what the replay saw.
-    #[arg(long, short, default_value = "replay-capture.jsonl")]
-    out: PathBuf,
-    /// Multiplier of the recorded pace (2 = twice as fast); 0 = as fast as --concurrency allows.
-    #[arg(long, default_value_t = 1.0)]
-    speed: f64,
-    /// At most this many requests per second.
-    #[arg(long)]
-    max_rate: Option<f64>,
-    /// Requests in flight at most.
-    #[arg(long, default_value_t = 8)]
-    concurrency: usize,
-    // The variable is outside the V1COMPAT_ prefix, which configuration overrides own.
-    /// Key sent as api-key where a line's key is redacted or absent.
-    #[arg(long, env = "REPLAY_API_KEY", hide_env_values = true)]
-    api_key: Option<String>,
-    /// Call legacy twice per request and treat their disagreements as noise (also [shadow] baseline).
-    #[arg(long)]
-    baseline: bool,
-    /// Deadline of each side of each request (default: [shadow] copy_timeout_ms).
-    #[arg(long)]
-    timeout_ms: Option<u64>,
-    /// Also write the HTML report here.
-    #[arg(long)]
-    html: Option<PathBuf>,
-    /// No progress bar.
-    #[arg(long)]
-    quiet: bool,
-    /// Exit 1 when any difference is reported (for CI).
-    #[arg(long)]
-    fail_on_diff: bool,
+    Report(ReportArgs),
 }
 
 fn load(path: Option<&PathBuf>) -> Result<Config, String> {
@@ -158,31 +90,18 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(problems) => return bad_config(&problems),
             };
-            match runtime().block_on(replay(*args, cfg)) {
-                Ok(code) => code,
-                Err(e) => {
-                    eprintln!("v1compat replay: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            telemetry::init_logging("text", "warn");
+            exit_code(
+                "replay",
+                runtime().block_on(cli::replay_command(*args, cfg)),
+            )
         }
-        Command::Report {
-            file,
-            config,
-            html,
-            fail_on_diff,
-        } => {
-            let cfg = match load(config.as_ref()) {
+        Command::Report(args) => {
+            let cfg = match load(args.config.as_ref()) {
                 Ok(c) => c,
                 Err(problems) => return bad_config(&problems),
             };
-            match report(&file, html.as_ref(), &cfg, fail_on_diff) {
-                Ok(code) => code,
-                Err(e) => {
-                    eprintln!("v1compat report: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            exit_code("report", cli::report(&args, &cfg))
         }
         Command::Serve { config } => {
             let cfg = match load(config.as_ref()) {
@@ -214,66 +133,17 @@ fn bad_config(problems: &str) -> ExitCode {
     ExitCode::from(EXIT_BAD_CONFIG)
 }
 
-/// Prints the report of a capture, writes its HTML if asked.
-fn report(
-    file: &Path,
-    html: Option<&PathBuf>,
-    cfg: &Config,
-    fail_on_diff: bool,
-) -> Result<ExitCode, String> {
-    let shadow = &cfg.shadow;
-    let report = Report::load(file, shadow.rules.clone(), shadow.thresholds)
-        .map_err(|e| format!("{}: {e}", file.display()))?;
-    print!("{}", report.text());
-    if let Some(out) = html {
-        std::fs::write(out, report.html()).map_err(|e| format!("{}: {e}", out.display()))?;
-        println!("\nHTML report: {}", out.display());
-    }
-    Ok(if fail_on_diff && !report.real_fields().is_empty() {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
-async fn replay(args: ReplayArgs, mut cfg: Config) -> Result<ExitCode, String> {
-    telemetry::init_logging("text", "warn");
-    let translated = match (&args.gateway, &args.upstream) {
-        (Some(url), _) => TranslatedSide::Gateway(url.clone()),
-        (None, Some(url)) => {
-            cfg.upstream.base_url = url.clone();
-            let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone())?);
-            TranslatedSide::InProcess(Arc::new(Gateway::new(upstream, Arc::new(cfg.clone()))))
+/// Exit code of `replay` / `report`: 1 on an error or, with
+/// `--fail-on-diff`, on a difference.
+fn exit_code(command: &str, outcome: Result<bool, String>) -> ExitCode {
+    match outcome {
+        Ok(false) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("v1compat {command}: {e}");
+            ExitCode::FAILURE
         }
-        (None, None) => return Err("give --gateway or --upstream".into()),
-    };
-    let opts = ReplayOptions {
-        input: args.file.clone(),
-        out: args.out.clone(),
-        legacy: args.legacy.clone(),
-        translated,
-        speed: args.speed.max(0.0),
-        max_rate: args.max_rate,
-        concurrency: args.concurrency.max(1),
-        api_key: args.api_key.clone(),
-        baseline: args.baseline || cfg.shadow.baseline,
-        timeout: args
-            .timeout_ms
-            .map(Duration::from_millis)
-            .unwrap_or(cfg.shadow.copy_timeout),
-        max_body_bytes: cfg.shadow.max_body_bytes,
-        progress: !args.quiet,
-    };
-    let stats = v1compat::shadow::replay::replay(opts).await?;
-    println!(
-        "replayed {} of {} lines ({} failed, {} skipped) → {}\n",
-        stats.sent,
-        stats.lines,
-        stats.failed,
-        stats.skipped,
-        args.out.display()
-    );
-    report(&args.out, args.html.as_ref(), &cfg, args.fail_on_diff)
+    }
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -17,7 +17,7 @@
 //!
 //! Files: [`config`] (`[shadow]`), [`legacy`] (the V1 client), [`diff`]
 //! (the pure diff engine), [`capture`] (JSONL), [`replay`] and [`report`]
-//! (the `replay` and `report` commands).
+//! (the `replay` and `report` commands, whose flags live in [`cli`]).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -36,6 +36,7 @@ use crate::upstream::UpstreamFailure;
 use crate::v1::Envelope;
 
 pub mod capture;
+pub mod cli;
 pub mod config;
 pub mod diff;
 pub mod legacy;
