@@ -681,6 +681,56 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
         }
     }
     assert!(inside > 0 && outside > 0, "in {inside}, out {outside}");
+    drop(gw);
+
+    // 6. Live baseline: each copy also calls legacy a second time; the
+    // capture carries it and the report judges the signed URL as noise.
+    let capture = w.path("live-baseline.jsonl");
+    let gw = gateway(
+        &w,
+        &format!(
+            "[shadow]\nenabled = true\nlegacy_base_url = \"{}\"\nbaseline = true\nignore = []\ncapture_path = \"{}\"\n",
+            w.legacy_url(),
+            capture.display()
+        ),
+    )
+    .await;
+    let export = json!({"run_slug": w.runs[0], "format": "csv"});
+    for _ in 0..6 {
+        let (status, _) = send_json(
+            gw.addr,
+            "POST",
+            "/api/v1/run/result/export",
+            Some(&key),
+            Some(&export),
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&capture)
+        .unwrap_or_default()
+        .lines()
+        .count()
+        < 6
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cfg = v1compat::config::load(&w.config("[shadow]\nignore = []\n"), Vec::new()).unwrap();
+    let report = report_of(&capture, &cfg);
+    assert_eq!(report.records, 6);
+    assert!(report.baseline);
+    assert_eq!(report.real_fields(), Vec::new(), "{}", report.text());
+    assert_eq!(
+        report.tally.noise_fields(&cfg.shadow.thresholds),
+        vec![(
+            "result_export".to_owned(),
+            "data.download_url".to_owned(),
+            6,
+            6
+        )]
+    );
 }
 
 /// A legacy target on its own thread and runtime, like a service elsewhere:
