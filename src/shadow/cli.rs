@@ -20,7 +20,8 @@ pub struct ReplayArgs {
     /// Base URL of the legacy V1 service.
     #[arg(long)]
     pub legacy: url::Url,
-    /// Base URL of a running v1compat gateway to replay through.
+    /// Base URL of a running v1compat gateway to replay through (one that answers with its own
+    /// translation: shadow off or primary = "translated").
     #[arg(
         long,
         conflicts_with = "upstream",
