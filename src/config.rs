@@ -27,6 +27,7 @@ pub struct RawConfig {
     pub compat: CompatSection,
     pub log: LogSection,
     pub shutdown: ShutdownSection,
+    pub shadow: crate::shadow::ShadowSection,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -236,6 +237,7 @@ pub struct Config {
     pub compat: Compat,
     pub log: LogSection,
     pub grace_period: Duration,
+    pub shadow: crate::shadow::ShadowConfig,
 }
 
 /// [`CompatSection`] with its choices checked.
@@ -515,6 +517,8 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         ));
     }
 
+    let shadow = crate::shadow::config::validate(&raw.shadow, &mut p);
+
     let (Some(base_url), true) = (base_url, p.is_empty()) else {
         return Err(ConfigErrors(p));
     };
@@ -554,6 +558,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         },
         log: raw.log,
         grace_period: Duration::from_secs(raw.shutdown.grace_period_secs),
+        shadow,
     })
 }
 
@@ -642,5 +647,6 @@ mod example_tests {
         assert_eq!(format!("{:?}", c.limits), format!("{:?}", d.limits));
         assert_eq!(c.compat.origin_rename, d.compat.origin_rename);
         assert_eq!(c.upstream.base_url, d.upstream.base_url);
+        assert_eq!(format!("{:?}", c.shadow), format!("{:?}", d.shadow));
     }
 }

@@ -15,8 +15,10 @@
 //! Modules: [`config`] (TOML + env → validated config), [`server`],
 //! [`route`], [`ops`] (one module per operation family), [`paging`] (V1 page
 //! windows → V2 page plans), [`upstream`] (the V2 client), [`v1`]/[`v2`] (wire
-//! types), [`error`], [`telemetry`] (logs, metric names), and [`sandbox`]
-//! (the embedded V2 reference service and native V1 surface).
+//! types), [`error`], [`telemetry`] (logs, metric names), [`sandbox`] (an
+//! embedded V2 reference service with a native V1 surface, for demos and tests),
+//! [`shadow`] (the migration shadow tester: live mirror, diff engine, capture,
+//! replay, report — beside the request path, never on it).
 
 use std::sync::Arc;
 
@@ -31,6 +33,7 @@ pub mod paging;
 pub mod route;
 pub mod sandbox;
 pub mod server;
+pub mod shadow;
 pub mod telemetry;
 pub mod upstream;
 pub mod v1;
@@ -46,10 +49,14 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let gateway = Arc::new(ops::Gateway::new(upstream, Arc::new(config)));
+    // Built before anything serves: a capture file that cannot be opened
+    // stops start-up instead of leaving a gateway without its public side.
+    let mirror = shadow::Mirror::new(gateway.clone())?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let public = tokio::spawn(server::serve_public(
         public,
         gateway.clone(),
+        mirror,
         stop_rx.clone(),
     ));
     let admin = tokio::spawn(server::serve_admin(admin, gateway, stop_rx));

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 
 use v1compat::config::{self, Config};
+use v1compat::shadow::cli::{self, ReplayArgs, ReportArgs};
 use v1compat::upstream::HttpUpstream;
 use v1compat::{server, telemetry};
 
@@ -48,6 +49,19 @@ enum Command {
     /// Run the gateway on its embedded sandbox: a V2 reference service, the gateway
     /// pointed at it and a native V1 service, in one process. Port 0 picks a free port.
     Sandbox(v1compat::demo::DemoOptions),
+    /// Replay V1 traffic to the legacy service and through the translation, and capture both answers.
+    #[command(
+        long_about = "Replays a capture (from [shadow] capture_path or an earlier replay), or a plain JSONL \
+list of V1 requests, to the legacy V1 service (--legacy) and through the translation: a running gateway \
+(--gateway) or an in-process one against a V2 upstream (--upstream, with --config for [compat] and the \
+service key). Writes a capture of what it saw (--out) and prints the report.\n\n\
+A plain line: {\"method\":\"POST\",\"path\":\"/api/v1/run/detail\",\"body\":{\"run_slug\":\"...\"}} or \
+{\"operation\":\"run_detail\",\"body\":{...}}; optional \"query\", \"headers\", \"at_ms\" (pacing). \
+Operations that start, rerun or abort runs are never replayed."
+    )]
+    Replay(Box<ReplayArgs>),
+    /// Summarise a capture: terminal summary, and a self-contained HTML report with --html.
+    Report(ReportArgs),
 }
 
 fn load(path: Option<&PathBuf>) -> Result<Config, String> {
@@ -55,7 +69,9 @@ fn load(path: Option<&PathBuf>) -> Result<Config, String> {
         Some(p) => std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
         None => String::new(),
     };
-    config::load(&text, std::env::vars()).map_err(|e| e.to_string())
+    // V1COMPAT_CONFIG names the file (the --config flag); it is not a key override.
+    let env = std::env::vars().filter(|(name, _)| name != "V1COMPAT_CONFIG");
+    config::load(&text, env).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
@@ -80,6 +96,24 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Replay(args) => {
+            let cfg = match load(args.config.as_ref()) {
+                Ok(c) => c,
+                Err(problems) => return bad_config("invalid configuration:", &problems),
+            };
+            telemetry::init_logging("text", "warn");
+            exit_code(
+                "replay",
+                runtime().block_on(cli::replay_command(*args, cfg)),
+            )
+        }
+        Command::Report(args) => {
+            let cfg = match load(args.config.as_ref()) {
+                Ok(c) => c,
+                Err(problems) => return bad_config("invalid configuration:", &problems),
+            };
+            exit_code("report", cli::report(&args, &cfg))
+        }
         Command::Serve { config } => {
             let cfg = match load(config.as_ref()) {
                 Ok(c) => c,
@@ -103,6 +137,19 @@ fn bad_config(heading: &str, problems: &str) -> ExitCode {
         eprintln!("  - {line}");
     }
     ExitCode::from(EXIT_BAD_CONFIG)
+}
+
+/// Exit code of `replay` / `report`: 1 on an error or, with
+/// `--fail-on-diff`, on a difference.
+fn exit_code(command: &str, outcome: Result<bool, String>) -> ExitCode {
+    match outcome {
+        Ok(false) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("v1compat {command}: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -27,6 +27,8 @@ use tracing::Instrument;
 use crate::error::GatewayError;
 use crate::ops::{self, Gateway, V1Request};
 use crate::route::{self, Operation};
+use crate::shadow::legacy::{Received, V1Call, LOOP_GUARD};
+use crate::shadow::{Mirror, Primary, ReadRequest};
 use crate::telemetry;
 use crate::upstream::ApiKey;
 use crate::v1::Envelope;
@@ -65,17 +67,22 @@ fn usable_request_id(headers: &HeaderMap) -> Option<String> {
 struct Public {
     gateway: Arc<Gateway>,
     in_flight: Semaphore,
+    /// The live shadow mirror, when `[shadow]` is enabled.
+    shadow: Option<Arc<Mirror>>,
 }
 
-/// Serves V1 traffic on `listener` until `shutdown` resolves.
+/// Serves V1 traffic on `listener` until `shutdown` resolves, mirroring it
+/// through `shadow` when given.
 pub async fn serve_public(
     listener: TcpListener,
     gateway: Arc<Gateway>,
+    shadow: Option<Arc<Mirror>>,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let grace = gateway.config.grace_period;
     let state = Arc::new(Public {
         in_flight: Semaphore::new(gateway.config.limits.max_in_flight),
+        shadow,
         gateway,
     });
     // The stack, outermost first. Each layer's reason:
@@ -126,17 +133,40 @@ async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Byte
         );
     };
     metrics::gauge!(telemetry::IN_FLIGHT).increment(1.0);
-    let result = answer(&state.gateway, op, req, &request_id).await;
+    let response = match read_request(&state.gateway, op, req, &request_id).await {
+        Err(err) => finish(Some(op), Err(err), &request_id, started),
+        Ok(read) => {
+            // Shadow mode: a copy is chosen before answering and handed to its
+            // own task after; the client's answer never waits for it.
+            let mirror = state.shadow.as_ref();
+            let copy = mirror.and_then(|m| m.sample(op, &read));
+            let response = match mirror.filter(|m| m.primary() == Primary::Legacy) {
+                Some(m) => match m.proxy(op, &read.call).await {
+                    Ok(answer) => relayed(op, answer, started),
+                    Err(err) => finish(Some(op), Err(err), &request_id, started),
+                },
+                None => {
+                    let result = translate(&state.gateway, read.v1).await;
+                    finish(Some(op), result, &request_id, started)
+                }
+            };
+            if let (Some(m), Some(copy)) = (mirror, copy) {
+                m.spawn(copy, &response);
+            }
+            response
+        }
+    };
     metrics::gauge!(telemetry::IN_FLIGHT).decrement(1.0);
-    finish(Some(op), result, &request_id, started)
+    response
 }
 
-async fn answer(
+/// Reads and checks a routed request: key, content type, body size.
+async fn read_request(
     gw: &Gateway,
     op: Operation,
     req: Request<Incoming>,
     request_id: &str,
-) -> Result<ops::Answer, GatewayError> {
+) -> Result<ReadRequest, GatewayError> {
     let key = client_key(req.headers())?;
     let (parts, body) = req.into_parts();
     if parts.method == Method::POST {
@@ -156,17 +186,32 @@ async fn answer(
             )))
         }
     };
-    let deadline = if op == Operation::StartRun {
+    let query = parts.uri.query().map(str::to_owned);
+    Ok(ReadRequest {
+        call: V1Call {
+            method: parts.method.clone(),
+            path: parts.uri.path().to_owned(),
+            query: query.clone(),
+            headers: V1Call::forwarded_headers(&parts.headers),
+            body: body.clone(),
+        },
+        guarded: parts.headers.contains_key(LOOP_GUARD),
+        v1: V1Request {
+            op,
+            query,
+            body,
+            key,
+            request_id: request_id.to_owned(),
+        },
+    })
+}
+
+/// Runs the translation under the request's deadline.
+async fn translate(gw: &Gateway, v1: V1Request) -> Result<ops::Answer, GatewayError> {
+    let deadline = if v1.op == Operation::StartRun {
         gw.config.sync_run_timeout + gw.config.request_timeout
     } else {
         gw.config.request_timeout
-    };
-    let v1 = V1Request {
-        op,
-        query: parts.uri.query().map(str::to_owned),
-        body,
-        key,
-        request_id: request_id.to_owned(),
     };
     match tokio::time::timeout(deadline, ops::handle(gw, v1).in_current_span()).await {
         Ok(result) => result,
@@ -254,6 +299,17 @@ fn finish(
         metrics::histogram!(telemetry::UPSTREAM_CALLS_PER_REQUEST, "operation" => name)
             .record(f64::from(calls));
     }
+    response
+}
+
+/// The legacy service's answer, relayed as it came (`shadow.primary = "legacy"`).
+fn relayed(op: Operation, answer: Received, started: Instant) -> Response<Full<Bytes>> {
+    let response = json_response(answer.status, answer.body);
+    let status = answer.status.as_u16().to_string();
+    metrics::counter!(telemetry::REQUESTS, "operation" => op.name(), "status" => status)
+        .increment(1);
+    metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => op.name())
+        .record(started.elapsed().as_secs_f64());
     response
 }
 

@@ -29,6 +29,18 @@ pub const UPSTREAM_DURATION_SECONDS: &str = "v1compat_upstream_duration_seconds"
 pub const UPSTREAM_RETRIES_TOTAL: &str = "v1compat_upstream_retries_total";
 /// Retryable V2 outcomes not retried, by `route` and `cause` (budget, deadline, retry_after).
 pub const UPSTREAM_RETRIES_SKIPPED_TOTAL: &str = "v1compat_upstream_retries_skipped_total";
+/// Shadow copies by `operation` and `outcome`: `sent` (both answers compared),
+/// `skipped` (not sampled, not read-only, loop guard, too large), `dropped`
+/// (in-flight cap reached), `failed` (the other side gave no answer in time).
+pub const SHADOW_COPIES: &str = "v1compat_shadow_copies_total";
+/// Fields that differed between the legacy and the translated answer, by
+/// `operation` and `field` (indices normalised to `[*]`, at most
+/// [`FIELD_LABELS`](crate::shadow::FIELD_LABELS) distinct, then `other`).
+pub const SHADOW_DIFFERENCES: &str = "v1compat_shadow_differences_total";
+/// Shadow copies in flight (never above `shadow.max_in_flight`).
+pub const SHADOW_IN_FLIGHT: &str = "v1compat_shadow_copies_in_flight";
+/// Capture lines dropped because the writer fell behind.
+pub const SHADOW_CAPTURE_DROPPED: &str = "v1compat_shadow_capture_dropped_total";
 
 static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -116,6 +128,19 @@ fn describe() {
     describe_counter!(
         UPSTREAM_RETRIES_SKIPPED_TOTAL,
         "Retryable V2 outcomes not retried, by route and cause"
+    );
+    describe_counter!(
+        SHADOW_COPIES,
+        "Shadow copies, by operation and outcome (sent, skipped, dropped, failed)"
+    );
+    describe_counter!(
+        SHADOW_DIFFERENCES,
+        "Fields differing between legacy and translated V1 answers, by operation and field path"
+    );
+    describe_gauge!(SHADOW_IN_FLIGHT, "Shadow copies in flight");
+    describe_counter!(
+        SHADOW_CAPTURE_DROPPED,
+        "Shadow capture lines dropped because the writer fell behind"
     );
 }
 

@@ -15,6 +15,7 @@ use crate::v2::V2Path;
 mod client;
 mod retry;
 mod route_label;
+pub(crate) use client::tls_config;
 pub use client::{AuthStyle, HttpUpstream, UpstreamSettings};
 pub use retry::RetrySettings;
 

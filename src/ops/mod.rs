@@ -44,6 +44,7 @@ impl Gateway {
 }
 
 /// A routed V1 request, transport already stripped.
+#[derive(Clone)]
 pub struct V1Request {
     pub op: Operation,
     pub query: Option<String>,

@@ -230,7 +230,7 @@ fn origin_and_prefix(url: &url::Url) -> Result<String, String> {
 
 /// rustls with the `ring` provider passed explicitly, so no process-wide
 /// default provider has to be installed. Mozilla roots plus any extra PEM.
-fn tls_config(extra_root_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
+pub(crate) fn tls_config(extra_root_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };

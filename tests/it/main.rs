@@ -1,5 +1,6 @@
 //! The integration suite, one binary: golden V1↔V2 cases, end-to-end
-//! gateway tests, the differential test (native V1 vs translation), the upstream client and the sandbox, each against
+//! gateway and CLI tests, the differential test (native V1 vs translation),
+//! the upstream client, the sandbox and shadow testing, each against
 //! in-process servers on port 0, and the client conformance suite (the
 //! published V1 Python SDK against `v1compat sandbox`).
 
@@ -9,5 +10,6 @@ mod gateway;
 mod golden;
 mod python_sdk;
 mod sandbox;
+mod shadow;
 mod support;
 mod upstream;

@@ -1,0 +1,286 @@
+//! Captures, off the request path: one JSON line per mirrored (or replayed)
+//! request, holding the V1 request with its keys redacted, both answers (and
+//! the baseline answer, if any), a shared id, timestamps and latencies.
+//! `replay` reads them back, `report` summarises them.
+//!
+//! Lines reach the file through a bounded channel drained by one background
+//! task, so a slow disk never holds up a request: the live mirror offers a
+//! line and drops it when the queue is full (counted in
+//! `v1compat_shadow_capture_dropped_total`); `replay` waits for room instead.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::telemetry;
+
+/// What replaces a secret.
+pub const REDACTED: &str = "<redacted>";
+
+/// Headers whose values are secrets.
+pub const SECRET_HEADERS: [&str; 2] = ["api-key", "authorization"];
+
+/// The V1 request as captured (and as `replay` reads it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct CapturedRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Alternative to method + path in hand-written request lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// Lower-case header names; key headers hold [`REDACTED`] in captures.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// The JSON body, or the raw text if it was not JSON; null when empty.
+    #[serde(default)]
+    pub body: Value,
+}
+
+/// One side's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Side {
+    /// Unix milliseconds when the call started.
+    pub at_ms: i64,
+    pub latency_ms: f64,
+    /// HTTP status; absent when no answer came back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// The answer JSON (or its text when not JSON); null without an answer.
+    #[serde(default)]
+    pub body: Value,
+    /// Why there is no answer (unreachable, timeout, too large, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One captured request and its answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// Shared by every side of one request (the gateway's request id live).
+    pub id: String,
+    pub operation: String,
+    /// Unix milliseconds when the request arrived (live) or was sent (replay).
+    pub at_ms: i64,
+    /// Which side answered the client: `legacy`, `translated`, or `replay`.
+    pub primary: String,
+    pub request: CapturedRequest,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub legacy: Option<Side>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub translated: Option<Side>,
+    /// A second legacy answer to the same request (the noise baseline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Side>,
+}
+
+/// Unix milliseconds now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Replaces the value of every `token=` query parameter (also inside URLs
+/// in answers) with [`REDACTED`].
+pub fn redact_text(s: &str) -> String {
+    const NEEDLE: &str = "token=";
+    if !s.to_ascii_lowercase().contains(NEEDLE) {
+        return s.to_owned();
+    }
+    let lower = s.to_ascii_lowercase();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while let Some(found) = lower[i..].find(NEEDLE) {
+        let start = i + found;
+        // Only a parameter name: at the start, or after `?`, `&`, `;`.
+        let is_param = start == 0 || matches!(s.as_bytes()[start - 1], b'?' | b'&' | b';');
+        let value_start = start + NEEDLE.len();
+        out.push_str(&s[i..value_start]);
+        if is_param {
+            let end = s[value_start..]
+                .find(['&', '#', ' ', '"', '\'', ';'])
+                .map_or(s.len(), |e| value_start + e);
+            out.push_str(REDACTED);
+            i = end;
+        } else {
+            i = value_start;
+        }
+    }
+    out.push_str(&s[i..]);
+    out
+}
+
+/// Redacts `token=` values in every string of a JSON value.
+pub fn redact_value(v: &mut Value) {
+    match v {
+        Value::String(s) if s.to_ascii_lowercase().contains("token=") => *s = redact_text(s),
+        Value::Array(a) => a.iter_mut().for_each(redact_value),
+        Value::Object(m) => m.values_mut().for_each(redact_value),
+        _ => {}
+    }
+}
+
+/// A body as JSON, or its (lossy) text when it is not JSON; null when empty.
+pub fn body_value(bytes: &[u8]) -> Value {
+    if bytes.is_empty() {
+        return Value::Null;
+    }
+    let mut v = serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()));
+    redact_value(&mut v);
+    v
+}
+
+/// The headers worth keeping, key values redacted.
+pub fn captured_headers(headers: &http::HeaderMap) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for name in SECRET_HEADERS {
+        if headers.contains_key(name) {
+            out.insert(name.to_owned(), REDACTED.to_owned());
+        }
+    }
+    if let Some(ct) = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    {
+        out.insert("content-type".into(), ct.to_owned());
+    }
+    out
+}
+
+/// Writes [`Record`]s as JSON lines from a background task.
+pub struct CaptureWriter {
+    tx: mpsc::Sender<Record>,
+    task: JoinHandle<std::io::Result<u64>>,
+}
+
+/// Lines queued before the live mirror starts dropping them.
+pub const QUEUE: usize = 1024;
+
+impl CaptureWriter {
+    /// Opens `path` (appending, or truncating it first) and starts the writer.
+    pub fn start(path: &Path, append: bool) -> std::io::Result<CaptureWriter> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(path)?;
+        let (tx, mut rx) = mpsc::channel::<Record>(QUEUE);
+        let task = tokio::task::spawn_blocking(move || {
+            let mut out = std::io::BufWriter::new(file);
+            let mut lines = 0u64;
+            while let Some(rec) = rx.blocking_recv() {
+                write_line(&mut out, &rec)?;
+                lines += 1;
+                // Drain what is queued, then flush, so readers see whole lines soon.
+                while let Ok(rec) = rx.try_recv() {
+                    write_line(&mut out, &rec)?;
+                    lines += 1;
+                }
+                out.flush()?;
+            }
+            out.flush()?;
+            Ok(lines)
+        });
+        Ok(CaptureWriter { tx, task })
+    }
+
+    /// Queues a line without waiting; drops (and counts) it when full.
+    pub fn offer(&self, rec: Record) {
+        if self.tx.try_send(rec).is_err() {
+            metrics::counter!(telemetry::SHADOW_CAPTURE_DROPPED).increment(1);
+        }
+    }
+
+    /// Queues a line, waiting for room.
+    pub async fn write(&self, rec: Record) {
+        let _ = self.tx.send(rec).await;
+    }
+
+    /// Closes the queue and waits until every line is on disk.
+    pub async fn finish(self) -> std::io::Result<u64> {
+        drop(self.tx);
+        self.task.await.map_err(std::io::Error::other)?
+    }
+}
+
+fn write_line(out: &mut impl Write, rec: &Record) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, rec)?;
+    out.write_all(b"\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn token_values_are_redacted_wherever_they_appear() {
+        assert_eq!(
+            redact_text("http://h/log.txt?token=abc&x=1"),
+            "http://h/log.txt?token=<redacted>&x=1"
+        );
+        assert_eq!(redact_text("token=abc"), "token=<redacted>");
+        assert_eq!(redact_text("a=1&Token=s3cr3t#f"), "a=1&Token=<redacted>#f");
+        // Not a parameter name on its own.
+        assert_eq!(redact_text("?mytoken=abc"), "?mytoken=abc");
+        let mut v = json!({"data": {"all_logs_url": "http://h/l?token=zzz", "n": 1}});
+        redact_value(&mut v);
+        assert_eq!(v["data"]["all_logs_url"], "http://h/l?token=<redacted>");
+    }
+
+    #[test]
+    fn key_headers_are_redacted() {
+        let mut h = http::HeaderMap::new();
+        h.insert("api-key", "secret".parse().unwrap());
+        h.insert("authorization", "Bearer secret".parse().unwrap());
+        h.insert("content-type", "application/json".parse().unwrap());
+        let c = captured_headers(&h);
+        assert_eq!(c["api-key"], REDACTED);
+        assert_eq!(c["authorization"], REDACTED);
+        assert!(!format!("{c:?}").contains("secret"));
+    }
+
+    #[tokio::test]
+    async fn records_round_trip_through_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.jsonl");
+        let w = CaptureWriter::start(&path, false).unwrap();
+        let rec = Record {
+            id: "1".into(),
+            operation: "run_detail".into(),
+            at_ms: 5,
+            primary: "replay".into(),
+            request: CapturedRequest {
+                path: Some("/api/v1/run/detail".into()),
+                body: json!({"run_slug": "r"}),
+                ..Default::default()
+            },
+            legacy: Some(Side {
+                at_ms: 5,
+                latency_ms: 1.5,
+                status: Some(200),
+                body: json!({"code": 0}),
+                error: None,
+            }),
+            translated: None,
+            baseline: None,
+        };
+        w.write(rec.clone()).await;
+        assert_eq!(w.finish().await.unwrap(), 1);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let back: Record = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(back, rec);
+    }
+}

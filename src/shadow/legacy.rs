@@ -1,0 +1,171 @@
+//! The client to the legacy V1 service: the hop a shadow copy (or, with
+//! `shadow.primary = "legacy"`, the client's own request) takes to the V1
+//! service being retired. One pooled hyper-util client with rustls, like the
+//! V2 client, but it sends V1 requests as they came: method, path, query,
+//! body, and the client's own key headers (forwarded, never logged). Every
+//! request carries the loop guard `x-v1compat-shadow: 1`.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use crate::upstream::UpstreamFailure;
+
+/// Marks a request as a shadow copy; such requests are never mirrored again.
+pub const LOOP_GUARD: HeaderName = HeaderName::from_static("x-v1compat-shadow");
+
+/// Headers of the client's request that travel to legacy unchanged.
+const FORWARDED: [&str; 4] = ["api-key", "authorization", "content-type", "x-request-id"];
+
+/// A V1 request ready to send anywhere: to legacy, or to a gateway.
+#[derive(Debug, Clone)]
+pub struct V1Call {
+    pub method: Method,
+    /// `/api/v1/run/detail`, `/api/store`, …
+    pub path: String,
+    pub query: Option<String>,
+    /// Only the [`FORWARDED`] headers are sent.
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl V1Call {
+    /// Keeps only the headers that are forwarded.
+    pub fn forwarded_headers(all: &HeaderMap) -> HeaderMap {
+        let mut out = HeaderMap::new();
+        for name in FORWARDED {
+            if let Some(v) = all.get(name) {
+                let mut v = v.clone();
+                if name == "api-key" || name == "authorization" {
+                    v.set_sensitive(true);
+                }
+                out.insert(HeaderName::from_static(name), v);
+            }
+        }
+        out
+    }
+}
+
+/// One V1 answer as received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub status: StatusCode,
+    pub body: Bytes,
+    pub latency: Duration,
+}
+
+type HyperClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// A pooled client to one V1 base URL. Cheap to clone.
+#[derive(Clone)]
+pub struct LegacyClient {
+    client: HyperClient,
+    /// `scheme://authority[/prefix]`, no trailing slash.
+    base: String,
+}
+
+impl std::fmt::Debug for LegacyClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LegacyClient")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LegacyClient {
+    /// A client to `base_url` (http or https). Does not connect.
+    pub fn new(base_url: &url::Url) -> Result<LegacyClient, String> {
+        let host = base_url
+            .host_str()
+            .ok_or_else(|| format!("{base_url}: no host"))?;
+        let port = base_url.port().map(|p| format!(":{p}")).unwrap_or_default();
+        let prefix = base_url.path().trim_end_matches('/');
+        let base = format!("{}://{host}{port}{prefix}", base_url.scheme());
+        let tls = crate::upstream::tls_config(None)?;
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(Duration::from_secs(2)));
+        http.set_nodelay(true);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(32)
+            .build(https);
+        Ok(LegacyClient { client, base })
+    }
+
+    /// Sends `call` with the loop guard and reads the whole answer, up to
+    /// `limit` bytes, within `timeout`. Never retried: a copy that fails is
+    /// counted, not repeated; a client's request is the client's to retry.
+    pub async fn send(
+        &self,
+        call: &V1Call,
+        timeout: Duration,
+        limit: usize,
+    ) -> Result<Received, UpstreamFailure> {
+        let started = Instant::now();
+        let uri: Uri = match &call.query {
+            Some(q) => format!("{}{}?{q}", self.base, call.path),
+            None => format!("{}{}", self.base, call.path),
+        }
+        .parse()
+        .map_err(|e| UpstreamFailure::Unreachable(format!("invalid legacy URI: {e}")))?;
+        let mut req = Request::new(Full::new(call.body.clone()));
+        *req.method_mut() = call.method.clone();
+        *req.uri_mut() = uri;
+        *req.headers_mut() = call.headers.clone();
+        req.headers_mut()
+            .insert(LOOP_GUARD, HeaderValue::from_static("1"));
+        let exchange = async {
+            let resp = self
+                .client
+                .request(req)
+                .await
+                .map_err(|e| UpstreamFailure::Unreachable(error_chain(&e)))?;
+            let (parts, body) = resp.into_parts();
+            let body = Limited::new(body, limit)
+                .collect()
+                .await
+                .map_err(|e| {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        UpstreamFailure::TooLarge(limit)
+                    } else {
+                        UpstreamFailure::Broken(e.to_string())
+                    }
+                })?
+                .to_bytes();
+            Ok(Received {
+                status: parts.status,
+                body,
+                latency: started.elapsed(),
+            })
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .unwrap_or(Err(UpstreamFailure::Timeout(timeout)))
+    }
+}
+
+/// The error and its sources on one line (hyper's top error says little).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        cur = s.source();
+    }
+    out
+}

@@ -1,0 +1,436 @@
+//! The migration shadow tester. Live, it sits beside the request path, never
+//! on it:
+//!
+//! ```text
+//! V1 client ─▶ server ─▶ primary (translation, or legacy with primary = "legacy") ─▶ V1 client
+//!                └─▶ Mirror::sample (before answering: cheap checks only)
+//!                └─▶ Mirror::spawn  (after answering: its own task)
+//!                       ─▶ the other side (legacy V1, or the translation)
+//!                       ─▶ diff ─▶ metrics, capture (JSONL)
+//! ```
+//!
+//! Only read-only operations are mirrored; requests that carry the loop
+//! guard `x-v1compat-shadow` are never mirrored again. A copy needs one of
+//! `max_in_flight` slots, taken with `try_acquire` (none free: dropped and
+//! counted), runs under `copy_timeout` and reads at most `max_body_bytes`.
+//! With `baseline`, legacy is called a second time beside the other side.
+//!
+//! Files: [`config`] (`[shadow]`), [`legacy`] (the V1 client), [`diff`]
+//! (the pure diff engine), [`capture`] (JSONL), [`replay`] and [`report`]
+//! (the `replay` and `report` commands, whose flags live in [`cli`]).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::error::GatewayError;
+use crate::ops::{self, Answer as OpsAnswer, Gateway, V1Request};
+use crate::route::Operation;
+use crate::telemetry;
+use crate::upstream::UpstreamFailure;
+use crate::v1::Envelope;
+
+pub mod capture;
+pub mod cli;
+pub mod config;
+pub mod diff;
+pub mod legacy;
+pub mod replay;
+pub mod report;
+
+pub use config::{Primary, SampleBy, ShadowConfig, ShadowSection};
+
+use capture::{body_value, captured_headers, now_ms, CaptureWriter, CapturedRequest, Record, Side};
+use legacy::{LegacyClient, Received, V1Call};
+
+/// Distinct `field` label values of `v1compat_shadow_differences_total`;
+/// later paths are counted as `other`.
+pub const FIELD_LABELS: usize = 200;
+
+/// A V1 request as the server read it: the decoded form for the
+/// translation and the raw form for legacy.
+pub struct ReadRequest {
+    pub v1: V1Request,
+    pub call: V1Call,
+    /// The request carried the loop guard.
+    pub guarded: bool,
+}
+
+/// A request selected for mirroring, owned by its copy task.
+pub struct ShadowCopy {
+    op: Operation,
+    v1: V1Request,
+    call: V1Call,
+    at_ms: i64,
+    started: Instant,
+}
+
+/// The live mirror: one per public listener.
+pub struct Mirror {
+    cfg: ShadowConfig,
+    gateway: Arc<Gateway>,
+    legacy: LegacyClient,
+    slots: Arc<Semaphore>,
+    capture: Option<CaptureWriter>,
+    labels: FieldLabels,
+}
+
+/// Keeps the `field` label of the differences metric bounded: the first
+/// [`FIELD_LABELS`] distinct normalised paths keep their name, later ones
+/// are counted as `other`.
+#[derive(Default)]
+pub struct FieldLabels(Mutex<HashSet<String>>);
+
+impl FieldLabels {
+    pub fn label(&self, field: String) -> String {
+        let Ok(mut seen) = self.0.lock() else {
+            return "other".into();
+        };
+        if seen.contains(&field) {
+            return field;
+        }
+        if seen.len() < FIELD_LABELS {
+            seen.insert(field.clone());
+            return field;
+        }
+        "other".into()
+    }
+}
+
+/// Counts a copy's outcome.
+fn count(op: Operation, outcome: &'static str) {
+    metrics::counter!(telemetry::SHADOW_COPIES, "operation" => op.name(), "outcome" => outcome)
+        .increment(1);
+}
+
+/// Holds a slot and the in-flight gauge for the life of a copy task, so
+/// both come back even if the task is cancelled.
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Slot {
+    fn new(permit: OwnedSemaphorePermit) -> Slot {
+        metrics::gauge!(telemetry::SHADOW_IN_FLIGHT).increment(1.0);
+        Slot { _permit: permit }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        metrics::gauge!(telemetry::SHADOW_IN_FLIGHT).decrement(1.0);
+    }
+}
+
+/// A V1 answer rendered the way the server renders it.
+pub fn v1_answer(result: Result<OpsAnswer, GatewayError>) -> (StatusCode, Bytes) {
+    match result {
+        Ok(answer) => (StatusCode::OK, Envelope::success(answer.data).to_bytes()),
+        Err(err) => {
+            let r = err.render();
+            (r.status, r.envelope.to_bytes())
+        }
+    }
+}
+
+/// FNV-1a: stable across processes and versions, unlike std's hasher, so a
+/// key is in or out of the sample on every replica and after restarts.
+fn stable_hash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Whether a draw falls in the sample: `bucket` in `0..10_000`.
+fn in_sample(bucket: u64, percent: f64) -> bool {
+    (bucket as f64) < percent * 100.0
+}
+
+impl Mirror {
+    /// The mirror of `gateway.config.shadow`, or `None` when it is disabled.
+    pub fn new(gateway: Arc<Gateway>) -> std::io::Result<Option<Arc<Mirror>>> {
+        let cfg = gateway.config.shadow.clone();
+        let Some(base) = cfg.legacy_base_url.as_ref().filter(|_| cfg.enabled) else {
+            return Ok(None);
+        };
+        let legacy = LegacyClient::new(base).map_err(std::io::Error::other)?;
+        let capture = match &cfg.capture_path {
+            Some(path) => Some(CaptureWriter::start(path, true).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("shadow.capture_path {}: {e}", path.display()),
+                )
+            })?),
+            None => None,
+        };
+        Ok(Some(Arc::new(Mirror {
+            slots: Arc::new(Semaphore::new(cfg.max_in_flight)),
+            cfg,
+            gateway,
+            legacy,
+            capture,
+            labels: FieldLabels::default(),
+        })))
+    }
+
+    pub fn primary(&self) -> Primary {
+        self.cfg.primary
+    }
+
+    /// Copies in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.cfg.max_in_flight - self.slots.available_permits()
+    }
+
+    /// Decides, before the primary answer, whether to mirror this request.
+    /// Cheap and synchronous; counts `skipped`.
+    pub fn sample(&self, op: Operation, req: &ReadRequest) -> Option<ShadowCopy> {
+        let eligible = !req.guarded
+            && op.is_read_only()
+            && req.call.body.len() <= self.cfg.max_body_bytes
+            && self.sampled(req);
+        if !eligible {
+            count(op, "skipped");
+            return None;
+        }
+        Some(ShadowCopy {
+            op,
+            v1: req.v1.clone(),
+            call: req.call.clone(),
+            at_ms: now_ms(),
+            started: Instant::now(),
+        })
+    }
+
+    fn sampled(&self, req: &ReadRequest) -> bool {
+        let bucket = match self.cfg.sample_by {
+            SampleBy::Request => rand::random::<u64>() % 10_000,
+            SampleBy::Key => {
+                let key = req.v1.key.as_ref().map_or("", |k| k.expose());
+                stable_hash(key) % 10_000
+            }
+        };
+        in_sample(bucket, self.cfg.sample_percent)
+    }
+
+    /// Sends the client's request to legacy (`primary = "legacy"`): the
+    /// request's own deadline, the upstream's answer size cap.
+    pub async fn proxy(&self, op: Operation, call: &V1Call) -> Result<Received, GatewayError> {
+        let c = &self.gateway.config;
+        let deadline = if op == Operation::StartRun {
+            c.sync_run_timeout + c.request_timeout
+        } else {
+            c.request_timeout
+        };
+        self.legacy
+            .send(call, deadline, c.upstream.max_response_bytes)
+            .await
+            .map_err(GatewayError::Upstream)
+    }
+
+    /// Hands a copy over after the primary answer is built: takes a slot or
+    /// drops the copy, then runs the other side in its own task. Returns at
+    /// once; nothing here waits.
+    pub fn spawn(self: &Arc<Self>, copy: ShadowCopy, primary: &Response<Full<Bytes>>) {
+        let op = copy.op;
+        // With legacy as primary, an error the gateway rendered itself means
+        // legacy did not answer: there is nothing of legacy's to compare.
+        if self.cfg.primary == Primary::Legacy
+            && primary.headers().contains_key(crate::server::ERROR_ORIGIN)
+        {
+            count(op, "failed");
+            return;
+        }
+        let too_large = http_body::Body::size_hint(primary.body())
+            .upper()
+            .map_or(true, |n| n > self.cfg.max_body_bytes as u64);
+        if too_large {
+            count(op, "skipped");
+            return;
+        }
+        let Ok(permit) = self.slots.clone().try_acquire_owned() else {
+            count(op, "dropped");
+            return;
+        };
+        let slot = Slot::new(permit);
+        let status = primary.status();
+        let body = primary.body().clone();
+        let latency = copy.started.elapsed();
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            // A `Full` body is already in memory: this does not wait.
+            let bytes = match body.collect().await {
+                Ok(c) => c.to_bytes(),
+                Err(never) => match never {},
+            };
+            let primary = side_of(copy.at_ms, Ok((status, bytes, latency)));
+            this.run_copy(copy, primary).await;
+        });
+    }
+
+    /// The other side (and the baseline), then compare, count and capture.
+    async fn run_copy(&self, copy: ShadowCopy, primary: Side) {
+        let timeout = self.cfg.copy_timeout;
+        let limit = self.cfg.max_body_bytes;
+        let other = async {
+            let at = now_ms();
+            let started = Instant::now();
+            let result = match self.cfg.primary {
+                Primary::Translated => self
+                    .legacy
+                    .send(&copy.call, timeout, limit)
+                    .await
+                    .map(|r| (r.status, r.body, r.latency)),
+                Primary::Legacy => {
+                    let v1 = copy.v1.clone();
+                    match tokio::time::timeout(timeout, ops::handle(&self.gateway, v1)).await {
+                        Ok(result) => {
+                            let (status, body) = v1_answer(result);
+                            Ok((status, body, started.elapsed()))
+                        }
+                        Err(_) => Err(UpstreamFailure::Timeout(timeout)),
+                    }
+                }
+            };
+            side_of(at, result)
+        };
+        let baseline = async {
+            if !self.cfg.baseline {
+                return None;
+            }
+            let at = now_ms();
+            let r = self.legacy.send(&copy.call, timeout, limit).await;
+            Some(side_of(at, r.map(|r| (r.status, r.body, r.latency))))
+        };
+        let (other, baseline) = tokio::join!(other, baseline);
+        let (legacy, translated) = match self.cfg.primary {
+            Primary::Translated => (other, primary),
+            Primary::Legacy => (primary, other),
+        };
+        let op = copy.op;
+        match (legacy.status, translated.status) {
+            (Some(ls), Some(ts)) => {
+                let l = diff::Answer {
+                    status: ls,
+                    body: &legacy.body,
+                };
+                let t = diff::Answer {
+                    status: ts,
+                    body: &translated.body,
+                };
+                let cmp = diff::compare(op.name(), l, t, &self.cfg.rules);
+                // Per request, a field that also differs between the two
+                // legacy answers is noise; the report applies the thresholds.
+                let noise: HashSet<String> = match baseline.as_ref().and_then(|b| {
+                    b.status.map(|s| diff::Answer {
+                        status: s,
+                        body: &b.body,
+                    })
+                }) {
+                    Some(b) => diff::compare(op.name(), l, b, &self.cfg.rules)
+                        .diffs
+                        .iter()
+                        .map(diff::FieldDiff::normalised)
+                        .collect(),
+                    None => HashSet::new(),
+                };
+                let fields: HashSet<String> = cmp
+                    .diffs
+                    .iter()
+                    .map(diff::FieldDiff::normalised)
+                    .filter(|p| !noise.contains(p))
+                    .collect();
+                for field in fields {
+                    let label = self.labels.label(field);
+                    metrics::counter!(telemetry::SHADOW_DIFFERENCES, "operation" => op.name(), "field" => label)
+                        .increment(1);
+                }
+                // Counted after the differences, so `sent` implies they are in.
+                count(op, "sent");
+                if !cmp.diffs.is_empty() {
+                    tracing::debug!(operation = op.name(), request_id = %copy.v1.request_id, differences = cmp.diffs.len(), "shadow answers differ");
+                }
+            }
+            _ => {
+                count(op, "failed");
+                tracing::debug!(operation = op.name(), request_id = %copy.v1.request_id, legacy = ?legacy.error, translated = ?translated.error, "shadow copy failed");
+            }
+        }
+        if let Some(w) = &self.capture {
+            w.offer(Record {
+                id: copy.v1.request_id.clone(),
+                operation: op.name().to_owned(),
+                at_ms: copy.at_ms,
+                primary: self.cfg.primary.as_str().to_owned(),
+                request: captured_request(&copy.call),
+                legacy: Some(legacy),
+                translated: Some(translated),
+                baseline,
+            });
+        }
+    }
+}
+
+/// One side's [`Side`] from what came back.
+fn side_of(at_ms: i64, result: Result<(StatusCode, Bytes, Duration), UpstreamFailure>) -> Side {
+    match result {
+        Ok((status, body, latency)) => Side {
+            at_ms,
+            latency_ms: latency.as_secs_f64() * 1000.0,
+            status: Some(status.as_u16()),
+            body: body_value(&body),
+            error: None,
+        },
+        Err(e) => Side {
+            at_ms,
+            latency_ms: (now_ms() - at_ms) as f64,
+            status: None,
+            body: serde_json::Value::Null,
+            error: Some(e.to_string()),
+        },
+    }
+}
+
+/// The request as captured: keys redacted.
+pub fn captured_request(call: &V1Call) -> CapturedRequest {
+    CapturedRequest {
+        method: Some(call.method.to_string()),
+        path: Some(call.path.clone()),
+        operation: None,
+        query: call.query.as_deref().map(capture::redact_text),
+        headers: captured_headers(&call.headers),
+        body: body_value(&call.body),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_sampling_is_stable_and_proportional() {
+        assert_eq!(stable_hash("abc"), stable_hash("abc"));
+        let inside = (0..10_000)
+            .filter(|i| in_sample(stable_hash(&format!("key-{i}")) % 10_000, 25.0))
+            .count();
+        assert!((2_000..3_000).contains(&inside), "{inside}");
+        assert!(in_sample(9_999, 100.0));
+        assert!(!in_sample(0, 0.0));
+    }
+
+    #[test]
+    fn field_labels_are_capped() {
+        let labels = FieldLabels::default();
+        for i in 0..FIELD_LABELS {
+            assert_eq!(labels.label(format!("data.f{i}")), format!("data.f{i}"));
+        }
+        assert_eq!(labels.label("data.new".into()), "other");
+        assert_eq!(labels.label("data.f0".into()), "data.f0");
+    }
+}

@@ -1,0 +1,581 @@
+//! `v1compat report`, off the request path: reads a capture (live or from
+//! `replay`), runs every pair through the diff engine under the configured
+//! rules, and renders a terminal summary and a self-contained HTML page
+//! (per-operation table, top differing field paths, side-by-side samples,
+//! noise judged by the baseline, every ignore rule with its count).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::BufRead;
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::capture::{Record, Side};
+use super::diff::{Answer, Compare, Rules, Tally, Thresholds};
+
+/// Field paths shown in "top differing".
+const TOP: usize = 20;
+
+/// Latencies of one operation, in milliseconds.
+#[derive(Debug, Clone, Default)]
+pub struct Latencies {
+    pub legacy: Vec<f64>,
+    pub translated: Vec<f64>,
+}
+
+/// A capture, compared.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub source: String,
+    pub tally: Tally,
+    pub rules: Rules,
+    pub thresholds: Thresholds,
+    /// Whether any record carried a baseline answer.
+    pub baseline: bool,
+    pub records: u64,
+    /// Lines that were not capture records.
+    pub unreadable: u64,
+    pub latencies: BTreeMap<String, Latencies>,
+    /// Why sides gave no answer: (operation, side, reason) → requests.
+    pub failures: BTreeMap<(String, &'static str, String), u64>,
+}
+
+fn answer(side: &Side) -> Option<Answer<'_>> {
+    side.status.map(|status| Answer {
+        status,
+        body: &side.body,
+    })
+}
+
+/// The `q`-quantile (0–1) of `v`, nearest rank; 0 for none.
+pub fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let rank = ((q * s.len() as f64).ceil() as usize).clamp(1, s.len());
+    s[rank - 1]
+}
+
+impl Report {
+    /// An empty report to feed records into.
+    pub fn new(source: &str, rules: Rules, thresholds: Thresholds) -> Report {
+        Report {
+            source: source.to_owned(),
+            tally: Tally::new(&rules),
+            rules,
+            thresholds,
+            baseline: false,
+            records: 0,
+            unreadable: 0,
+            latencies: BTreeMap::new(),
+            failures: BTreeMap::new(),
+        }
+    }
+
+    /// Reads a capture file.
+    pub fn load(path: &Path, rules: Rules, thresholds: Thresholds) -> std::io::Result<Report> {
+        let file = std::fs::File::open(path)?;
+        let mut report = Report::new(&path.display().to_string(), rules, thresholds);
+        for line in std::io::BufReader::new(file).lines() {
+            let line = line?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<Record>(&line) {
+                Ok(rec) => report.add(&rec),
+                Err(_) => report.unreadable += 1,
+            }
+        }
+        Ok(report)
+    }
+
+    /// Adds one record.
+    pub fn add(&mut self, rec: &Record) {
+        self.records += 1;
+        let lat = self.latencies.entry(rec.operation.clone()).or_default();
+        if let Some(l) = rec.legacy.as_ref().filter(|s| s.status.is_some()) {
+            lat.legacy.push(l.latency_ms);
+        }
+        if let Some(t) = rec.translated.as_ref().filter(|s| s.status.is_some()) {
+            lat.translated.push(t.latency_ms);
+        }
+        let l = rec.legacy.as_ref().and_then(answer);
+        let t = rec.translated.as_ref().and_then(answer);
+        match (l, t) {
+            (Some(l), Some(t)) => {
+                let b = rec.baseline.as_ref().and_then(answer);
+                self.baseline |= b.is_some();
+                self.tally
+                    .add(&rec.operation, &rec.id, l, t, b, &self.rules);
+            }
+            _ => {
+                self.tally.add_failed(&rec.operation);
+                for (name, side) in [("legacy", &rec.legacy), ("translated", &rec.translated)] {
+                    let reason = match side {
+                        None => "not captured".to_owned(),
+                        Some(s) if s.status.is_none() => {
+                            s.error.clone().unwrap_or_else(|| "no answer".into())
+                        }
+                        Some(_) => continue,
+                    };
+                    *self
+                        .failures
+                        .entry((rec.operation.clone(), name, reason))
+                        .or_default() += 1;
+                }
+            }
+        }
+    }
+
+    /// Real differences: `(operation, field, requests)`.
+    pub fn real_fields(&self) -> Vec<(String, String, u64)> {
+        self.tally.real_fields(&self.thresholds)
+    }
+
+    /// The terminal summary.
+    pub fn text(&self) -> String {
+        let th = &self.thresholds;
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "Shadow report: {} — {} requests, {} operations",
+            self.source,
+            self.records,
+            self.tally.ops.len()
+        );
+        if self.unreadable > 0 {
+            let _ = writeln!(o, "({} unreadable lines skipped)", self.unreadable);
+        }
+        let _ = writeln!(o, "{}", self.baseline_line());
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "{:<16} {:>8} {:>8} {:>6} {:>9}  {:>21}  {:>21}",
+            "operation",
+            "requests",
+            "compared",
+            "failed",
+            "differing",
+            "legacy p50/p99 ms",
+            "translated p50/p99 ms"
+        );
+        for (op, t) in &self.tally.ops {
+            let lat = self.latencies.get(op).cloned().unwrap_or_default();
+            let _ = writeln!(
+                o,
+                "{:<16} {:>8} {:>8} {:>6} {:>9}  {:>21}  {:>21}",
+                op,
+                t.requests,
+                t.compared,
+                t.failed,
+                self.tally.differing_requests(op, th),
+                format!(
+                    "{:.1} / {:.1}",
+                    quantile(&lat.legacy, 0.5),
+                    quantile(&lat.legacy, 0.99)
+                ),
+                format!(
+                    "{:.1} / {:.1}",
+                    quantile(&lat.translated, 0.5),
+                    quantile(&lat.translated, 0.99)
+                ),
+            );
+        }
+        let _ = writeln!(o);
+        let real = self.real_fields();
+        if real.is_empty() {
+            let _ = writeln!(o, "Differences: none");
+        } else {
+            let _ = writeln!(o, "Differences ({} field paths):", real.len());
+            for (op, path, n) in real.iter().take(TOP) {
+                let _ = writeln!(o, "  {n:>6}  {op:<16} {path}");
+                if let Some(s) = self.tally.ops[op].fields[path].samples.first() {
+                    let _ = writeln!(
+                        o,
+                        "          e.g. {}: legacy {} | translated {}",
+                        s.path,
+                        short(s.legacy.as_ref()),
+                        short(s.translated.as_ref())
+                    );
+                }
+            }
+            if real.len() > TOP {
+                let _ = writeln!(o, "  … and {} more (see --html)", real.len() - TOP);
+            }
+        }
+        if !self.failures.is_empty() {
+            let _ = writeln!(o, "\nNo answer (not compared):");
+            for ((op, side, reason), n) in &self.failures {
+                let _ = writeln!(o, "  {n:>6}  {op:<16} {side:<10} {reason}");
+            }
+        }
+        let noise = self.tally.noise_fields(th);
+        if !noise.is_empty() {
+            let _ = writeln!(
+                o,
+                "\nJudged noise by the baseline (translated-vs-legacy / legacy-vs-legacy):"
+            );
+            for (op, path, t, b) in &noise {
+                let _ = writeln!(o, "  {t:>6} / {b:<6} {op:<16} {path}");
+            }
+        }
+        let _ = writeln!(o, "\nIgnore rules (differences hidden):");
+        if self.rules.ignore.is_empty() {
+            let _ = writeln!(o, "  none");
+        }
+        for (rule, hits) in self.rules.ignore.iter().zip(&self.tally.rule_hits) {
+            let _ = writeln!(
+                o,
+                "  {hits:>6}  {} ({}) — {}",
+                rule.label(),
+                compare_name(rule.compare),
+                rule.reason
+            );
+        }
+        o
+    }
+
+    fn baseline_line(&self) -> String {
+        let th = &self.thresholds;
+        if self.baseline {
+            format!(
+                "Baseline: on (a field counts when translated-vs-legacy > {}× legacy-vs-legacy and by ≥ {}; operations with < {} baseline pairs are not filtered)",
+                th.relative, th.absolute, th.min_count
+            )
+        } else {
+            "Baseline: off (every difference not covered by an ignore rule is reported)".into()
+        }
+    }
+
+    /// The self-contained HTML report.
+    pub fn html(&self) -> String {
+        let th = &self.thresholds;
+        let real = self.real_fields();
+        let mut h = String::new();
+        h.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
+        let _ = write!(
+            h,
+            "<title>v1compat shadow report — {}</title>",
+            esc(&self.source)
+        );
+        h.push_str(concat!(
+            "<style>",
+            "body{font:14px/1.45 system-ui,sans-serif;margin:2rem auto;max-width:1200px;color:#1d1d1f;padding:0 1rem}",
+            "h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #ddd}",
+            "table{border-collapse:collapse;width:100%}th,td{padding:.3rem .6rem;border-bottom:1px solid #eee;text-align:left;vertical-align:top}",
+            "th{background:#f5f5f7}td.n{text-align:right;font-variant-numeric:tabular-nums}",
+            ".ok{color:#1a7f37;font-weight:600}.bad{color:#c62828;font-weight:600}.muted{color:#6e6e73}",
+            ".cards{display:flex;gap:1rem;flex-wrap:wrap}.card{border:1px solid #ddd;border-radius:8px;padding:.6rem 1rem;min-width:9rem}",
+            ".card b{display:block;font-size:1.4rem}",
+            "pre{margin:0;white-space:pre-wrap;word-break:break-all;font:12px/1.4 ui-monospace,monospace}",
+            ".side{width:50%}.legacy{background:#fff8e1}.translated{background:#e8f4fd}code{font:13px ui-monospace,monospace}",
+            "</style></head><body>"
+        ));
+        let _ = write!(
+            h,
+            "<h1>v1compat shadow report</h1><p class=\"muted\">{} · {}</p>",
+            esc(&self.source),
+            esc(&self.baseline_line())
+        );
+        let compared: u64 = self.tally.ops.values().map(|o| o.compared).sum();
+        let failed: u64 = self.tally.ops.values().map(|o| o.failed).sum();
+        let differing: u64 = self
+            .tally
+            .ops
+            .keys()
+            .map(|op| self.tally.differing_requests(op, th))
+            .sum();
+        let verdict = if real.is_empty() {
+            "<b class=\"ok\">0</b>".to_owned()
+        } else {
+            format!("<b class=\"bad\">{}</b>", real.len())
+        };
+        let _ = write!(
+            h,
+            "<div class=\"cards\"><div class=\"card\"><b>{}</b>requests</div><div class=\"card\"><b>{compared}</b>compared</div><div class=\"card\"><b>{failed}</b>failed</div><div class=\"card\"><b>{differing}</b>differing requests</div><div class=\"card\">{verdict}differing field paths</div></div>",
+            self.records
+        );
+
+        h.push_str("<h2>Operations</h2><table><tr><th>operation</th><th>requests</th><th>compared</th><th>failed</th><th>differing</th><th>legacy p50 / p99 ms</th><th>translated p50 / p99 ms</th></tr>");
+        for (op, t) in &self.tally.ops {
+            let lat = self.latencies.get(op).cloned().unwrap_or_default();
+            let d = self.tally.differing_requests(op, th);
+            let _ = write!(
+                h,
+                "<tr><td><code>{}</code></td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n {}\">{}</td><td class=\"n\">{:.1} / {:.1}</td><td class=\"n\">{:.1} / {:.1}</td></tr>",
+                esc(op),
+                t.requests,
+                t.compared,
+                t.failed,
+                if d == 0 { "ok" } else { "bad" },
+                d,
+                quantile(&lat.legacy, 0.5),
+                quantile(&lat.legacy, 0.99),
+                quantile(&lat.translated, 0.5),
+                quantile(&lat.translated, 0.99),
+            );
+        }
+        h.push_str("</table>");
+
+        h.push_str("<h2>Top differing field paths</h2>");
+        if real.is_empty() {
+            h.push_str("<p class=\"ok\">No differences.</p>");
+        } else {
+            h.push_str("<table><tr><th>requests</th><th>operation</th><th>field path</th><th>share of compared</th></tr>");
+            for (op, path, n) in real.iter().take(TOP) {
+                let compared = self.tally.ops[op].compared.max(1);
+                let _ = write!(
+                    h,
+                    "<tr><td class=\"n\">{n}</td><td><code>{}</code></td><td><a href=\"#{}\"><code>{}</code></a></td><td class=\"n\">{:.0}%</td></tr>",
+                    esc(op),
+                    esc(&anchor(op, path)),
+                    esc(path),
+                    *n as f64 * 100.0 / compared as f64
+                );
+            }
+            h.push_str("</table>");
+            h.push_str("<h2>Samples</h2>");
+            for (op, path, _) in &real {
+                let _ = write!(
+                    h,
+                    "<h3 id=\"{}\"><code>{}</code> · <code>{}</code></h3><table><tr><th>request / path</th><th class=\"side\">legacy</th><th class=\"side\">translated</th></tr>",
+                    esc(&anchor(op, path)),
+                    esc(op),
+                    esc(path)
+                );
+                for s in &self.tally.ops[op].fields[path].samples {
+                    let _ = write!(
+                        h,
+                        "<tr><td><code>{}</code><br><code class=\"muted\">{}</code></td><td class=\"legacy\"><pre>{}</pre></td><td class=\"translated\"><pre>{}</pre></td></tr>",
+                        esc(&s.path),
+                        esc(&s.id),
+                        esc(&pretty(s.legacy.as_ref())),
+                        esc(&pretty(s.translated.as_ref()))
+                    );
+                }
+                h.push_str("</table>");
+            }
+        }
+
+        if !self.failures.is_empty() {
+            h.push_str("<h2>No answer (not compared)</h2><table><tr><th>requests</th><th>operation</th><th>side</th><th>reason</th></tr>");
+            for ((op, side, reason), n) in &self.failures {
+                let _ = write!(
+                    h,
+                    "<tr><td class=\"n\">{n}</td><td><code>{}</code></td><td>{side}</td><td>{}</td></tr>",
+                    esc(op),
+                    esc(reason)
+                );
+            }
+            h.push_str("</table>");
+        }
+        let noise = self.tally.noise_fields(th);
+        if !noise.is_empty() {
+            h.push_str("<h2>Judged noise by the baseline</h2><table><tr><th>operation</th><th>field path</th><th>translated vs legacy</th><th>legacy vs legacy</th></tr>");
+            for (op, path, t, b) in &noise {
+                let _ = write!(
+                    h,
+                    "<tr><td><code>{}</code></td><td><code>{}</code></td><td class=\"n\">{t}</td><td class=\"n\">{b}</td></tr>",
+                    esc(op),
+                    esc(path)
+                );
+            }
+            h.push_str("</table>");
+        }
+
+        h.push_str("<h2>Ignore rules</h2>");
+        if self.rules.ignore.is_empty() {
+            h.push_str("<p class=\"muted\">None.</p>");
+        } else {
+            h.push_str("<table><tr><th>differences hidden</th><th>operation</th><th>field path</th><th>compare</th><th>reason</th></tr>");
+            for (rule, hits) in self.rules.ignore.iter().zip(&self.tally.rule_hits) {
+                let _ = write!(
+                    h,
+                    "<tr><td class=\"n\">{hits}</td><td><code>{}</code></td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
+                    esc(rule.operation.as_deref().unwrap_or("*")),
+                    esc(&rule.path),
+                    compare_name(rule.compare),
+                    esc(&rule.reason)
+                );
+            }
+            h.push_str("</table>");
+        }
+        if !self.rules.unordered.is_empty() {
+            h.push_str("<p class=\"muted\">Compared without regard to order: ");
+            let list: Vec<String> = self
+                .rules
+                .unordered
+                .iter()
+                .map(|p| format!("<code>{}[*]</code>", esc(p)))
+                .collect();
+            h.push_str(&list.join(", "));
+            h.push_str("</p>");
+        }
+        h.push_str("</body></html>\n");
+        h
+    }
+}
+
+fn compare_name(c: Compare) -> &'static str {
+    match c {
+        Compare::Skip => "skip",
+        Compare::Shape => "shape",
+    }
+}
+
+fn anchor(op: &str, path: &str) -> String {
+    format!("f-{op}-{path}")
+}
+
+/// A value on one line, shortened; `(absent)` for a missing field.
+fn short(v: Option<&Value>) -> String {
+    let Some(v) = v else {
+        return "(absent)".into();
+    };
+    let s = v.to_string();
+    if s.chars().count() > 80 {
+        format!("{}…", s.chars().take(79).collect::<String>())
+    } else {
+        s
+    }
+}
+
+fn pretty(v: Option<&Value>) -> String {
+    match v {
+        None => "(absent)".into(),
+        Some(v) => serde_json::to_string_pretty(v).unwrap_or_default(),
+    }
+}
+
+/// Escapes text for HTML element content and quoted attribute values.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shadow::capture::CapturedRequest;
+    use crate::shadow::diff::IgnoreRule;
+    use serde_json::json;
+
+    fn side(body: Value) -> Side {
+        Side {
+            at_ms: 0,
+            latency_ms: 2.0,
+            status: Some(200),
+            body,
+            error: None,
+        }
+    }
+
+    fn record(op: &str, l: Value, t: Value) -> Record {
+        Record {
+            id: "01J".into(),
+            operation: op.into(),
+            at_ms: 0,
+            primary: "replay".into(),
+            request: CapturedRequest::default(),
+            legacy: Some(side(l)),
+            translated: Some(side(t)),
+            baseline: None,
+        }
+    }
+
+    #[test]
+    fn escape_covers_markup_and_quotes() {
+        assert_eq!(
+            esc("<script>alert(\"x\" & 'y')</script>"),
+            "&lt;script&gt;alert(&quot;x&quot; &amp; &#39;y&#39;)&lt;/script&gt;"
+        );
+    }
+
+    #[test]
+    fn quantiles_use_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), 50.0);
+        assert_eq!(quantile(&v, 0.99), 99.0);
+        assert_eq!(quantile(&[], 0.99), 0.0);
+    }
+
+    #[test]
+    fn report_names_differences_rules_and_escapes_values() {
+        let rules = Rules::new(
+            vec![IgnoreRule {
+                operation: None,
+                path: "data.at".into(),
+                compare: Compare::Skip,
+                reason: "clock".into(),
+            }],
+            [],
+        );
+        let mut r = Report::new("t.jsonl", rules, Thresholds::default());
+        r.add(&record(
+            "run_detail",
+            json!({"code": 0, "data": {"at": 1, "x": "<b>"}}),
+            json!({"code": 0, "data": {"at": 2, "x": "<i>"}}),
+        ));
+        r.add(&record(
+            "account_info",
+            json!({"code": 0}),
+            json!({"code": 0}),
+        ));
+        assert_eq!(
+            r.real_fields(),
+            vec![("run_detail".into(), "data.x".into(), 1)]
+        );
+        let text = r.text();
+        assert!(text.contains("run_detail"), "{text}");
+        assert!(text.contains("data.x"), "{text}");
+        assert!(text.contains("*:data.at (skip) — clock"), "{text}");
+        let html = r.html();
+        assert!(html.contains("&quot;&lt;b&gt;&quot;"), "{html}");
+        assert!(!html.contains("\"<b>\""));
+        assert!(html.contains("clock"));
+    }
+
+    #[test]
+    fn sides_without_an_answer_are_listed_with_their_reason() {
+        let mut r = Report::new("t", Rules::default(), Thresholds::default());
+        let mut rec = record("run_log", json!({"code": 0}), json!({}));
+        rec.translated = Some(Side {
+            status: None,
+            error: Some("upstream did not answer within 5s".into()),
+            ..side(Value::Null)
+        });
+        r.add(&rec);
+        assert_eq!(r.tally.ops["run_log"].failed, 1);
+        let text = r.text();
+        assert!(
+            text.contains("run_log          translated upstream did not answer within 5s"),
+            "{text}"
+        );
+        assert!(r.html().contains("No answer"));
+    }
+
+    #[test]
+    fn a_clean_report_says_none() {
+        let mut r = Report::new("t", Rules::default(), Thresholds::default());
+        r.add(&record(
+            "store_search",
+            json!({"code": 0}),
+            json!({"code": 0}),
+        ));
+        assert!(r.text().contains("Differences: none"));
+        assert!(r.html().contains("No differences."));
+    }
+}

@@ -1,0 +1,1036 @@
+//! Shadow testing end to end: the sandbox's native V1 surface is the legacy
+//! service, its V2 surface the upstream of the translation. Replays over
+//! every read-only operation, a translation fault, the baseline, the live
+//! mirror against a hanging or absent legacy target, and key redaction in
+//! captures.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+use v1compat::ops::Gateway;
+use v1compat::sandbox::{Sandbox, SandboxConfig};
+use v1compat::shadow::replay::{replay, ReplayOptions, ReplayStats, TranslatedSide};
+use v1compat::shadow::report::{quantile, Report};
+use v1compat::upstream::HttpUpstream;
+
+use crate::support::{send, send_json, TestGateway};
+
+const GOOGLE_MAPS: &str = "01KBHMS6A8H6A3K5FJY11MQ99Z";
+const AMAZON: &str = "coreclaw/amazon-product-by-asin";
+const BROKEN: &str = "01KE6Q8S0T2V4W6Y8Z0A2C4E6G";
+
+/// A sandbox with three finished runs (two succeeded, one failed).
+struct World {
+    sandbox: Sandbox,
+    runs: Vec<String>,
+    dir: tempfile::TempDir,
+}
+
+impl World {
+    async fn start() -> World {
+        let v2 = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let v1 = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let sandbox = Sandbox::start(SandboxConfig::default(), v2, v1)
+            .await
+            .unwrap();
+        let key = sandbox.api_key().to_owned();
+        let mut runs = Vec::new();
+        for (slug, custom) in [
+            (
+                GOOGLE_MAPS,
+                json!({"keywords": ["coffee"], "max_results": 30}),
+            ),
+            (AMAZON, json!({"asins": ["B000000001", "B000000002"]})),
+            (BROKEN, json!({})),
+        ] {
+            let (status, body) = send_json(
+                sandbox.v1_addr(),
+                "POST",
+                "/api/v1/scraper/run",
+                Some(&key),
+                Some(&json!({"scraper_slug": slug, "is_async": true, "input": {"parameters": {"custom": custom}}})),
+            )
+            .await;
+            assert_eq!(status, 200, "{body}");
+            runs.push(body["data"]["run_slug"].as_str().unwrap().to_owned());
+        }
+        // Every run finishes; from here on the answers are stable.
+        let (status, _) = send_json(
+            sandbox.v2_addr(),
+            "POST",
+            "/__sandbox/advance",
+            None,
+            Some(&json!({"seconds": 3600})),
+        )
+        .await;
+        assert_eq!(status, 200);
+        World {
+            sandbox,
+            runs,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn key(&self) -> &str {
+        self.sandbox.api_key()
+    }
+
+    fn legacy_url(&self) -> url::Url {
+        format!("http://{}", self.sandbox.v1_addr())
+            .parse()
+            .unwrap()
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Gateway configuration against the sandbox's V2, plus `extra` TOML.
+    fn config(&self, extra: &str) -> String {
+        format!(
+            "[upstream]\nbase_url = \"http://{}\"\nservice_key = \"{}\"\n[log]\nlevel = \"warn\"\n{extra}",
+            self.sandbox.v2_addr(),
+            self.key()
+        )
+    }
+
+    /// An in-process translation with `extra` configuration.
+    fn in_process(&self, extra: &str) -> (TranslatedSide, v1compat::config::Config) {
+        let cfg = v1compat::config::load(&self.config(extra), Vec::new()).unwrap();
+        let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());
+        let gw = Gateway::new(upstream, Arc::new(cfg.clone()));
+        (TranslatedSide::InProcess(Arc::new(gw)), cfg)
+    }
+
+    /// A request list over every read-only operation, errors included.
+    fn requests(&self) -> PathBuf {
+        let [a, b, c] = [&self.runs[0], &self.runs[1], &self.runs[2]];
+        let mut lines = vec![
+            json!({"path": "/api/store", "query": "search=scraper&limit=5"}),
+            json!({"path": "/api/store", "query": "search=maps"}),
+            json!({"path": "/api/store", "query": "limit=3"}),
+            json!({"path": "/api/scraper", "query": format!("slug={GOOGLE_MAPS}")}),
+            json!({"path": "/api/scraper", "query": "slug=coreclaw%2Famazon-product-by-asin"}),
+            json!({"path": "/api/scraper", "query": "slug=01KZZZZZZZZZZZZZZZZZZZZZZZ"}),
+            json!({"path": "/api/proxy/region"}),
+            json!({"operation": "run_list", "body": {"page_index": 1, "page_size": 10}}),
+            json!({"operation": "run_list", "body": {"status": 3}}),
+            json!({"operation": "run_list", "body": {"status": 4, "page_size": 1}}),
+            json!({"operation": "run_list", "body": {"scraper_slug": GOOGLE_MAPS}}),
+            json!({"operation": "account_info", "body": {}}),
+            json!({"operation": "run_detail", "body": {"run_slug": "no-such-run"}}),
+            json!({"operation": "run_detail", "body": {}}),
+        ];
+        for run in [a, b, c] {
+            lines.push(json!({"operation": "run_detail", "body": {"run_slug": run}}));
+            lines.push(json!({"operation": "run_log", "body": {"run_slug": run}}));
+            lines.push(json!({"operation": "result_list", "body": {"run_slug": run}}));
+            lines.push(json!({"operation": "result_list", "body": {"run_slug": run, "page_index": 2, "page_size": 7}}));
+            // Past the last row: an empty page.
+            lines.push(json!({"operation": "result_list", "body": {"run_slug": run, "page_index": 9, "page_size": 50}}));
+            lines.push(
+                json!({"operation": "result_export", "body": {"run_slug": run, "format": "csv"}}),
+            );
+            lines.push(json!({"operation": "result_export", "body": {"run_slug": run, "format": "json", "filter_keys": ["title"]}}));
+        }
+        // Never replayed: it would start a run.
+        lines.push(json!({"operation": "start_run", "body": {"scraper_slug": GOOGLE_MAPS}}));
+        let path = self.path("requests.jsonl");
+        write_lines(&path, &lines);
+        path
+    }
+
+    fn options(&self, input: &Path, out: &str, translated: TranslatedSide) -> ReplayOptions {
+        ReplayOptions {
+            input: input.to_owned(),
+            out: self.path(out),
+            legacy: self.legacy_url(),
+            translated,
+            speed: 0.0,
+            max_rate: None,
+            concurrency: 4,
+            api_key: Some(self.key().to_owned()),
+            baseline: false,
+            timeout: Duration::from_secs(10),
+            max_body_bytes: 4 << 20,
+            progress: false,
+        }
+    }
+}
+
+/// The ignore rules this sandbox needs, each with its reason. Two of them
+/// are real translation differences (see the README's shadow section).
+const RULES: &str = r#"
+[[shadow.ignore]]
+operation = "result_export"
+path = "data.download_url"
+compare = "shape"
+reason = "signed download URL, new on every call"
+
+[[shadow.ignore]]
+operation = "account_info"
+path = "data.traffic"
+reason = "real difference: V2 dropped traffic; the gateway answers compat.account_traffic (0) where V1 had the quota"
+
+[[shadow.ignore]]
+path = "message"
+reason = "real difference: on 400/4000 the gateway appends the failing field to V1's fixed message"
+
+[[shadow.ignore]]
+operation = "result_list"
+path = "data.headers[*].format"
+reason = "real difference: V2 has no column types; the gateway infers them from the page's rows, so an empty page says text for every column"
+"#;
+
+fn write_lines(path: &Path, lines: &[Value]) {
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(path, text).unwrap();
+}
+
+fn report_of(path: &Path, cfg: &v1compat::config::Config) -> Report {
+    Report::load(path, cfg.shadow.rules.clone(), cfg.shadow.thresholds).unwrap()
+}
+
+/// The sandbox's native V1 and the translation agree on every read-only
+/// operation; the only rule needed is the documented one for signed URLs.
+#[tokio::test]
+async fn replay_through_a_gateway_finds_no_difference() {
+    let w = World::start().await;
+    let text = w.config(RULES);
+    let cfg = v1compat::config::load(&text, Vec::new()).unwrap();
+    let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());
+    let gw = TestGateway::start(&text, upstream).await;
+    let gateway_url: url::Url = format!("http://{}", gw.addr).parse().unwrap();
+    let input = w.requests();
+    let opts = w.options(
+        &input,
+        "capture.jsonl",
+        TranslatedSide::Gateway(gateway_url),
+    );
+    let stats = replay(opts.clone()).await.unwrap();
+    assert_eq!(
+        stats,
+        ReplayStats {
+            lines: 36,
+            sent: 35,
+            failed: 0,
+            skipped: 1
+        }
+    );
+    let report = report_of(&opts.out, &cfg);
+    let text = report.text();
+    println!("{text}");
+    assert_eq!(report.real_fields(), Vec::new(), "{text}");
+    let ops: Vec<&str> = report.tally.ops.keys().map(String::as_str).collect();
+    assert_eq!(
+        ops,
+        vec![
+            "account_info",
+            "proxy_regions",
+            "result_export",
+            "result_list",
+            "run_detail",
+            "run_list",
+            "run_log",
+            "store_search",
+            "worker_detail"
+        ]
+    );
+    // Each ignore rule is listed with its count (one export asks for a
+    // column the failing worker lacks: 400 on both sides, no URL).
+    for line in [
+        "5  result_export:data.download_url (shape)",
+        "1  account_info:data.traffic (skip)",
+        "2  *:message (skip)",
+        "4  result_list:data.headers[*].format (skip)",
+    ] {
+        assert!(text.contains(line), "{line}\n{text}");
+    }
+    let html = report.html();
+    assert!(html.contains("No differences."));
+    assert!(html.contains("V2 dropped traffic"));
+    // The capture holds no key, only its redacted mark.
+    let capture = std::fs::read_to_string(&opts.out).unwrap();
+    assert!(
+        !capture.contains(w.key()),
+        "the key leaked into the capture"
+    );
+    assert!(capture.contains("\"api-key\":\"<redacted>\""));
+}
+
+/// One compat setting changed on the translated side: the report names that
+/// operation and field, and nothing else.
+#[tokio::test]
+async fn a_translation_fault_is_named_and_nothing_else() {
+    let w = World::start().await;
+    let (translated, cfg) = w.in_process(&format!(
+        "[compat]\nworker_memory_field = \"memory\"\n{RULES}"
+    ));
+    let input = w.requests();
+    let opts = w.options(&input, "fault.jsonl", translated);
+    let stats = replay(opts.clone()).await.unwrap();
+    assert_eq!(stats.failed, 0);
+    let report = report_of(&opts.out, &cfg);
+    let text = report.text();
+    println!("{text}");
+    assert_eq!(
+        report.real_fields(),
+        vec![
+            (
+                "worker_detail".to_owned(),
+                "data.parameters.system.memory".to_owned(),
+                2
+            ),
+            (
+                "worker_detail".to_owned(),
+                "data.parameters.system.memory_bytes".to_owned(),
+                2
+            ),
+        ],
+        "{text}"
+    );
+    for (op, t) in &report.tally.ops {
+        let expected = if op == "worker_detail" { 2 } else { 0 };
+        assert_eq!(
+            report.tally.differing_requests(op, &cfg.shadow.thresholds),
+            expected,
+            "{op}"
+        );
+        assert_eq!(t.failed, 0);
+    }
+    let sample =
+        &report.tally.ops["worker_detail"].fields["data.parameters.system.memory_bytes"].samples[0];
+    assert!(sample.legacy.is_some() && sample.translated.is_none());
+    let html = report.html();
+    assert!(html.contains("data.parameters.system.memory_bytes"));
+}
+
+/// With a baseline, a field that differs on every call (the signed export
+/// URL) is noise; without it and without an ignore rule, it is reported.
+#[tokio::test]
+async fn baseline_hides_volatile_fields_that_are_otherwise_reported() {
+    let w = World::start().await;
+    let (translated, cfg) = w.in_process("[shadow]\nignore = []\n");
+    assert!(cfg.shadow.rules.ignore.is_empty());
+    let mut lines = Vec::new();
+    for run in &w.runs[..2] {
+        for format in ["csv", "json", "csv"] {
+            lines.push(
+                json!({"operation": "result_export", "body": {"run_slug": run, "format": format}}),
+            );
+        }
+        lines.push(json!({"operation": "run_detail", "body": {"run_slug": run}}));
+    }
+    let input = w.path("exports.jsonl");
+    write_lines(&input, &lines);
+
+    let mut opts = w.options(&input, "with-baseline.jsonl", translated.clone());
+    opts.baseline = true;
+    replay(opts.clone()).await.unwrap();
+    let with = report_of(&opts.out, &cfg);
+    assert_eq!(with.real_fields(), Vec::new(), "{}", with.text());
+    let noise = with.tally.noise_fields(&cfg.shadow.thresholds);
+    assert_eq!(
+        noise,
+        vec![(
+            "result_export".to_owned(),
+            "data.download_url".to_owned(),
+            6,
+            6
+        )]
+    );
+    assert!(with.text().contains("Judged noise by the baseline"));
+
+    let opts = w.options(&input, "without-baseline.jsonl", translated);
+    replay(opts.clone()).await.unwrap();
+    let without = report_of(&opts.out, &cfg);
+    assert_eq!(
+        without.real_fields(),
+        vec![(
+            "result_export".to_owned(),
+            "data.download_url".to_owned(),
+            6
+        )],
+        "{}",
+        without.text()
+    );
+}
+
+/// A gateway against the sandbox's V2 with `extra` configuration.
+async fn gateway(w: &World, extra: &str) -> TestGateway {
+    let text = w.config(extra);
+    let cfg = v1compat::config::load(&text, Vec::new()).unwrap();
+    let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());
+    TestGateway::start(&text, upstream).await
+}
+
+/// Sum of the samples of `name` whose labels include every `labels` pair.
+async fn metric(admin: std::net::SocketAddr, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let (_, _, body) = send(admin, "GET", "/metrics", &[], None).await;
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn copies(gw: &TestGateway, op: &str, outcome: &str) -> f64 {
+    metric(
+        gw.admin,
+        "v1compat_shadow_copies_total",
+        &[("operation", op), ("outcome", outcome)],
+    )
+    .await
+}
+
+async fn in_flight(gw: &TestGateway) -> f64 {
+    metric(gw.admin, "v1compat_shadow_copies_in_flight", &[]).await
+}
+
+/// A legacy target that accepts connections and never answers.
+async fn hanging_target() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    (addr, task)
+}
+
+/// A legacy target that refuses connections: a port that was bound, then freed.
+async fn absent_target() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap()
+}
+
+async fn timed_get(addr: std::net::SocketAddr, path: &str) -> Duration {
+    let started = Instant::now();
+    let (status, _, _) = send(addr, "GET", path, &[], None).await;
+    assert_eq!(status, 200);
+    started.elapsed()
+}
+
+/// The live mirror (one test, because the in-flight gauge is process-wide):
+/// a legacy target that is down fails copies fast and in-flight copies stay
+/// within the cap; a target that hangs holds its slots, later copies are
+/// dropped, and the primary answers are not delayed; the loop guard stops
+/// mirroring; with `primary = "legacy"` the client gets legacy's answer and
+/// the capture has keys redacted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
+    let w = World::start().await;
+    let key = w.key().to_owned();
+
+    // 1. Legacy down: copies fail, none linger beyond the cap.
+    let down = absent_target().await;
+    let gw = gateway(
+        &w,
+        &format!("[shadow]\nenabled = true\nlegacy_base_url = \"http://{down}\"\nmax_in_flight = 4\ncopy_timeout_ms = 2000\n"),
+    )
+    .await;
+    let n = 300;
+    let mut peak = 0.0f64;
+    for i in 0..n {
+        let (status, _) = send_json(
+            gw.addr,
+            "POST",
+            "/api/v1/account/info",
+            Some(&key),
+            Some(&json!({})),
+        )
+        .await;
+        assert_eq!(status, 200);
+        if i % 25 == 0 {
+            peak = peak.max(in_flight(&gw).await);
+        }
+    }
+    assert!(peak <= 4.0, "in flight {peak} > max_in_flight 4");
+    let failed = copies(&gw, "account_info", "failed").await;
+    let dropped = copies(&gw, "account_info", "dropped").await;
+    assert_eq!(copies(&gw, "account_info", "sent").await, 0.0);
+    assert!(failed >= 1.0, "no failed copy counted");
+    // Every copy is accounted for, except at most max_in_flight still running.
+    assert!(
+        failed + dropped >= f64::from(n) - 4.0,
+        "failed {failed} dropped {dropped}"
+    );
+    assert!(failed + dropped <= f64::from(n));
+    drop(gw);
+
+    // 2. Legacy hangs: four copies hold the four slots for the whole test,
+    // every later one is dropped on the spot; primary latency is compared
+    // with the same requests to a gateway without shadow.
+    let (hang, _hang_task) = hanging_target().await;
+    let off = gateway(&w, "").await;
+    let on = gateway(
+        &w,
+        &format!("[shadow]\nenabled = true\nlegacy_base_url = \"http://{hang}\"\nmax_in_flight = 4\ncopy_timeout_ms = 60000\n"),
+    )
+    .await;
+    let path = "/api/proxy/region";
+    let dropped_before = copies(&on, "proxy_regions", "dropped").await;
+    let (mut t_off, mut t_on) = (Vec::new(), Vec::new());
+    let rounds = 200;
+    for _ in 0..rounds {
+        t_off.push(timed_get(off.addr, path).await.as_secs_f64() * 1000.0);
+        t_on.push(timed_get(on.addr, path).await.as_secs_f64() * 1000.0);
+    }
+    let (p99_off, p99_on) = (quantile(&t_off, 0.99), quantile(&t_on, 0.99));
+    println!("primary p99: shadow off {p99_off:.2} ms, shadow on (legacy hangs) {p99_on:.2} ms");
+    // Generous on purpose (debug build, tests running in parallel); the
+    // precise 5% check is deploy/bench/shadow-latency.sh.
+    assert!(
+        p99_on <= p99_off * 2.0 + 25.0,
+        "p99 {p99_on:.2} ms vs {p99_off:.2} ms"
+    );
+    let dropped = copies(&on, "proxy_regions", "dropped").await - dropped_before;
+    assert_eq!(dropped, f64::from(rounds) - 4.0);
+    let now = in_flight(&on).await;
+    assert!(
+        (4.0..=8.0).contains(&now),
+        "in flight {now}: 4 hung here, at most 4 left from part 1"
+    );
+    drop((off, on));
+
+    // 3. primary = "legacy", capture on: the client gets legacy's answer,
+    // the translation runs behind it, the capture has no key in it.
+    let capture = w.path("live.jsonl");
+    let gw = gateway(
+        &w,
+        &format!(
+            "[shadow]\nenabled = true\nlegacy_base_url = \"{}\"\nprimary = \"legacy\"\ncapture_path = \"{}\"\n{RULES}",
+            w.legacy_url(),
+            capture.display()
+        ),
+    )
+    .await;
+    let (status, body) = send_json(
+        gw.addr,
+        "POST",
+        "/api/v1/account/info",
+        Some(&key),
+        Some(&json!({})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    // Legacy's own answer: the real traffic quota, which V2 no longer has.
+    assert_eq!(body["data"]["traffic"], json!(10_737_418_240i64));
+    let detail = json!({"run_slug": w.runs[0]});
+    let (status, body) = send_json(
+        gw.addr,
+        "POST",
+        "/api/v1/run/detail",
+        Some(&key),
+        Some(&detail),
+    )
+    .await;
+    assert_eq!((status, body["data"]["status"].clone()), (200, json!(3)));
+    // A guarded request is not mirrored; a write operation goes to legacy only.
+    let skipped = copies(&gw, "run_detail", "skipped").await;
+    let (status, _, _) = send(
+        gw.addr,
+        "POST",
+        "/api/v1/run/detail",
+        &[
+            ("api-key", &key),
+            ("content-type", "application/json"),
+            ("x-v1compat-shadow", "1"),
+        ],
+        Some(serde_json::to_vec(&detail).unwrap().into()),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(copies(&gw, "run_detail", "skipped").await, skipped + 1.0);
+    let started_runs = || async {
+        let (_, log) = send_json(
+            w.sandbox.v2_addr(),
+            "GET",
+            "/__sandbox/requests",
+            None,
+            None,
+        )
+        .await;
+        log.as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| {
+                r["method"] == "POST" && r["path"].as_str().unwrap_or("").ends_with("/runs")
+            })
+            .count()
+    };
+    let v2_runs = started_runs().await;
+    let skipped = copies(&gw, "start_run", "skipped").await;
+    let start = json!({"scraper_slug": GOOGLE_MAPS, "is_async": true, "input": {"parameters": {"custom": {"keywords": ["tea"]}}}});
+    let (status, body) = send_json(
+        gw.addr,
+        "POST",
+        "/api/v1/scraper/run",
+        Some(&key),
+        Some(&start),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["data"]["run_slug"].is_string());
+    assert_eq!(copies(&gw, "start_run", "skipped").await, skipped + 1.0);
+    assert_eq!(
+        started_runs().await,
+        v2_runs,
+        "a run was started through V2"
+    );
+    // Wait (bounded) for the two copies to reach the capture file.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = std::fs::read_to_string(&capture).unwrap_or_default();
+        if text.lines().count() >= 2 || Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(!text.contains(&key), "the key leaked into the capture");
+    assert!(text.contains("\"api-key\":\"<redacted>\""));
+    let cfg = v1compat::config::load(&w.config(RULES), Vec::new()).unwrap();
+    let report = report_of(&capture, &cfg);
+    assert_eq!(report.real_fields(), Vec::new(), "{}", report.text());
+    assert_eq!(report.tally.rule_hits[1], 1, "account_info traffic rule");
+    drop(gw);
+
+    // 4. primary = "translated" with a compat fault: the difference shows in
+    // the metrics by operation and field path.
+    let gw = gateway(
+        &w,
+        &format!(
+            "[compat]\nworker_memory_field = \"memory\"\n[shadow]\nenabled = true\nlegacy_base_url = \"{}\"\n",
+            w.legacy_url()
+        ),
+    )
+    .await;
+    let field = |f: &'static str| {
+        let admin = gw.admin;
+        async move {
+            metric(
+                admin,
+                "v1compat_shadow_differences_total",
+                &[("operation", "worker_detail"), ("field", f)],
+            )
+            .await
+        }
+    };
+    let before = field("data.parameters.system.memory_bytes").await;
+    let sent = copies(&gw, "worker_detail", "sent").await;
+    let (status, body) = send_json(
+        gw.addr,
+        "GET",
+        &format!("/api/scraper?slug={GOOGLE_MAPS}"),
+        Some(&key),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(
+        body["data"]["parameters"]["system"]["memory"].is_number(),
+        "{body}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while copies(&gw, "worker_detail", "sent").await < sent + 1.0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        field("data.parameters.system.memory_bytes").await,
+        before + 1.0
+    );
+    assert!(field("data.parameters.system.memory").await >= 1.0);
+    drop(gw);
+
+    // 5. Sampling by key: a given key is always in or always out.
+    let gw = gateway(
+        &w,
+        &format!("[shadow]\nenabled = true\nlegacy_base_url = \"http://{down}\"\nsample_percent = 50.0\nsample_by = \"key\"\n"),
+    )
+    .await;
+    let (mut inside, mut outside) = (0, 0);
+    for k in 0..30 {
+        let key = format!("client-key-{k}");
+        let skipped = copies(&gw, "run_log", "skipped").await;
+        for _ in 0..3 {
+            send_json(
+                gw.addr,
+                "POST",
+                "/api/v1/run/last/log",
+                Some(&key),
+                Some(&json!({"run_slug": "x"})),
+            )
+            .await;
+        }
+        match copies(&gw, "run_log", "skipped").await - skipped {
+            0.0 => inside += 1,
+            3.0 => outside += 1,
+            other => panic!("key {key}: {other} of 3 requests skipped"),
+        }
+    }
+    assert!(inside > 0 && outside > 0, "in {inside}, out {outside}");
+    drop(gw);
+
+    // 6. Live baseline: each copy also calls legacy a second time; the
+    // capture carries it and the report judges the signed URL as noise.
+    let capture = w.path("live-baseline.jsonl");
+    let gw = gateway(
+        &w,
+        &format!(
+            "[shadow]\nenabled = true\nlegacy_base_url = \"{}\"\nbaseline = true\nignore = []\ncapture_path = \"{}\"\n",
+            w.legacy_url(),
+            capture.display()
+        ),
+    )
+    .await;
+    let export = json!({"run_slug": w.runs[0], "format": "csv"});
+    for _ in 0..6 {
+        let (status, _) = send_json(
+            gw.addr,
+            "POST",
+            "/api/v1/run/result/export",
+            Some(&key),
+            Some(&export),
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&capture)
+        .unwrap_or_default()
+        .lines()
+        .count()
+        < 6
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cfg = v1compat::config::load(&w.config("[shadow]\nignore = []\n"), Vec::new()).unwrap();
+    let report = report_of(&capture, &cfg);
+    assert_eq!(report.records, 6);
+    assert!(report.baseline);
+    assert_eq!(report.real_fields(), Vec::new(), "{}", report.text());
+    assert_eq!(
+        report.tally.noise_fields(&cfg.shadow.thresholds),
+        vec![(
+            "result_export".to_owned(),
+            "data.download_url".to_owned(),
+            6,
+            6
+        )]
+    );
+}
+
+/// A legacy target on its own thread and runtime, like a service elsewhere:
+/// it answers every request after `delay`, or never (`None`).
+fn external_target(delay: Option<Duration>) -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = TcpListener::from_std(listener).unwrap();
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |_req| async move {
+                        match delay {
+                            Some(d) => tokio::time::sleep(d).await,
+                            None => std::future::pending::<()>().await,
+                        }
+                        let body = bytes::Bytes::from_static(
+                            br#"{"code":0,"message":"success","data":{}}"#,
+                        );
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                            http_body_util::Full::new(body),
+                        ))
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+                });
+            }
+        });
+    });
+    addr
+}
+
+/// The precise check behind "primary latency stays within 5% at p99":
+/// thousands of interleaved requests over keep-alive connections, shadow off
+/// vs shadow on against a legacy target that hangs and one ten times slower
+/// than the primary. Timing-sensitive, so not part of `cargo test`; run it
+/// with `deploy/bench/shadow-latency.sh` (release build, nothing else running).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "timing benchmark: deploy/bench/shadow-latency.sh"]
+async fn shadow_latency_p99_within_5_percent() {
+    use http_body_util::BodyExt;
+    let w = World::start().await;
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http();
+    let get = |addr: std::net::SocketAddr| {
+        let client = client.clone();
+        async move {
+            let started = Instant::now();
+            let req = hyper::Request::get(format!("http://{addr}/api/proxy/region"))
+                .body(http_body_util::Full::default())
+                .unwrap();
+            let resp = client.request(req).await.unwrap();
+            assert_eq!(resp.status(), 200);
+            resp.into_body().collect().await.unwrap();
+            started.elapsed().as_secs_f64() * 1000.0
+        }
+    };
+    let off = gateway(&w, "").await;
+    // Primary median, to make the slow target ten times slower.
+    let mut warm = Vec::new();
+    for _ in 0..500 {
+        warm.push(get(off.addr).await);
+    }
+    let p50 = quantile(&warm, 0.5);
+    let hang = external_target(None);
+    let slow = external_target(Some(Duration::from_secs_f64(p50 * 10.0 / 1000.0)));
+    let rounds = 5000;
+    let mut failures = Vec::new();
+    for (name, target) in [("hangs", hang), ("10x slower", slow)] {
+        let on = gateway(
+            &w,
+            &format!("[shadow]\nenabled = true\nlegacy_base_url = \"http://{target}\"\ncopy_timeout_ms = 5000\n"),
+        )
+        .await;
+        for _ in 0..200 {
+            get(on.addr).await;
+        }
+        let (mut t_off, mut t_on) = (Vec::new(), Vec::new());
+        for i in 0..rounds {
+            // Alternate the order so neither side always goes first.
+            if i % 2 == 0 {
+                t_off.push(get(off.addr).await);
+                t_on.push(get(on.addr).await);
+            } else {
+                t_on.push(get(on.addr).await);
+                t_off.push(get(off.addr).await);
+            }
+        }
+        let (a, b) = (quantile(&t_off, 0.99), quantile(&t_on, 0.99));
+        println!(
+            "legacy {name}: p50 off {:.3} ms on {:.3} ms; p99 off {a:.3} ms on {b:.3} ms ({:+.1}%)",
+            quantile(&t_off, 0.5),
+            quantile(&t_on, 0.5),
+            (b / a - 1.0) * 100.0
+        );
+        if b > a * 1.05 {
+            failures.push(format!("{name}: p99 {b:.3} ms > 1.05 x {a:.3} ms"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:?}");
+}
+
+/// The `replay` and `report` commands end to end: in-process translation
+/// against the sandbox's V2, a clean report on stdout, an HTML file, and
+/// `--fail-on-diff` turning a difference into exit code 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_and_report_commands() {
+    let w = World::start().await;
+    let input = w.requests();
+    let config = w.path("v1compat.toml");
+    std::fs::write(&config, w.config(RULES)).unwrap();
+    let out = w.path("cli.jsonl");
+    let html = w.path("cli.html");
+    let bin = env!("CARGO_BIN_EXE_v1compat");
+    let args: Vec<String> = vec![
+        "replay".into(),
+        input.display().to_string(),
+        "--legacy".into(),
+        w.legacy_url().to_string(),
+        "--upstream".into(),
+        format!("http://{}", w.sandbox.v2_addr()),
+        "--config".into(),
+        config.display().to_string(),
+        "--out".into(),
+        out.display().to_string(),
+        "--html".into(),
+        html.display().to_string(),
+        "--speed".into(),
+        "0".into(),
+        "--quiet".into(),
+        "--fail-on-diff".into(),
+    ];
+    let key = w.key().to_owned();
+    let run = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(bin)
+            .args(&args)
+            .env("REPLAY_API_KEY", key)
+            .env_remove("V1COMPAT_CONFIG")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        stdout.contains("replayed 35 of 36 lines (0 failed, 1 skipped)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Differences: none"), "{stdout}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>") && page.contains("No differences."));
+    assert!(!page.contains(w.key()) && !std::fs::read_to_string(&out).unwrap().contains(w.key()));
+
+    // The same capture without the ignore rules: differences, exit code 1.
+    let bare = w.path("bare.toml");
+    std::fs::write(&bare, w.config("")).unwrap();
+    let report = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(bin)
+            .arg("report")
+            .arg(&out)
+            .arg("--config")
+            .arg(&bare)
+            .arg("--fail-on-diff")
+            .env_remove("V1COMPAT_CONFIG")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&report.stdout);
+    assert_eq!(report.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("account_info     data.traffic"), "{stdout}");
+}
+
+/// Resident memory of this process, in KiB (Linux).
+fn rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// With the legacy target down, tens of thousands of mirrored requests leave
+/// resident memory flat: failed copies release everything they held.
+/// Run with `deploy/bench/shadow-latency.sh` (it runs both benchmarks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "memory benchmark: deploy/bench/shadow-latency.sh"]
+async fn shadow_memory_flat_with_target_down() {
+    let w = World::start().await;
+    let down = absent_target().await;
+    let capture = w.path("down.jsonl");
+    let gw = gateway(
+        &w,
+        &format!("[shadow]\nenabled = true\nlegacy_base_url = \"http://{down}\"\ncapture_path = \"{}\"\n", capture.display()),
+    )
+    .await;
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http();
+    let round = |n: usize| {
+        let client = client.clone();
+        let addr = gw.addr;
+        async move {
+            for _ in 0..n {
+                let req = hyper::Request::get(format!("http://{addr}/api/proxy/region"))
+                    .body(http_body_util::Full::default())
+                    .unwrap();
+                let resp = client.request(req).await.unwrap();
+                assert_eq!(resp.status(), 200);
+                http_body_util::BodyExt::collect(resp.into_body())
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    round(5_000).await;
+    let before = rss_kib().unwrap_or(0);
+    round(30_000).await;
+    let after = rss_kib().unwrap_or(0);
+    let peak = in_flight(&gw).await;
+    println!(
+        "legacy down: RSS {before} KiB → {after} KiB after 30000 more requests; copies in flight now {peak}"
+    );
+    assert!(peak <= 100.0);
+    assert!(
+        after <= before + 16 * 1024,
+        "RSS grew by {} KiB",
+        after - before
+    );
+}
+
+/// Replay keeps the recorded pace scaled by `speed`, and `max_rate` caps it
+/// (lower bounds only: a slow machine cannot make this fail).
+#[tokio::test]
+async fn replay_paces_by_recorded_time_and_rate() {
+    let w = World::start().await;
+    let (translated, _) = w.in_process("");
+    let lines: Vec<Value> = (0..5)
+        .map(|i| json!({"path": "/api/proxy/region", "at_ms": 1_000_000 + i * 100}))
+        .collect();
+    let input = w.path("paced.jsonl");
+    write_lines(&input, &lines);
+    let mut opts = w.options(&input, "paced-out.jsonl", translated);
+    opts.speed = 2.0;
+    let started = Instant::now();
+    assert_eq!(replay(opts.clone()).await.unwrap().sent, 5);
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "400 ms recorded at ×2"
+    );
+    opts.speed = 0.0;
+    opts.max_rate = Some(40.0);
+    let started = Instant::now();
+    assert_eq!(replay(opts).await.unwrap().sent, 5);
+    assert!(
+        started.elapsed() >= Duration::from_millis(100),
+        "5 requests at 40/s"
+    );
+}
+
+/// The example request list in `config/` replays clean on the sandbox.
+#[tokio::test]
+async fn the_example_request_list_replays_clean() {
+    let w = World::start().await;
+    let (translated, cfg) = w.in_process(RULES);
+    let input = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/shadow-requests.example.jsonl");
+    let opts = w.options(&input, "example.jsonl", translated);
+    let stats = replay(opts.clone()).await.unwrap();
+    assert_eq!((stats.sent, stats.failed, stats.skipped), (9, 0, 0));
+    let report = report_of(&opts.out, &cfg);
+    assert_eq!(report.real_fields(), Vec::new(), "{}", report.text());
+}
+
+/// A capture file that cannot be opened stops start-up.
+#[tokio::test]
+async fn an_unwritable_capture_path_stops_start_up() {
+    let text = "[shadow]\nenabled = true\nlegacy_base_url = \"http://127.0.0.1:9\"\ncapture_path = \"/nonexistent-dir/capture.jsonl\"\n";
+    let cfg = v1compat::config::load(text, Vec::new()).unwrap();
+    let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());
+    let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let run = v1compat::run(public, admin, cfg, upstream, std::future::pending());
+    let result = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("run did not stop");
+    let err = result.unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
+    assert!(err.to_string().contains("shadow.capture_path"), "{err}");
+}
