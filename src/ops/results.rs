@@ -6,7 +6,7 @@
 //! | `run_slug` (body) | `{runId}` (path) | checked, one segment |
 //! | `page_index` (default 1), `page_size` (default 10, ≤ `limits.max_page_size`) | `offset`, `limit` | sent explicitly; above 100 rows, 100-row pages fetched concurrently and sliced |
 //! | `data.count`, `data.list[]` | same | rows unchanged (`__coreclaw_data_id__` kept) |
-//! | `data.headers[].format` | — (V2 has none) | kept if V2 sends one; else `number` when the column has at least one non-null value in the page and every non-null value is a JSON number, otherwise `text` |
+//! | `data.headers[].format` | — (V2 has none) | kept if V2 sends one; else `number` when the column has at least one non-null value in the page and every non-null value is a JSON number, otherwise `text`; a page past the end of a non-empty result reads them off the run's first row (one extra 1-row V2 call) |
 //! | `data.page_index`, `data.page_size` | — | echo of the V1 request |
 //! | export `format` (`csv`, `json`) | `format` | exactly as V1 spelled them (lowercase); V2's other formats accepted when `compat.extra_export_formats` |
 //! | export `filter_keys` (array) | `filter_keys` (comma-joined, URL-encoded) | omitted when empty; keys with a comma are refused |
@@ -98,7 +98,22 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Value, Gatewa
             result_call(&run, o, plan.limit).with_key(Some(key.clone()))
         })
         .await?;
-    Ok(v1_result_page(window, &plan, pages))
+    let mut page = v1_result_page(window, &plan, pages);
+    let count = int_of(page.get("count")).unwrap_or(0);
+    let empty = page["list"].as_array().is_none_or(Vec::is_empty);
+    if empty && count > 0 {
+        // A page past the end has no rows to infer column formats from, but
+        // V1 still typed its headers: read them off the run's first row.
+        let mut sample = ex
+            .call(result_call(&run, 1, 1).with_key(Some(key)), Subject::Run)
+            .await?;
+        let (headers, rows) = (
+            take_list(&mut sample, "headers"),
+            take_list(&mut sample, "list"),
+        );
+        page["headers"] = Value::Array(v1_headers(&headers, &rows));
+    }
+    Ok(page)
 }
 
 /// Checks the V1 export body and builds the V2 call.

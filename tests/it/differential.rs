@@ -59,6 +59,9 @@ enum Rule {
     /// Not compared when the gateway's page has no rows (the `list` next to the
     /// headers is empty).
     NoRows,
+    /// Not compared when the whole result is empty (the `count` next to the
+    /// headers is 0).
+    NoResults,
     /// Not compared when the gateway answers `""`: it had nothing to recover the
     /// value from. A non-empty gateway value must still match.
     EmptyOnGateway,
@@ -109,10 +112,10 @@ const VOLATILE: &[(&str, &str, Rule, &str)] = &[
     (
         "result_list",
         "data.headers[*].format",
-        Rule::NoRows,
-        "V2 result headers carry no `format`; the gateway infers it from the rows of \
-         the page, so a page without rows (past the end, or a run that has produced \
-         nothing yet) says `text` for every column",
+        Rule::NoResults,
+        "V2 result headers carry no `format`; the gateway infers it from the rows \
+         (for a page past the end, from the run's first row), so a run that has \
+         produced nothing yet says `text` for every column",
     ),
     (
         "start_run",
@@ -1346,6 +1349,11 @@ fn rows_of(header_path: &str) -> String {
     format!("{}list", &header_path[..at])
 }
 
+fn count_of(header_path: &str) -> String {
+    let at = header_path.find("headers[").unwrap_or(0);
+    format!("{}count", &header_path[..at])
+}
+
 fn head(v: &Value) -> String {
     let s = v.as_str().unwrap_or_default();
     s.split(':').next().unwrap_or_default().trim().to_owned()
@@ -1370,6 +1378,11 @@ fn diff(op: &str, a: &(u16, Value), b: &(u16, Value)) -> Vec<(String, String, St
         match (rule_for(op, p), x, y) {
             (Some(Rule::Ignore), Some(_), Some(_)) => continue,
             (Some(Rule::NoRows), Some(_), Some(_)) if fb.get(&rows_of(p)) == Some(&json!([])) => {
+                continue
+            }
+            (Some(Rule::NoResults), Some(_), Some(_))
+                if fb.get(&count_of(p)) == Some(&json!(0)) =>
+            {
                 continue
             }
             (Some(Rule::EmptyOnGateway), Some(_), Some(y)) if y == &json!("") => continue,
