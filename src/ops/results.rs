@@ -100,7 +100,7 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Value, Gatewa
         .await?;
     let mut page = v1_result_page(window, &plan, pages);
     let count = int_of(page.get("count")).unwrap_or(0);
-    let empty = page["list"].as_array().is_none_or(Vec::is_empty);
+    let empty = page["list"].as_array().map_or(true, Vec::is_empty);
     if empty && count > 0 {
         // A page past the end has no rows to infer column formats from, but
         // V1 still typed its headers: read them off the run's first row.
