@@ -10,10 +10,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::upstream::UpstreamFailure;
 
@@ -60,7 +56,7 @@ pub struct Received {
     pub latency: Duration,
 }
 
-type HyperClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+use crate::upstream::HyperClient;
 
 /// A pooled client to one V1 base URL. Cheap to clone.
 #[derive(Clone)]
@@ -88,21 +84,12 @@ impl LegacyClient {
         let prefix = base_url.path().trim_end_matches('/');
         let base = format!("{}://{host}{port}{prefix}", base_url.scheme());
         let tls = crate::upstream::tls_config(None)?;
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(Duration::from_secs(2)));
-        http.set_nodelay(true);
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(32)
-            .build(https);
+        let client = crate::upstream::pooled_client(
+            tls,
+            Duration::from_secs(2),
+            Duration::from_secs(30),
+            32,
+        );
         Ok(LegacyClient { client, base })
     }
 

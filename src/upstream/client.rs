@@ -115,7 +115,7 @@ impl std::fmt::Debug for UpstreamSettings {
     }
 }
 
-type HyperClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub(crate) type HyperClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// The real [`Upstream`]: one connection pool (HTTP/1.1, and HTTP/2 where
 /// TLS negotiates it) shared by every call. Cheap to clone.
@@ -166,23 +166,12 @@ impl HttpUpstream {
             return Err(problems.join("; "));
         };
 
-        let mut http = HttpConnector::new();
-        // The TLS wrapper handles `https://`; the inner connector must let it.
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(settings.connect_timeout));
-        http.set_nodelay(true);
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            // Without a timer the pool never evicts idle connections.
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(settings.pool_idle_timeout)
-            .pool_max_idle_per_host(settings.pool_max_idle_per_host)
-            .build(https);
+        let client = pooled_client(
+            tls,
+            settings.connect_timeout,
+            settings.pool_idle_timeout,
+            settings.pool_max_idle_per_host,
+        );
         let budget = RetryBudget::new(&settings.retry);
         Ok(HttpUpstream {
             inner: Arc::new(Inner {
@@ -226,6 +215,33 @@ fn origin_and_prefix(url: &url::Url) -> Result<String, String> {
         .parse::<Uri>()
         .map_err(|e| format!("base_url does not form a valid request URI: {e}"))?;
     Ok(origin_and_prefix)
+}
+
+/// A pooled HTTP/1.1 + HTTP/2 client over plain TCP or rustls, shared by the
+/// V2 upstream and the shadow tester's legacy client.
+pub(crate) fn pooled_client(
+    tls: rustls::ClientConfig,
+    connect_timeout: Duration,
+    idle_timeout: Duration,
+    max_idle_per_host: usize,
+) -> HyperClient {
+    let mut http = HttpConnector::new();
+    // The TLS wrapper handles `https://`; the inner connector must let it.
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(connect_timeout));
+    http.set_nodelay(true);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http);
+    Client::builder(TokioExecutor::new())
+        // Without a timer the pool never evicts idle connections.
+        .pool_timer(TokioTimer::new())
+        .pool_idle_timeout(idle_timeout)
+        .pool_max_idle_per_host(max_idle_per_host)
+        .build(https)
 }
 
 /// rustls with the `ring` provider passed explicitly, so no process-wide
