@@ -94,43 +94,21 @@ pub async fn run(
     crate::telemetry::init_logging(&gateway_cfg.log.format, &gateway_cfg.log.level);
     crate::telemetry::prometheus();
     let upstream = Arc::new(HttpUpstream::new(gateway_cfg.upstream.clone())?);
-    let (gw, adm) = (local(&public)?, local(&admin)?);
-    println!(
-        "{}",
-        banner(
-            gw,
-            adm,
-            sandbox.v2_addr(),
-            sandbox.v1_addr(),
-            sandbox.api_key()
-        )
-    );
+    let addrs = Addresses {
+        gateway: local(&public)?,
+        admin: local(&admin)?,
+        v2: sandbox.v2_addr(),
+        v1: sandbox.v1_addr(),
+        key: sandbox.api_key().to_owned(),
+    };
+    println!("{}", addrs.banner());
     if let Some(path) = &opts.ready_file {
-        let line = ready_line(
-            gw,
-            adm,
-            sandbox.v2_addr(),
-            sandbox.v1_addr(),
-            sandbox.api_key(),
-        );
-        write_atomically(path, &line).map_err(|e| format!("{}: {e}", path.display()))?;
+        write_atomically(path, &addrs.ready_line())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     let result = crate::run(public, admin, gateway_cfg, upstream, shutdown).await;
     sandbox.shutdown().await;
     result.map_err(|e| e.to_string())
-}
-
-/// The machine-readable form of the banner (one line, space-separated `name=value`).
-fn ready_line(
-    gateway: SocketAddr,
-    admin: SocketAddr,
-    v2: SocketAddr,
-    v1: SocketAddr,
-    key: &str,
-) -> String {
-    format!(
-        "READY gateway=http://{gateway} admin=http://{admin} upstream=http://{v2} legacy=http://{v1} key={key}\n"
-    )
 }
 
 /// Write through a temporary file and a rename, so a reader polling for the file
@@ -146,15 +124,38 @@ fn local(l: &TcpListener) -> Result<SocketAddr, String> {
     l.local_addr().map_err(|e| e.to_string())
 }
 
-fn banner(
+/// Where everything listens, and the demo key.
+struct Addresses {
     gateway: SocketAddr,
     admin: SocketAddr,
     v2: SocketAddr,
     v1: SocketAddr,
-    key: &str,
-) -> String {
-    format!(
-        "v1compat sandbox is running.
+    key: String,
+}
+
+impl Addresses {
+    /// The machine-readable form of the banner (one line, space-separated `name=value`).
+    fn ready_line(&self) -> String {
+        let Addresses {
+            gateway,
+            admin,
+            v2,
+            v1,
+            key,
+        } = self;
+        format!("READY gateway=http://{gateway} admin=http://{admin} upstream=http://{v2} legacy=http://{v1} key={key}\n")
+    }
+
+    fn banner(&self) -> String {
+        let Addresses {
+            gateway,
+            admin,
+            v2,
+            v1,
+            key,
+        } = self;
+        format!(
+            "v1compat sandbox is running.
 
   gateway (V1 API, translated)  http://{gateway}
   admin (/metrics /healthz)     http://{admin}
@@ -168,7 +169,8 @@ Try:
     -d '{{\"scraper_slug\":\"coreclaw/google-maps-scraper\",\"is_async\":true,\"input\":{{\"parameters\":{{\"custom\":{{\"max_results\":20}}}}}}}}'
 
 Stop with ctrl-c."
-    )
+        )
+    }
 }
 
 #[cfg(test)]
@@ -178,7 +180,14 @@ mod tests {
     #[test]
     fn ready_line_is_one_parseable_line() {
         let a = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
-        let line = ready_line(a(1), a(2), a(3), a(4), "k");
+        let addrs = Addresses {
+            gateway: a(1),
+            admin: a(2),
+            v2: a(3),
+            v1: a(4),
+            key: "k".into(),
+        };
+        let line = addrs.ready_line();
         assert_eq!(
             line,
             "READY gateway=http://127.0.0.1:1 admin=http://127.0.0.1:2 \
