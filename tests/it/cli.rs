@@ -205,3 +205,123 @@ async fn serve_answers_and_never_logs_keys() {
     }
     assert_eq!(v2.count("GET", "/api/v2/worker-runs/R1"), 2);
 }
+
+/// Splits one shell command line into words, honouring single quotes (all
+/// the banner uses).
+fn shell_words(line: &str) -> Vec<String> {
+    let (mut words, mut cur, mut quoted, mut any) = (Vec::new(), String::new(), false, false);
+    for c in line.chars() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                any = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if any {
+                    words.push(std::mem::take(&mut cur));
+                    any = false;
+                }
+            }
+            c => {
+                cur.push(c);
+                any = true;
+            }
+        }
+    }
+    if any {
+        words.push(cur);
+    }
+    words
+}
+
+#[tokio::test]
+async fn sandbox_banner_commands_work_as_printed() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_v1compat"))
+        .args([
+            "sandbox",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--upstream-listen",
+            "127.0.0.1:0",
+            "--legacy-listen",
+            "127.0.0.1:0",
+        ])
+        .env_clear()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    // The banner ends with the ctrl-c line; read it on a thread, bounded.
+    let banner = std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in BufReader::new(stdout).lines().take(40) {
+            let line = line.unwrap_or_default();
+            let done = line.starts_with("Stop with ctrl-c");
+            text.push_str(&line);
+            text.push('\n');
+            if done {
+                break;
+            }
+        }
+        text
+    })
+    .join()
+    .unwrap();
+    assert!(banner.contains("Stop with ctrl-c"), "{banner}");
+
+    // The curl commands, continuation lines joined.
+    let joined = banner.replace("\\\n", " ");
+    let commands: Vec<Vec<String>> = joined
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("curl "))
+        .map(shell_words)
+        .collect();
+    assert_eq!(commands.len(), 2, "{banner}");
+    for words in commands {
+        let (mut method, mut url, mut headers, mut body) =
+            ("GET".to_owned(), None, Vec::new(), None);
+        let mut it = words.into_iter().skip(1);
+        while let Some(w) = it.next() {
+            match w.as_str() {
+                "-s" => {}
+                "-X" => method = it.next().unwrap(),
+                "-H" => {
+                    let h = it.next().unwrap();
+                    let (k, v) = h.split_once(':').unwrap();
+                    headers.push((k.trim().to_owned(), v.trim().to_owned()));
+                }
+                "-d" => body = Some(bytes::Bytes::from(it.next().unwrap())),
+                other => url = Some(other.to_owned()),
+            }
+        }
+        let url: url::Url = url.expect("a URL").parse().unwrap();
+        let addr = url.socket_addrs(|| None).unwrap()[0];
+        let path = match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_owned(),
+        };
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let (status, _, out) = send(addr, &method, &path, &headers, body).await;
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            (status.as_u16(), &v["code"]),
+            (200, &json!(0)),
+            "{method} {url}: {v}"
+        );
+        assert!(v["data"].is_object(), "{v}");
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+}
