@@ -94,6 +94,21 @@ impl GatewayError {
         GatewayError::BadRequest(format!("{field} {problem}"))
     }
 
+    /// Whether this error tells a V1 client the worker does not exist
+    /// (404 / 50001), whichever way V2 said so.
+    pub fn is_unknown_worker(&self) -> bool {
+        match self {
+            GatewayError::NotFound(Subject::Worker) => true,
+            GatewayError::Refused {
+                subject,
+                status,
+                code,
+                ..
+            } => map_refusal(*subject, *status, *code).1 .0 == code::SCRIPT_NOT_FOUND.0,
+            _ => false,
+        }
+    }
+
     pub fn render(&self) -> Rendered {
         use GatewayError::*;
         let (status, (code, message), origin, cause) = match self {
@@ -268,6 +283,23 @@ mod tests {
         assert_eq!(table(Subject::Abort, 422, Some(11000)), (500, 70002));
         assert_eq!(table(Subject::Abort, 500, Some(10000)), (500, 70002));
         assert_eq!(table(Subject::Abort, 429, Some(13000)), (429, 4290));
+    }
+
+    #[test]
+    fn unknown_worker_whichever_way_v2_says_it() {
+        let refused = |status: u16, code: Option<i64>| GatewayError::Refused {
+            subject: Subject::Worker,
+            status: StatusCode::from_u16(status).unwrap(),
+            code,
+            message: String::new(),
+            v2_request_id: None,
+        };
+        assert!(refused(404, Some(50001)).is_unknown_worker());
+        assert!(refused(404, Some(11004)).is_unknown_worker());
+        assert!(refused(200, Some(50001)).is_unknown_worker());
+        assert!(GatewayError::NotFound(Subject::Worker).is_unknown_worker());
+        assert!(!refused(500, Some(10000)).is_unknown_worker());
+        assert!(!GatewayError::NotFound(Subject::Run).is_unknown_worker());
     }
 
     #[test]

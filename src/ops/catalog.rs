@@ -220,7 +220,7 @@ pub async fn worker_detail(ex: &Exchange<'_>, query: &Query) -> Result<Value, Ga
     let detail = detail?;
     let schema = match schema {
         Ok(data) => data.get("input_schema").cloned(),
-        Err(e) if e.render().envelope.code == 50001 => return Err(e),
+        Err(e) if e.is_unknown_worker() => return Err(e),
         Err(e) => {
             tracing::warn!(error = %e, "input schema unavailable; using the detail's parameters.custom");
             None

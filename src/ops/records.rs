@@ -163,11 +163,6 @@ pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayEr
     Ok(v1_run_list(&plan, pages, &ex.gw.config.compat))
 }
 
-/// Keeps unknown keys out of a record built elsewhere (sync results).
-pub fn object_or_empty(v: Option<&Value>) -> Map<String, Value> {
-    v.and_then(Value::as_object).cloned().unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -93,7 +93,7 @@ impl WorkerIds {
                 self.remember(id, true);
                 Ok(())
             }
-            Err(e @ GatewayError::Refused { .. }) if e.render().envelope.code == 50001 => {
+            Err(e @ GatewayError::Refused { .. }) if e.is_unknown_worker() => {
                 self.remember(id, false);
                 Err(GatewayError::NotFound(Subject::Worker))
             }

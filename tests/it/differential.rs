@@ -1317,26 +1317,8 @@ fn flatten(v: &Value, prefix: &str, out: &mut BTreeMap<String, Value>) {
     }
 }
 
-/// `data.list[12].slug` → `data.list[*].slug`.
-fn generalise(path: &str) -> String {
-    let mut out = String::with_capacity(path.len());
-    let mut in_index = false;
-    for c in path.chars() {
-        match c {
-            '[' => {
-                in_index = true;
-                out.push_str("[*]");
-            }
-            ']' => in_index = false,
-            _ if in_index => {}
-            _ => out.push(c),
-        }
-    }
-    out
-}
-
 fn rule_for(op: &str, path: &str) -> Option<Rule> {
-    let general = generalise(path);
+    let general = v1compat::shadow::diff::normalise(path);
     VOLATILE
         .iter()
         .find(|(o, p, _, _)| (*o == "*" || *o == op) && (*p == path || *p == general))
