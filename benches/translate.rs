@@ -7,7 +7,9 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use serde_json::{json, Value};
 
 use v1compat::config::Compat;
-use v1compat::ops::{logs, records, results};
+use v1compat::ops::results::V2ResultPage;
+use v1compat::ops::wire::OrDefault;
+use v1compat::ops::{self, logs, records, results, Read};
 use v1compat::paging::Window;
 use v1compat::v1;
 use v1compat::v2;
@@ -62,10 +64,16 @@ fn log_page() -> Bytes {
     envelope(json!({"all_logs_url": "https://files.example/log", "list": lines, "result_count": 100}))
 }
 
-/// What an operation reads off a V2 body: the envelope's `data`.
+/// The general reading of a V2 body (operations without a typed reader).
 fn data(body: &Bytes) -> Value {
     let env: v2::Envelope = serde_json::from_slice(body).expect("a V2 envelope");
     env.data.unwrap_or(Value::Null)
+}
+
+/// The typed reading of a V2 body, as `Exchange::read` does it.
+fn typed<'a, T: serde::Deserialize<'a>>(body: &'a Bytes) -> Read<T> {
+    let env: v2::DataEnvelope<T> = serde_json::from_slice(body).expect("a V2 envelope");
+    Read::Typed(env.data)
 }
 
 fn bench(c: &mut Criterion) {
@@ -73,7 +81,7 @@ fn bench(c: &mut Criterion) {
     let record = run_record();
     c.bench_function("run_record", |b| {
         b.iter(|| {
-            let v1 = records::v1_record(&data(black_box(&record)), &compat);
+            let v1 = records::detail_answer(typed(black_box(&record)), &compat).unwrap();
             v1::Envelope::success(v1).to_bytes()
         })
     });
@@ -83,8 +91,14 @@ fn bench(c: &mut Criterion) {
         let plan = window.plan();
         c.bench_function(&format!("result_page_{rows}_rows"), |b| {
             b.iter(|| {
-                let pages = black_box(&pages).iter().map(data).collect();
-                let v1 = results::v1_result_page(window, &plan, pages);
+                let pages = black_box(&pages)
+                    .iter()
+                    .map(|p| match typed::<OrDefault<V2ResultPage>>(p) {
+                        Read::Typed(page) => page.unwrap_or_default().0,
+                        Read::Untyped(_) => unreachable!("typed reads only"),
+                    })
+                    .collect();
+                let v1 = ops::raw_json(&results::v1_result_page(window, &plan, pages)).unwrap();
                 v1::Envelope::success(v1).to_bytes()
             })
         });
@@ -93,7 +107,7 @@ fn bench(c: &mut Criterion) {
     let log = log_page();
     c.bench_function("log_page_100_string_lines", |b| {
         b.iter(|| {
-            let v1 = logs::v1_log(&data(black_box(&log)));
+            let v1 = ops::raw_json(&logs::v1_log(&data(black_box(&log)))).unwrap();
             v1::Envelope::success(v1).to_bytes()
         })
     });

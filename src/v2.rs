@@ -3,6 +3,9 @@
 //! vocabulary.
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use std::borrow::Cow;
+
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -153,6 +156,21 @@ pub struct Envelope {
     pub request_id: Option<String>,
     #[serde(default)]
     pub details: Option<Value>,
+}
+
+/// The V2 envelope with its `data` read as `T` (one of the typed readers of
+/// [`crate::ops::wire`]), strings borrowed from the body; `details` skipped.
+/// It refuses what [`Envelope`] refuses, and data `T` does not read.
+#[derive(Debug, Deserialize)]
+pub struct DataEnvelope<'a, T> {
+    pub code: Option<i64>,
+    #[serde(default, borrow)]
+    pub message: Option<Cow<'a, str>>,
+    pub data: Option<T>,
+    #[serde(default, borrow)]
+    pub request_id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub details: Option<IgnoredAny>,
 }
 
 /// V2 run statuses as documented; anything else is kept as `Other` and

@@ -7,13 +7,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::config::Config;
 use crate::error::{GatewayError, Subject};
 use crate::route::Operation;
 use crate::upstream::{ApiKey, Upstream, V2Call};
-use crate::v2::Envelope;
+use crate::v2::{DataEnvelope, Envelope};
 
 pub mod account;
 pub mod catalog;
@@ -22,6 +24,7 @@ pub mod logs;
 pub mod records;
 pub mod results;
 pub mod runs;
+pub mod wire;
 pub mod worker_ids;
 
 /// What every request shares: the upstream, the configuration and the
@@ -54,9 +57,10 @@ pub struct V1Request {
     pub request_id: String,
 }
 
-/// A successful V1 answer's `data`, plus what the transport reports.
+/// A successful V1 answer's `data` (JSON, written once by the operation),
+/// plus what the transport reports.
 pub struct Answer {
-    pub data: Value,
+    pub data: Box<RawValue>,
     pub v2_request_ids: Vec<String>,
     pub upstream_calls: u32,
 }
@@ -90,49 +94,116 @@ impl<'a> Exchange<'a> {
     /// sent none) on code 0, a [`GatewayError`] otherwise. On a V1 public
     /// operation a 401 for the client's key is retried once with the service key.
     pub async fn call(&self, call: V2Call, subject: Subject) -> Result<Value, GatewayError> {
+        let fetched = self.fetch(call, subject).await?;
+        self.envelope_data(&fetched, subject)
+    }
+
+    /// Sends one call and returns V2's successful answer unread (see
+    /// [`Exchange::read`]); a non-2xx answer is read here, into its error.
+    /// On a V1 public operation a 401 for the client's key is retried once
+    /// with the service key.
+    pub async fn fetch(&self, call: V2Call, subject: Subject) -> Result<Fetched, GatewayError> {
         let retry = match (&self.fallback_key, &call.key) {
             (Some(fallback), Some(used)) if fallback != used => {
                 Some(call.clone().with_key(Some(fallback.clone())))
             }
             _ => None,
         };
-        match (self.call_once(call, subject).await, retry) {
+        match (self.fetch_once(call, subject).await, retry) {
             (Err(GatewayError::Refused { status, .. }), Some(retry))
                 if status == http::StatusCode::UNAUTHORIZED =>
             {
-                self.call_once(retry, subject).await
+                self.fetch_once(retry, subject).await
             }
             (result, _) => result,
         }
     }
 
-    async fn call_once(&self, call: V2Call, subject: Subject) -> Result<Value, GatewayError> {
+    async fn fetch_once(&self, call: V2Call, subject: Subject) -> Result<Fetched, GatewayError> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let reply = self.gw.upstream.call(call, self.request_id).await?;
-        let envelope: Envelope = serde_json::from_slice(&reply.body).map_err(|e| {
+        let fetched = Fetched {
+            status: reply.status,
+            body: reply.body,
+        };
+        if fetched.status.is_success() {
+            Ok(fetched)
+        } else {
+            // Never a success: only code 0 with a 2xx status is one.
+            self.envelope_data(&fetched, subject).and(Err(GatewayError::Garbled(
+                "V2 answered an error status with a success envelope".into(),
+            )))
+        }
+    }
+
+    /// Reads a V2 answer's envelope, its `data` typed as `T` (see
+    /// [`wire`]) without an intermediate `Value` tree. Data of a shape `T`
+    /// does not read comes back as a `Value` for the general mapping, so
+    /// both paths give the same answer.
+    pub fn read<'f, T: Deserialize<'f>>(
+        &self,
+        fetched: &'f Fetched,
+        subject: Subject,
+    ) -> Result<Read<T>, GatewayError> {
+        match serde_json::from_slice::<DataEnvelope<'f, T>>(&fetched.body) {
+            Ok(envelope) => self
+                .judge(
+                    fetched.status,
+                    envelope.code,
+                    envelope.message.map(std::borrow::Cow::into_owned),
+                    envelope.request_id.as_deref(),
+                    subject,
+                )
+                .map(|()| Read::Typed(envelope.data)),
+            Err(_) => self.envelope_data(fetched, subject).map(Read::Untyped),
+        }
+    }
+
+    /// The general reading of a V2 answer: its `data` as a `Value`.
+    fn envelope_data(&self, fetched: &Fetched, subject: Subject) -> Result<Value, GatewayError> {
+        let envelope: Envelope = serde_json::from_slice(&fetched.body).map_err(|e| {
             GatewayError::Garbled(format!(
                 "HTTP {} with a body that is not a V2 envelope ({e})",
-                reply.status.as_u16()
+                fetched.status.as_u16()
             ))
         })?;
+        self.judge(
+            fetched.status,
+            envelope.code,
+            envelope.message,
+            envelope.request_id.as_deref(),
+            subject,
+        )?;
+        Ok(envelope.data.unwrap_or(Value::Null))
+    }
+
+    /// Records V2's request id and decides success (code 0 with a 2xx) or
+    /// the error the envelope stands for.
+    fn judge(
+        &self,
+        status: http::StatusCode,
+        code: Option<i64>,
+        message: Option<String>,
+        request_id: Option<&str>,
+        subject: Subject,
+    ) -> Result<(), GatewayError> {
         // Only ids that are safe to put in a response header are kept.
-        let v2_request_id = envelope
-            .request_id
-            .filter(|id| id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic()));
-        if let (Some(id), Ok(mut ids)) = (&v2_request_id, self.v2_ids.lock()) {
-            ids.push(id.clone());
+        let v2_request_id =
+            request_id.filter(|id| id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic()));
+        if let (Some(id), Ok(mut ids)) = (v2_request_id, self.v2_ids.lock()) {
+            ids.push(id.to_owned());
         }
-        match envelope.code {
-            Some(0) if reply.status.is_success() => Ok(envelope.data.unwrap_or(Value::Null)),
-            None if reply.status.is_success() => {
+        match code {
+            Some(0) if status.is_success() => Ok(()),
+            None if status.is_success() => {
                 Err(GatewayError::Garbled("V2 envelope without a code".into()))
             }
             code => Err(GatewayError::Refused {
                 subject,
-                status: reply.status,
+                status,
                 code,
-                message: envelope.message.unwrap_or_default(),
-                v2_request_id,
+                message: message.unwrap_or_default(),
+                v2_request_id: v2_request_id.map(str::to_owned),
             }),
         }
     }
@@ -155,7 +226,39 @@ impl<'a> Exchange<'a> {
             .try_collect()
             .await
     }
+
+    /// [`Exchange::pages`], the answers left unread for [`Exchange::read`].
+    pub async fn fetch_pages<F>(
+        &self,
+        offsets: impl Iterator<Item = u64>,
+        subject: Subject,
+        make: F,
+    ) -> Result<Vec<Fetched>, GatewayError>
+    where
+        F: Fn(u64) -> V2Call,
+    {
+        use futures_util::stream::{self, StreamExt, TryStreamExt};
+        let width = self.gw.config.limits.fanout_concurrency.max(1);
+        stream::iter(offsets.map(|o| self.fetch(make(o), subject)))
+            .buffered(width)
+            .try_collect()
+            .await
+    }
 }
+
+/// A successful (2xx) V2 answer, received and counted, envelope unread.
+pub struct Fetched {
+    status: http::StatusCode,
+    body: Bytes,
+}
+
+/// What [`Exchange::read`] made of a V2 answer's `data`: typed (`None` when
+/// V2 sent no data), or a `Value` when it did not have the expected shape.
+pub enum Read<T> {
+    Typed(Option<T>),
+    Untyped(Value),
+}
+
 
 /// Runs one V1 operation.
 pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError> {
@@ -183,25 +286,32 @@ pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError
     let query = input::Query::parse(req.query.as_deref());
     let body = || input::Body::parse(&req.body);
     let data = match req.op {
-        Operation::StoreSearch => catalog::store_search(&ex, &query).await,
-        Operation::WorkerDetail => catalog::worker_detail(&ex, &query).await,
-        Operation::ProxyRegions => catalog::proxy_regions(&ex, &query).await,
-        Operation::StartRun => runs::start_run(&ex, &body()?).await,
-        Operation::StartTaskRun => runs::start_task_run(&ex, &body()?).await,
-        Operation::Rerun => runs::rerun(&ex, &body()?).await,
-        Operation::AbortRun => runs::abort(&ex, &body()?).await,
-        Operation::RunDetail => records::run_detail(&ex, &body()?).await,
-        Operation::RunList => records::run_list(&ex, &body()?).await,
-        Operation::ResultList => results::result_list(&ex, &body()?).await,
-        Operation::ResultExport => results::export(&ex, &body()?).await,
-        Operation::RunLog => logs::run_log(&ex, &body()?).await,
-        Operation::AccountInfo => account::account_info(&ex, &body()?).await,
-    }?;
+        Operation::StoreSearch => raw_json(&catalog::store_search(&ex, &query).await?)?,
+        Operation::WorkerDetail => raw_json(&catalog::worker_detail(&ex, &query).await?)?,
+        Operation::ProxyRegions => raw_json(&catalog::proxy_regions(&ex, &query).await?)?,
+        Operation::StartRun => raw_json(&runs::start_run(&ex, &body()?).await?)?,
+        Operation::StartTaskRun => raw_json(&runs::start_task_run(&ex, &body()?).await?)?,
+        Operation::Rerun => raw_json(&runs::rerun(&ex, &body()?).await?)?,
+        Operation::AbortRun => raw_json(&runs::abort(&ex, &body()?).await?)?,
+        Operation::RunDetail => records::run_detail(&ex, &body()?).await?,
+        Operation::RunList => records::run_list(&ex, &body()?).await?,
+        Operation::ResultList => results::result_list(&ex, &body()?).await?,
+        Operation::ResultExport => raw_json(&results::export(&ex, &body()?).await?)?,
+        Operation::RunLog => raw_json(&logs::run_log(&ex, &body()?).await?)?,
+        Operation::AccountInfo => raw_json(&account::account_info(&ex, &body()?).await?)?,
+    };
     Ok(Answer {
         data,
         v2_request_ids: ex.v2_ids.into_inner().unwrap_or_default(),
         upstream_calls: ex.calls.into_inner(),
     })
+}
+
+/// Writes a V1 `data` value as JSON, once; the envelope around it is added
+/// without parsing it again.
+pub fn raw_json<T: serde::Serialize + ?Sized>(data: &T) -> Result<Box<RawValue>, GatewayError> {
+    serde_json::value::to_raw_value(data)
+        .map_err(|e| GatewayError::Internal(format!("answer not serialisable: {e}")))
 }
 
 /// Reads an object field of V2 data as a string, accepting numbers too (V2
@@ -220,14 +330,6 @@ pub(crate) fn int_of(v: Option<&Value>) -> Option<i64> {
         Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
         Value::String(s) => s.trim().parse().ok(),
         _ => None,
-    }
-}
-
-/// Moves the items of a V2 list field out of `data` (an empty list if absent).
-pub(crate) fn take_list(data: &mut Value, field: &str) -> Vec<Value> {
-    match data.get_mut(field) {
-        Some(Value::Array(items)) => std::mem::take(items),
-        _ => Vec::new(),
     }
 }
 
