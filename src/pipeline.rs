@@ -269,7 +269,7 @@ impl Pipeline {
     /// `shadow.primary = "legacy"`), relayed as it came and counted.
     pub fn relay(&self, req: Admitted, status: StatusCode, body: Bytes) -> V1Response {
         let name = req.op.name();
-        metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status.as_u16().to_string())
+        metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status_label(status))
             .increment(1);
         metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name)
             .record(req.started.elapsed().as_secs_f64());
@@ -388,8 +388,8 @@ fn finish(
     if let Ok(v) = HeaderValue::from_str(request_id) {
         response.headers.insert(REQUEST_ID, v);
     }
-    let status = response.status.as_u16().to_string();
-    metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status).increment(1);
+    metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status_label(response.status))
+        .increment(1);
     metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name)
         .record(started.elapsed().as_secs_f64());
     if op.is_some() {
@@ -397,6 +397,24 @@ fn finish(
             .record(f64::from(calls));
     }
     response
+}
+
+/// The `status` label of a V1 answer: the statuses the gateway answers with
+/// need no allocation; any other (a relayed legacy answer) is written out.
+fn status_label(status: StatusCode) -> metrics::SharedString {
+    let known = match status.as_u16() {
+        200 => "200",
+        400 => "400",
+        401 => "401",
+        404 => "404",
+        429 => "429",
+        500 => "500",
+        502 => "502",
+        503 => "503",
+        504 => "504",
+        other => return other.to_string().into(),
+    };
+    metrics::SharedString::const_str(known)
 }
 
 /// A V1 error envelope with its diagnostic headers; nothing is recorded.

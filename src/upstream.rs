@@ -14,7 +14,6 @@ use crate::v2::V2Path;
 
 mod client;
 mod retry;
-mod route_label;
 pub(crate) use client::{pooled_client, tls_config, HyperClient};
 pub use client::{AuthStyle, HttpUpstream, UpstreamSettings};
 pub use retry::RetrySettings;

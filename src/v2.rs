@@ -4,6 +4,7 @@
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use std::borrow::Cow;
+use std::sync::{Mutex, PoisonError};
 
 use serde::de::IgnoredAny;
 use serde::Deserialize;
@@ -27,6 +28,9 @@ const QUERY: &AsciiSet = SEGMENT;
 pub struct V2Path {
     path: String,
     query: Vec<(&'static str, String)>,
+    /// The path with every identifier as `{id}`: the `route` label of
+    /// upstream metrics.
+    route: &'static str,
 }
 
 /// An identifier that is safe to place as one path segment.
@@ -93,7 +97,8 @@ impl V2Path {
     /// Joins fixed literal segments and identifiers. Literals are `'static`
     /// so only code, never input, can choose the route.
     pub fn new(parts: &[Part<'_>]) -> V2Path {
-        let mut path = String::from("/api/v2");
+        let mut path = String::with_capacity(64);
+        path.push_str("/api/v2");
         for part in parts {
             path.push('/');
             match part {
@@ -104,7 +109,14 @@ impl V2Path {
         V2Path {
             path,
             query: Vec::new(),
+            route: route_of(parts),
         }
+    }
+
+    /// The `route` label of this path: literals as they are, identifiers
+    /// as `{id}`, so a label never holds anything a client sent.
+    pub fn route(&self) -> &'static str {
+        self.route
     }
 
     pub fn query(mut self, name: &'static str, value: impl ToString) -> V2Path {
@@ -135,6 +147,30 @@ impl V2Path {
         }
         out
     }
+}
+
+/// The route label of a path's parts, interned: the set of routes is fixed
+/// by the code (literals are `'static`, identifiers all read `{id}`), so the
+/// table stays small, and a label costs neither an allocation nor a metric
+/// key built from an owned string on each call.
+fn route_of(parts: &[Part<'_>]) -> &'static str {
+    static ROUTES: Mutex<Vec<(Vec<Option<&'static str>>, &'static str)>> = Mutex::new(Vec::new());
+    let shape = parts.iter().map(|p| match p {
+        Part::Lit(s) => Some(*s),
+        Part::Id(_) => None,
+    });
+    let mut routes = ROUTES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, route)) = routes.iter().find(|(known, _)| known.iter().copied().eq(shape.clone())) {
+        return route;
+    }
+    let mut label = String::from("/api/v2");
+    for part in shape.clone() {
+        label.push('/');
+        label.push_str(part.unwrap_or("{id}"));
+    }
+    let route: &'static str = Box::leak(label.into_boxed_str());
+    routes.push((shape.collect(), route));
+    route
 }
 
 /// A piece of a [`V2Path`].
@@ -261,6 +297,22 @@ mod tests {
         for bad in ["a/b/c", "/b", "a/", "../x", "a/.."] {
             assert!(Segment::worker(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn routes_hold_no_identifier() {
+        let id = Segment::new("01KS2A1M515HG7PZX9STTB0KPH").unwrap();
+        let odd = Segment::new("wörker:1").unwrap();
+        let log = V2Path::new(&[Part::Lit("worker-runs"), Part::Id(&id), Part::Lit("log")]);
+        assert_eq!(log.route(), "/api/v2/worker-runs/{id}/log");
+        let again = V2Path::new(&[Part::Lit("worker-runs"), Part::Id(&odd), Part::Lit("log")]);
+        assert!(std::ptr::eq(log.route(), again.route()), "interned once");
+        let store = V2Path::new(&[Part::Lit("store")]).query("keyword", "secret");
+        assert_eq!(store.route(), "/api/v2/store");
+        assert_eq!(
+            V2Path::new(&[Part::Lit("workers"), Part::Id(&odd)]).route(),
+            "/api/v2/workers/{id}"
+        );
     }
 
     #[test]

@@ -27,7 +27,6 @@ use tracing::debug;
 use super::retry::{
     parse_retry_after, plan_wait, retry_reason, GiveUp, RetryBudget, RetrySettings,
 };
-use super::route_label::route_label;
 use super::{ApiKey, RetryPolicy, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply};
 
 use crate::telemetry::{
@@ -324,7 +323,7 @@ struct Prepared {
     headers: HeaderMap,
     body: Bytes,
     timeout: Duration,
-    route: String,
+    route: &'static str,
 }
 
 /// One attempt's answer, before the retry decision.
@@ -369,9 +368,9 @@ impl Inner {
             timeout: call
                 .attempt_timeout
                 .unwrap_or(self.settings.attempt_timeout),
-            route: route_label(call.path.path()),
+            route: call.path.route(),
         };
-        let route = &prepared.route;
+        let route = prepared.route;
         let retry = &self.settings.retry;
         let max_attempts = match call.retry {
             RetryPolicy::SafeToRetry => retry.max_attempts.max(1),
@@ -407,7 +406,7 @@ impl Inner {
                 Err(cause) => {
                     metrics::counter!(
                         UPSTREAM_RETRIES_SKIPPED_TOTAL,
-                        "route" => route.clone(),
+                        "route" => route,
                         "cause" => cause.as_str()
                     )
                     .increment(1);
@@ -417,7 +416,7 @@ impl Inner {
             };
             metrics::counter!(
                 UPSTREAM_RETRIES_TOTAL,
-                "route" => route.clone(),
+                "route" => route,
                 "reason" => reason.as_str()
             )
             .increment(1);
@@ -489,11 +488,11 @@ impl Inner {
         };
         metrics::counter!(
             UPSTREAM_REQUESTS_TOTAL,
-            "route" => route.to_owned(),
+            "route" => *route,
             "status_class" => status_class
         )
         .increment(1);
-        metrics::histogram!(UPSTREAM_DURATION_SECONDS, "route" => route.to_owned())
+        metrics::histogram!(UPSTREAM_DURATION_SECONDS, "route" => *route)
             .record(elapsed.as_secs_f64());
         match &outcome {
             Ok(answer) => debug!(
