@@ -61,7 +61,9 @@ fn log_page() -> Bytes {
             ))
         })
         .collect();
-    envelope(json!({"all_logs_url": "https://files.example/log", "list": lines, "result_count": 100}))
+    envelope(
+        json!({"all_logs_url": "https://files.example/log", "list": lines, "result_count": 100}),
+    )
 }
 
 /// The general reading of a V2 body (operations without a typed reader).

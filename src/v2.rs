@@ -160,7 +160,10 @@ fn route_of(parts: &[Part<'_>]) -> &'static str {
         Part::Id(_) => None,
     });
     let mut routes = ROUTES.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some((_, route)) = routes.iter().find(|(known, _)| known.iter().copied().eq(shape.clone())) {
+    if let Some((_, route)) = routes
+        .iter()
+        .find(|(known, _)| known.iter().copied().eq(shape.clone()))
+    {
         return route;
     }
     let mut label = String::from("/api/v2");

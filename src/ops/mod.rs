@@ -8,13 +8,13 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::config::Config;
 use crate::error::{GatewayError, Subject};
 use crate::route::Operation;
 use crate::upstream::{ApiKey, Upstream, V2Call};
+use crate::v1::Json;
 use crate::v2::{DataEnvelope, Envelope};
 
 pub mod account;
@@ -60,7 +60,7 @@ pub struct V1Request {
 /// A successful V1 answer's `data` (JSON, written once by the operation),
 /// plus what the transport reports.
 pub struct Answer {
-    pub data: Box<RawValue>,
+    pub data: Json,
     pub v2_request_ids: Vec<String>,
     pub upstream_calls: u32,
 }
@@ -130,9 +130,10 @@ impl<'a> Exchange<'a> {
             Ok(fetched)
         } else {
             // Never a success: only code 0 with a 2xx status is one.
-            self.envelope_data(&fetched, subject).and(Err(GatewayError::Garbled(
-                "V2 answered an error status with a success envelope".into(),
-            )))
+            self.envelope_data(&fetched, subject)
+                .and(Err(GatewayError::Garbled(
+                    "V2 answered an error status with a success envelope".into(),
+                )))
         }
     }
 
@@ -145,7 +146,12 @@ impl<'a> Exchange<'a> {
         fetched: &'f Fetched,
         subject: Subject,
     ) -> Result<Read<T>, GatewayError> {
-        match serde_json::from_slice::<DataEnvelope<'f, T>>(&fetched.body) {
+        // Checked as UTF-8 once, so strings and raw rows are not checked again
+        // one by one; a body that is not UTF-8 takes the general path.
+        let parsed = std::str::from_utf8(&fetched.body)
+            .map_err(|_| ())
+            .and_then(|text| serde_json::from_str::<DataEnvelope<'f, T>>(text).map_err(|_| ()));
+        match parsed {
             Ok(envelope) => self
                 .judge(
                     fetched.status,
@@ -259,7 +265,6 @@ pub enum Read<T> {
     Untyped(Value),
 }
 
-
 /// Runs one V1 operation.
 pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError> {
     let fallback_key = match &req.key {
@@ -309,8 +314,17 @@ pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError
 
 /// Writes a V1 `data` value as JSON, once; the envelope around it is added
 /// without parsing it again.
-pub fn raw_json<T: serde::Serialize + ?Sized>(data: &T) -> Result<Box<RawValue>, GatewayError> {
-    serde_json::value::to_raw_value(data)
+pub fn raw_json<T: serde::Serialize + ?Sized>(data: &T) -> Result<Json, GatewayError> {
+    sized_json(data, 256)
+}
+
+/// [`raw_json`] into a buffer of `capacity` bytes: a large answer is not
+/// copied over and over as its buffer grows.
+pub fn sized_json<T: serde::Serialize + ?Sized>(
+    data: &T,
+    capacity: usize,
+) -> Result<Json, GatewayError> {
+    Json::write(data, capacity)
         .map_err(|e| GatewayError::Internal(format!("answer not serialisable: {e}")))
 }
 

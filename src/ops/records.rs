@@ -21,17 +21,17 @@ use std::marker::PhantomData;
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::config::Compat;
 use crate::error::{GatewayError, Subject};
 use crate::ops::input::Body;
 use crate::ops::wire::{self, IntLike, Object, StrOrNum};
-use crate::ops::{int_of, list_of, raw_json, Exchange, Read};
+use crate::ops::{int_of, list_of, raw_json, sized_json, Exchange, Read};
 use crate::paging::Plan;
 use crate::upstream::V2Call;
 use crate::v1::status;
+use crate::v1::Json;
 use crate::v2::{Part, RunStatus, Segment, V2Path};
 
 /// A V2 run status as sent: text, a number (its integer value if it has
@@ -221,17 +221,19 @@ pub fn detail_call(run: &Segment) -> V2Call {
 }
 
 /// The V1 run record (`data`) of a V2 run-detail answer.
-pub fn detail_answer(read: Read<Object<V2Run<'_>>>, compat: &Compat) -> Result<Box<RawValue>, GatewayError> {
+pub fn detail_answer(read: Read<Object<V2Run<'_>>>, compat: &Compat) -> Result<Json, GatewayError> {
     let garbled = || GatewayError::Garbled("run detail without a record".into());
     match read {
         Read::Typed(Some(Object(run))) => raw_json(&v1_run(&run, compat)),
         Read::Typed(None) => Err(garbled()),
-        Read::Untyped(data) if data.is_object() => raw_json(&v1_run(&V2Run::of_value(&data), compat)),
+        Read::Untyped(data) if data.is_object() => {
+            raw_json(&v1_run(&V2Run::of_value(&data), compat))
+        }
         Read::Untyped(_) => Err(garbled()),
     }
 }
 
-pub async fn run_detail(ex: &Exchange<'_>, body: &Body) -> Result<Box<RawValue>, GatewayError> {
+pub async fn run_detail(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
     let run = body.run_slug()?;
     let fetched = ex
         .fetch(detail_call(&run).with_key(Some(ex.key()?)), Subject::Run)
@@ -255,11 +257,7 @@ pub fn list_call(filter: &ListFilter, offset: u64, limit: u64) -> V2Call {
 }
 
 /// Joins the V2 pages of a run list into the V1 `{count, list}`.
-pub fn v1_run_list(
-    plan: &Plan,
-    pages: Vec<Value>,
-    compat: &Compat,
-) -> Result<Box<RawValue>, GatewayError> {
+pub fn v1_run_list(plan: &Plan, pages: Vec<Value>, compat: &Compat) -> Result<Json, GatewayError> {
     let count = pages
         .first()
         .and_then(|p| int_of(p.get("count")))
@@ -277,10 +275,11 @@ pub fn v1_run_list(
         count: i64,
         list: Vec<V1Run<'a>>,
     }
-    raw_json(&RunList { count, list })
+    let capacity = 64 + list.len() * 320;
+    sized_json(&RunList { count, list }, capacity)
 }
 
-pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Box<RawValue>, GatewayError> {
+pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
     let limits = &ex.gw.config.limits;
     let window = body.window(20, limits.max_page_size)?;
     let status = v2_status_filter(body.opt_int("status")?.unwrap_or(0))?;

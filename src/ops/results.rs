@@ -23,9 +23,10 @@ use serde_json::{json, Value};
 use crate::error::{GatewayError, Subject};
 use crate::ops::input::Body;
 use crate::ops::wire::{self, IntLike, Kind, List, OrDefault, StrOnly};
-use crate::ops::{raw_json, Exchange, Read};
+use crate::ops::{sized_json, Exchange, Read};
 use crate::paging::{Plan, Window};
 use crate::upstream::V2Call;
+use crate::v1::Json;
 use crate::v2::{Part, Segment, V2Path};
 
 /// V1 `result/list` default page size.
@@ -295,7 +296,7 @@ pub fn v1_result_page<'a>(
     }
 }
 
-pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Box<RawValue>, GatewayError> {
+pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
     let run = body.run_slug()?;
     let window = body.window(DEFAULT_PAGE_SIZE, ex.gw.config.limits.max_page_size)?;
     let plan = window.plan();
@@ -329,7 +330,10 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Box<RawValue>
             .map(V1Header::into_owned)
             .collect();
     }
-    raw_json(&page)
+    // Rows, plus separators, headers and the other fields.
+    let capacity =
+        page.list.iter().map(|r| r.get().len() + 1).sum::<usize>() + page.headers.len() * 96 + 128;
+    sized_json(&page, capacity)
 }
 
 /// Checks the V1 export body and builds the V2 call.
@@ -461,7 +465,7 @@ mod tests {
             vec![page.0],
         );
         assert_eq!(
-            raw_json(&v1).unwrap().get(),
+            std::str::from_utf8(crate::ops::raw_json(&v1).unwrap().as_bytes()).unwrap(),
             r#"{"count":2,"headers":[{"label":"A","key":"a","format":"number"}],"list":[{"a": 1.50, "b": "\u00e9"},{"a": 2e3}],"page_index":1,"page_size":2}"#
         );
     }
