@@ -3,6 +3,8 @@
 //! (the V1 client, the V2 upstream, or the gateway itself); [`GatewayError::render`]
 //! turns it into the HTTP status and V1 envelope a legacy client expects, plus
 //! diagnostic headers for operators.
+//!
+//! V1↔V2 differences here (see `COMPATIBILITY.md`): [`error_message_detail`](crate::differences::ERROR_MESSAGE_DETAIL).
 
 use http::StatusCode;
 

@@ -29,7 +29,8 @@
 //! metric names), [`sandbox`] (an embedded V2 reference service with a native
 //! V1 surface, for demos and tests), [`shadow`] (the migration shadow tester:
 //! live mirror, diff engine, capture, replay, report — beside the request
-//! path, never on it).
+//! path, never on it), [`differences`] (every V1↔V2 difference, once, as
+//! data: feeds shadow defaults, the differential test and `COMPATIBILITY.md`).
 
 use std::sync::Arc;
 
@@ -38,6 +39,7 @@ use tokio::sync::watch;
 
 pub mod config;
 pub mod demo;
+pub mod differences;
 pub mod error;
 pub mod ops;
 pub mod paging;
