@@ -916,6 +916,39 @@ async fn replay_and_report_commands() {
     assert!(stdout.contains("account_info     data.traffic"), "{stdout}");
 }
 
+/// `report --fail-on-diff` cannot pass on nothing: an empty capture and a
+/// file of unreadable lines both exit 1 and say why.
+#[tokio::test]
+async fn report_fails_on_a_capture_with_nothing_compared() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let garbage = dir.path().join("garbage.jsonl");
+    std::fs::write(&garbage, "not json\n{\"also\": \"not a record\"}\n").unwrap();
+    for (file, why) in [
+        (empty, "nothing compared (0 records)"),
+        (garbage, "nothing compared (0 records, 2 unreadable lines)"),
+    ] {
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_v1compat"))
+                .arg("report")
+                .arg(&file)
+                .arg("--fail-on-diff")
+                .env_remove("V1COMPAT_CONFIG")
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{stdout}");
+        assert!(
+            stdout.contains(&format!("Verdict: FAIL: {why}")),
+            "{stdout}"
+        );
+    }
+}
+
 /// Resident memory of this process, in KiB (Linux).
 fn rss_kib() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
