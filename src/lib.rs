@@ -37,6 +37,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub mod bind;
 pub mod config;
 pub mod demo;
 pub mod differences;
@@ -44,6 +45,7 @@ pub mod error;
 pub mod ops;
 pub mod paging;
 pub mod pipeline;
+pub mod probe;
 pub mod route;
 pub mod sandbox;
 pub mod server;

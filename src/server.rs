@@ -33,6 +33,9 @@ use crate::pipeline::{
 use crate::shadow::Mirror;
 use crate::telemetry;
 
+/// Bounds `/readyz`'s V2 check below a probe's default one-second timeout.
+const UPSTREAM_PROBE_TIMEOUT: Duration = Duration::from_millis(700);
+
 /// Request ids are ULIDs unless the client sent a usable one.
 #[derive(Clone, Copy, Default)]
 struct MakeUlid;
@@ -150,13 +153,25 @@ pub async fn serve_admin(
             };
             let resp = match (req.method(), req.uri().path()) {
                 (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into()),
-                (&Method::GET, "/readyz") => match upstream_reachable(&gateway).await {
-                    Ok(()) => text(StatusCode::OK, "ready\n".into()),
-                    Err(why) => text(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        format!("not ready: {why}\n"),
-                    ),
-                },
+                // Ready means "this replica can serve V1": it is running with a
+                // valid configuration and accepting. V2 reachability is
+                // reported (body and gauge) but does not fail the probe: V2
+                // is the same for every replica, so failing on it would take
+                // them all out of the Service at once and turn V1 error
+                // envelopes into refused connections.
+                (&Method::GET, "/readyz") => {
+                    let upstream = match upstream_reachable(&gateway).await {
+                        Ok(()) => {
+                            metrics::gauge!(telemetry::UPSTREAM_REACHABLE).set(1.0);
+                            "reachable".to_owned()
+                        }
+                        Err(why) => {
+                            metrics::gauge!(telemetry::UPSTREAM_REACHABLE).set(0.0);
+                            why
+                        }
+                    };
+                    text(StatusCode::OK, format!("ready\nupstream: {upstream}\n"))
+                }
                 (&Method::GET, "/metrics") => match &prometheus {
                     Some(h) => text(StatusCode::OK, h.render()),
                     None => text(
@@ -172,22 +187,24 @@ pub async fn serve_admin(
     serve(listener, service, shutdown, grace).await
 }
 
-/// Ready means: config loaded (we are running) and a TCP connection to the
-/// upstream opens.
+/// Whether a TCP connection to the upstream opens, within a deadline short
+/// enough for a readiness probe's own timeout (one second by default).
 async fn upstream_reachable(gw: &Gateway) -> Result<(), String> {
     let url = &gw.config.upstream.base_url;
     let host = url.host_str().ok_or("upstream has no host")?;
     let port = url.port_or_known_default().ok_or("upstream has no port")?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     match tokio::time::timeout(
-        Duration::from_secs(2),
+        UPSTREAM_PROBE_TIMEOUT,
         tokio::net::TcpStream::connect((host, port)),
     )
     .await
     {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(format!("upstream {host}:{port} unreachable: {e}")),
-        Err(_) => Err(format!("upstream {host}:{port} did not accept within 2s")),
+        Err(_) => Err(format!(
+            "upstream {host}:{port} did not accept within {UPSTREAM_PROBE_TIMEOUT:?}"
+        )),
     }
 }
 

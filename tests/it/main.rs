@@ -5,6 +5,7 @@
 //! published V1 Python SDK against `v1compat sandbox`).
 
 mod cli;
+mod deploy;
 mod differential;
 mod gateway;
 mod golden;
