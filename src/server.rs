@@ -322,6 +322,9 @@ fn v1_error(err: &GatewayError) -> Response<Full<Bytes>> {
         HeaderValue::from_static(rendered.origin.as_str()),
     );
     h.insert(ERROR_CAUSE, HeaderValue::from_static(rendered.cause));
+    if let Some(secs) = err.retry_after() {
+        h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
     if let GatewayError::Refused {
         v2_request_id: Some(id),
         ..
