@@ -27,6 +27,7 @@ pub struct RawConfig {
     pub compat: CompatSection,
     pub log: LogSection,
     pub shutdown: ShutdownSection,
+    pub connections: crate::conn::ConnectionSection,
     pub shadow: crate::shadow::ShadowSection,
 }
 
@@ -212,13 +213,20 @@ impl Default for LogSection {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ShutdownSection {
+    /// From the stop of the listener until requests still in progress are
+    /// cut (answered with a V1 envelope).
     pub grace_period_secs: u64,
+    /// From SIGTERM (readiness false) until the listener stops accepting,
+    /// so a load balancer has seen `/readyz` fail before connections are
+    /// refused. 0 stops at once.
+    pub drain_delay_ms: u64,
 }
 
 impl Default for ShutdownSection {
     fn default() -> Self {
         ShutdownSection {
             grace_period_secs: 30,
+            drain_delay_ms: 0,
         }
     }
 }
@@ -237,6 +245,8 @@ pub struct Config {
     pub compat: Compat,
     pub log: LogSection,
     pub grace_period: Duration,
+    pub drain_delay: Duration,
+    pub connections: crate::conn::ConnSettings,
     pub shadow: crate::shadow::ShadowConfig,
 }
 
@@ -518,6 +528,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     }
 
     let shadow = crate::shadow::config::validate(&raw.shadow, &mut p);
+    let connections = crate::conn::settings::validate(&raw.connections, &mut p);
 
     let (Some(base_url), true) = (base_url, p.is_empty()) else {
         return Err(ConfigErrors(p));
@@ -558,6 +569,8 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         },
         log: raw.log,
         grace_period: Duration::from_secs(raw.shutdown.grace_period_secs),
+        drain_delay: Duration::from_millis(raw.shutdown.drain_delay_ms),
+        connections,
         shadow,
     })
 }
@@ -648,5 +661,13 @@ mod example_tests {
         assert_eq!(c.compat.origin_rename, d.compat.origin_rename);
         assert_eq!(c.upstream.base_url, d.upstream.base_url);
         assert_eq!(format!("{:?}", c.shadow), format!("{:?}", d.shadow));
+        assert_eq!(
+            format!("{:?}", c.connections),
+            format!("{:?}", d.connections)
+        );
+        assert_eq!(
+            (c.grace_period, c.drain_delay),
+            (d.grace_period, d.drain_delay)
+        );
     }
 }

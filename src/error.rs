@@ -80,6 +80,9 @@ pub enum GatewayError {
     /// The whole V1 request ran out of time.
     #[error("request deadline of {0:?} exceeded")]
     Deadline(std::time::Duration),
+    /// Still in progress when the shutdown grace period ended.
+    #[error("the gateway is shutting down; the request was not completed")]
+    ShuttingDown,
     /// A translation gap or a panic: our bug.
     #[error("internal error: {0}")]
     Internal(String),
@@ -203,6 +206,15 @@ impl GatewayError {
                 code::INTERNAL,
                 Origin::Gateway,
                 "deadline",
+            ),
+            ShuttingDown => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                (
+                    code::INTERNAL.0,
+                    "Shutting down: the request was not completed, please retry",
+                ),
+                Origin::Gateway,
+                "shutdown",
             ),
             Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -1,22 +1,18 @@
 //! The listeners and the tower stack in front of the operations. The public
 //! listener serves V1 traffic; the admin listener `/healthz`, `/readyz` and
-//! `/metrics`. Both shut down gracefully: stop accepting, let in-flight
-//! requests finish within the grace period.
+//! `/metrics`. Connections, deadlines and the drain on shutdown are the
+//! connection layer's ([`crate::conn`]); this file is the stack above it.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::Semaphore;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestId, RequestId, SetRequestIdLayer};
@@ -24,6 +20,7 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 use tracing::Instrument;
 
+use crate::conn::{self, Drain};
 use crate::error::GatewayError;
 use crate::ops::{self, Gateway, V1Request};
 use crate::route::{self, Operation};
@@ -77,9 +74,22 @@ pub async fn serve_public(
     listener: TcpListener,
     gateway: Arc<Gateway>,
     shadow: Option<Arc<Mirror>>,
-    shutdown: watch::Receiver<bool>,
+    drain: Drain,
 ) -> std::io::Result<()> {
-    let grace = gateway.config.grace_period;
+    let listener_conf = conn::Listener {
+        name: "public",
+        settings: gateway.config.connections.clone(),
+        grace: gateway.config.grace_period,
+        answers: conn::Answers {
+            cut: || v1_error(&GatewayError::ShuttingDown),
+            shed: || {
+                let mut resp = v1_error(&GatewayError::Overloaded);
+                resp.headers_mut()
+                    .insert(ERROR_CAUSE, HeaderValue::from_static("connection_limit"));
+                resp
+            },
+        },
+    };
     let state = Arc::new(Public {
         in_flight: Semaphore::new(gateway.config.limits.max_in_flight),
         shadow,
@@ -112,7 +122,7 @@ pub async fn serve_public(
             let state = state.clone();
             async move { Ok::<_, Infallible>(handle_v1(&state, req).await) }
         });
-    serve(listener, service, shutdown, grace).await
+    conn::serve(listener, service, listener_conf, drain).await
 }
 
 async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -124,6 +134,9 @@ async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Byte
         return finish(None, Err(GatewayError::UnknownRoute), &request_id, started);
     };
     tracing::Span::current().record("operation", op.name());
+    // The body is read before an in-flight slot is taken, under its own
+    // deadline, so slow senders cannot hold slots other clients need.
+    let read = read_request(&state.gateway, op, req, &request_id).await;
     let Ok(_permit) = state.in_flight.try_acquire() else {
         return finish(
             Some(op),
@@ -132,8 +145,8 @@ async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Byte
             started,
         );
     };
-    metrics::gauge!(telemetry::IN_FLIGHT).increment(1.0);
-    let response = match read_request(&state.gateway, op, req, &request_id).await {
+    let _counted = InFlight::enter();
+    match read {
         Err(err) => finish(Some(op), Err(err), &request_id, started),
         Ok(read) => {
             // Shadow mode: a copy is chosen before answering and handed to its
@@ -155,9 +168,24 @@ async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Byte
             }
             response
         }
-    };
-    metrics::gauge!(telemetry::IN_FLIGHT).decrement(1.0);
-    response
+    }
+}
+
+/// Counts a request in the in-flight gauge until dropped, so a request whose
+/// client went away (its future dropped) is uncounted too.
+struct InFlight;
+
+impl InFlight {
+    fn enter() -> InFlight {
+        metrics::gauge!(telemetry::IN_FLIGHT).increment(1.0);
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        metrics::gauge!(telemetry::IN_FLIGHT).decrement(1.0);
+    }
 }
 
 /// Reads and checks a routed request: key, content type, body size.
@@ -173,19 +201,9 @@ async fn read_request(
         check_content_type(&parts.headers)?;
     }
     let limit = gw.config.limits.max_body_bytes;
-    let body = match Limited::new(body, limit).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return Err(GatewayError::BadRequest(format!(
-                "body is larger than {limit} bytes"
-            )));
-        }
-        Err(e) => {
-            return Err(GatewayError::BadRequest(format!(
-                "body could not be read ({e})"
-            )))
-        }
-    };
+    let body = conn::read_body(&parts, body, limit, &gw.config.connections)
+        .await
+        .map_err(|e| GatewayError::BadRequest(e.to_string()))?;
     let query = parts.uri.query().map(str::to_owned);
     Ok(ReadRequest {
         call: V1Call {
@@ -351,25 +369,38 @@ fn json_response(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
 pub async fn serve_admin(
     listener: TcpListener,
     gateway: Arc<Gateway>,
-    shutdown: watch::Receiver<bool>,
+    readiness: Drain,
+    drain: Drain,
 ) -> std::io::Result<()> {
-    let grace = gateway.config.grace_period;
+    let listener_conf = conn::Listener {
+        name: "admin",
+        settings: gateway.config.connections.clone(),
+        grace: gateway.config.grace_period,
+        answers: conn::Answers {
+            cut: || admin_text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into()),
+            shed: || {
+                admin_text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many connections\n".into(),
+                )
+            },
+        },
+    };
     let prometheus = telemetry::prometheus();
     let service = tower::service_fn(move |req: Request<Incoming>| {
         let gateway = gateway.clone();
         let prometheus = prometheus.clone();
+        let readiness = readiness.clone();
         async move {
-            let text = |status: StatusCode, body: String| {
-                let mut r = Response::new(Full::new(Bytes::from(body)));
-                *r.status_mut() = status;
-                r.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; version=0.0.4"),
-                );
-                r
-            };
+            let text = admin_text;
             let resp = match (req.method(), req.uri().path()) {
                 (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into()),
+                // Draining comes first: a load balancer must stop sending
+                // before the public listener stops accepting.
+                (&Method::GET, "/readyz") if readiness.is_draining() => text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not ready: draining\n".into(),
+                ),
                 (&Method::GET, "/readyz") => match upstream_reachable(&gateway).await {
                     Ok(()) => text(StatusCode::OK, "ready\n".into()),
                     Err(why) => text(
@@ -389,7 +420,17 @@ pub async fn serve_admin(
             Ok::<_, Infallible>(resp)
         }
     });
-    serve(listener, service, shutdown, grace).await
+    conn::serve(listener, service, listener_conf, drain).await
+}
+
+fn admin_text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
 }
 
 /// Ready means: config loaded (we are running) and a TCP connection to the
@@ -409,64 +450,6 @@ async fn upstream_reachable(gw: &Gateway) -> Result<(), String> {
         Ok(Err(e)) => Err(format!("upstream {host}:{port} unreachable: {e}")),
         Err(_) => Err(format!("upstream {host}:{port} did not accept within 2s")),
     }
-}
-
-/// Accepts connections until `shutdown` flips, then waits up to `grace` for
-/// open connections to finish their requests.
-pub async fn serve<S, B>(
-    listener: TcpListener,
-    service: S,
-    mut shutdown: watch::Receiver<bool>,
-    grace: Duration,
-) -> std::io::Result<()>
-where
-    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
-    let stop = async move {
-        let _ = shutdown.wait_for(|stop| *stop).await;
-    };
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, _peer): (_, SocketAddr) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off briefly.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service.clone()));
-                let conn = graceful.watch(conn.into_owned());
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                    }
-                });
-            }
-            _ = &mut stop => break,
-        }
-    }
-    drop(listener);
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(?grace, "grace period over; closing remaining connections");
-    }
-    Ok(())
 }
 
 /// Resolves when the process is asked to stop (SIGTERM or ctrl-c).
