@@ -40,7 +40,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-pub use body::{read_body, BodyError, ConnHandle};
+pub use body::{BodyError, BodyReader, ConnHandle};
 pub use drain::Drain;
 pub use service::CutAnswer;
 pub use settings::{ConnSettings, ConnectionSection};

@@ -8,6 +8,7 @@ mod cli;
 mod differential;
 mod gateway;
 mod golden;
+mod pipeline;
 mod python_sdk;
 mod sandbox;
 mod shadow;
