@@ -35,10 +35,10 @@
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 pub mod bind;
 pub mod config;
+pub mod conn;
 pub mod demo;
 pub mod differences;
 pub mod error;
@@ -69,17 +69,33 @@ pub async fn run(
     // Built before anything serves: a capture file that cannot be opened
     // stops start-up instead of leaving a gateway without its public side.
     let mirror = shadow::Mirror::new(gateway.clone())?;
-    let (stop_tx, stop_rx) = watch::channel(false);
+    // The drain sequence (see `conn::drain`): readiness false, then after
+    // `shutdown.drain_delay_ms` the public listener stops and drains within
+    // the grace period; the admin listener stays up until it is done, so
+    // probes see "draining" rather than a refused connection.
+    let public_drain = conn::Drain::new();
+    let admin_drain = conn::Drain::new();
+    let drain_delay = gateway.config.drain_delay;
     let public = tokio::spawn(server::serve_public(
         public,
         pipeline,
         mirror,
-        stop_rx.clone(),
+        public_drain.clone(),
     ));
-    let admin = tokio::spawn(server::serve_admin(admin, gateway, stop_rx));
+    let admin = tokio::spawn(server::serve_admin(
+        admin,
+        gateway,
+        public_drain.clone(),
+        admin_drain.clone(),
+    ));
     shutdown.await;
-    let _ = stop_tx.send(true);
-    let (a, b) = tokio::join!(public, admin);
+    public_drain.begin();
+    tracing::info!(?drain_delay, "shutting down: readiness is false");
+    tokio::time::sleep(drain_delay).await;
+    public_drain.stop();
+    let a = public.await;
+    admin_drain.stop();
+    let b = admin.await;
     a.map_err(std::io::Error::other)??;
     b.map_err(std::io::Error::other)??;
     Ok(())
