@@ -354,11 +354,19 @@ mod tests {
             (200, Some(70001), "not_found"),
         ] {
             let r = refused(status, code);
-            assert_eq!((r.origin, r.cause), (Origin::Client, cause), "{status} {code:?}");
+            assert_eq!(
+                (r.origin, r.cause),
+                (Origin::Client, cause),
+                "{status} {code:?}"
+            );
         }
         for (status, code) in [(500, Some(10000)), (503, None), (200, Some(50002))] {
             let r = refused(status, code);
-            assert_eq!((r.origin, r.cause), (Origin::Upstream, "refused"), "{status}");
+            assert_eq!(
+                (r.origin, r.cause),
+                (Origin::Upstream, "refused"),
+                "{status}"
+            );
         }
     }
 
@@ -371,8 +379,14 @@ mod tests {
             message: "key revoked".into(),
             v2_request_id: None,
         };
-        assert_eq!(e.to_string(), "V2 refused: HTTP 401, code 12002: key revoked");
-        assert_eq!(GatewayError::NotFound(Subject::Worker).to_string(), "worker not found");
+        assert_eq!(
+            e.to_string(),
+            "V2 refused: HTTP 401, code 12002: key revoked"
+        );
+        assert_eq!(
+            GatewayError::NotFound(Subject::Worker).to_string(),
+            "worker not found"
+        );
         let d = GatewayError::Deadline(std::time::Duration::from_secs(30));
         assert_eq!(d.to_string(), "request deadline of 30s exceeded");
     }
