@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
+use v1compat::bind::bind;
 use v1compat::config::{self, Config};
 use v1compat::shadow::cli::{self, ReplayArgs, ReportArgs};
 use v1compat::upstream::HttpUpstream;
-use v1compat::{server, telemetry};
+use v1compat::{probe, server, telemetry};
 
 /// sysexits EX_USAGE / EX_CONFIG-style code for a configuration that does not validate.
 const EXIT_BAD_CONFIG: u8 = 64;
@@ -77,6 +78,9 @@ Operations that start, rerun or abort runs are never replayed."
     Replay(Box<ReplayArgs>),
     /// Summarise a capture: terminal summary, and a self-contained HTML report with --html.
     Report(ReportArgs),
+    /// Ask a running gateway's admin listener for PATH (default /healthz) and exit 0 on a
+    /// 200: a container healthcheck that needs no curl and no bash.
+    Probe(probe::ProbeArgs),
 }
 
 fn load(path: Option<&PathBuf>) -> Result<Config, String> {
@@ -136,6 +140,16 @@ fn main() -> ExitCode {
             };
             exit_code("report", cli::report(&args, &cfg))
         }
+        Command::Probe(args) => match runtime().block_on(probe::probe(&args)) {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("v1compat probe: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Serve { config } => {
             let cfg = match load(config.as_ref()) {
                 Ok(c) => c,
@@ -207,12 +221,8 @@ async fn serve(cfg: Config) -> Result<(), String> {
     telemetry::init_logging(&cfg.log.format, &cfg.log.level);
     telemetry::prometheus();
     let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone())?);
-    let public = tokio::net::TcpListener::bind(cfg.public_addr)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", cfg.public_addr))?;
-    let admin = tokio::net::TcpListener::bind(cfg.admin_addr)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", cfg.admin_addr))?;
+    let public = bind(cfg.public_addr, "listen.public", "V1COMPAT_LISTEN__PUBLIC").await?;
+    let admin = bind(cfg.admin_addr, "listen.admin", "V1COMPAT_LISTEN__ADMIN").await?;
     tracing::info!(
         public = %public.local_addr().map_err(|e| e.to_string())?,
         admin = %admin.local_addr().map_err(|e| e.to_string())?,
