@@ -64,6 +64,7 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let gateway = Arc::new(ops::Gateway::new(upstream, Arc::new(config)));
     let pipeline = Arc::new(pipeline::Pipeline::new(gateway.clone()));
+    let in_flight = pipeline.clone();
     // Built before anything serves: a capture file that cannot be opened
     // stops start-up instead of leaving a gateway without its public side.
     let mirror = shadow::Mirror::new(gateway.clone())?;
@@ -74,10 +75,22 @@ pub async fn run(
         mirror,
         stop_rx.clone(),
     ));
+    let grace = gateway.config.grace_period;
     let admin = tokio::spawn(server::serve_admin(admin, gateway, stop_rx));
     shutdown.await;
+    let draining = std::time::Instant::now();
+    tracing::info!(
+        in_flight = in_flight.in_flight(),
+        grace_period = %humantime::format_duration(grace),
+        "shutting down: no new connections, draining in-flight requests"
+    );
     let _ = stop_tx.send(true);
     let (a, b) = tokio::join!(public, admin);
+    tracing::info!(
+        took_ms = draining.elapsed().as_millis() as u64,
+        left_in_flight = in_flight.in_flight(),
+        "drained; stopped"
+    );
     a.map_err(std::io::Error::other)??;
     b.map_err(std::io::Error::other)??;
     Ok(())
