@@ -66,6 +66,7 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let gateway = Arc::new(ops::Gateway::new(upstream, Arc::new(config)));
     let pipeline = Arc::new(pipeline::Pipeline::new(gateway.clone()));
+    let in_flight = pipeline.clone();
     // Built before anything serves: a capture file that cannot be opened
     // stops start-up instead of leaving a gateway without its public side.
     let mirror = shadow::Mirror::new(gateway.clone())?;
@@ -82,6 +83,7 @@ pub async fn run(
         mirror,
         public_drain.clone(),
     ));
+    let grace = gateway.config.grace_period;
     let admin = tokio::spawn(server::serve_admin(
         admin,
         gateway,
@@ -90,12 +92,23 @@ pub async fn run(
     ));
     shutdown.await;
     public_drain.begin();
-    tracing::info!(?drain_delay, "shutting down: readiness is false");
+    let draining = std::time::Instant::now();
+    tracing::info!(
+        in_flight = in_flight.in_flight(),
+        drain_delay = %humantime::format_duration(drain_delay),
+        grace_period = %humantime::format_duration(grace),
+        "shutting down: readiness is false; draining after the drain delay"
+    );
     tokio::time::sleep(drain_delay).await;
     public_drain.stop();
     let a = public.await;
     admin_drain.stop();
     let b = admin.await;
+    tracing::info!(
+        took_ms = draining.elapsed().as_millis() as u64,
+        left_in_flight = in_flight.in_flight(),
+        "drained; stopped"
+    );
     a.map_err(std::io::Error::other)??;
     b.map_err(std::io::Error::other)??;
     Ok(())
