@@ -24,18 +24,20 @@ pub struct Exchange<'a> {
     /// key on these operations, so a stale one must not turn them into 401s.
     fallback_key: Option<ApiKey>,
     v2_ids: Mutex<Vec<String>>,
-    calls: AtomicU32,
+    /// Outside the exchange, so the count survives an error or a deadline.
+    calls: &'a AtomicU32,
 }
 
 impl<'a> Exchange<'a> {
     /// A conversation for one request: `key` for calls that need one,
     /// `fallback_key` to retry a refused client key with (V1 public
-    /// operations only).
+    /// operations only), `calls` counting every V2 call sent.
     pub(super) fn new(
         gw: &'a Gateway,
         request_id: &'a str,
         key: Option<ApiKey>,
         fallback_key: Option<ApiKey>,
+        calls: &'a AtomicU32,
     ) -> Exchange<'a> {
         Exchange {
             gw,
@@ -43,16 +45,13 @@ impl<'a> Exchange<'a> {
             key,
             fallback_key,
             v2_ids: Mutex::new(Vec::new()),
-            calls: AtomicU32::new(0),
+            calls,
         }
     }
 
-    /// The V2 request ids seen and the number of calls made.
-    pub(super) fn finish(self) -> (Vec<String>, u32) {
-        (
-            self.v2_ids.into_inner().unwrap_or_default(),
-            self.calls.into_inner(),
-        )
+    /// The V2 request ids seen, in order.
+    pub(super) fn finish(self) -> Vec<String> {
+        self.v2_ids.into_inner().unwrap_or_default()
     }
 
     /// The key for a V2 call that needs one: the client's, or for V1 public
@@ -112,6 +111,10 @@ impl<'a> Exchange<'a> {
                 code,
                 message: envelope.message.unwrap_or_default(),
                 v2_request_id,
+                // Rounded up, so a client never comes back too early.
+                retry_after: reply
+                    .retry_after
+                    .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0)),
             }),
         }
     }

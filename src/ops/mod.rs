@@ -4,6 +4,7 @@
 //! and those mappings, with the lenient V2 readers of `json.rs`. [`handle`]
 //! dispatches a routed V1 request to its handler.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -68,6 +69,16 @@ pub struct Answer {
 
 /// Runs one V1 operation.
 pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError> {
+    handle_counting(gw, req, &AtomicU32::new(0)).await
+}
+
+/// [`handle`], counting the V2 calls made in `calls` as they are sent, so
+/// that a failed or timed-out request can still say how many it made.
+pub async fn handle_counting(
+    gw: &Gateway,
+    req: V1Request,
+    calls: &AtomicU32,
+) -> Result<Answer, GatewayError> {
     let fallback_key = match &req.key {
         Some(_) if req.op.is_public() => gw.config.service_key.clone(),
         _ => None,
@@ -81,7 +92,7 @@ pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError
             ))
         }
     };
-    let ex = Exchange::new(gw, &req.request_id, key, fallback_key);
+    let ex = Exchange::new(gw, &req.request_id, key, fallback_key, calls);
     let query = input::Query::parse(req.query.as_deref());
     let body = || input::Body::parse(&req.body);
     let data = match req.op {
@@ -99,7 +110,8 @@ pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError
         Operation::RunLog => logs::run_log(&ex, &body()?).await,
         Operation::AccountInfo => account::account_info(&ex, &body()?).await,
     }?;
-    let (v2_request_ids, upstream_calls) = ex.finish();
+    let v2_request_ids = ex.finish();
+    let upstream_calls = calls.load(Ordering::Relaxed);
     Ok(Answer {
         data,
         v2_request_ids,
@@ -143,6 +155,7 @@ mod tests {
                     status,
                     body: Bytes::from(body.to_string()),
                     attempts: 1,
+                    retry_after: None,
                 })
             })
         }

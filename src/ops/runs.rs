@@ -232,7 +232,11 @@ pub async fn abort(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError
         V2Call::post(path, None).with_key(Some(ex.key()?)),
         Subject::Abort,
     )
-    .await?;
+    .await
+    .map_err(|e| match e {
+        GatewayError::Upstream(failure) => GatewayError::AbortUnconfirmed(failure),
+        other => other,
+    })?;
     Ok(Value::Null)
 }
 
