@@ -57,6 +57,9 @@ const FD_RESERVE: u64 = 256;
 const MAX_SHEDDING: usize = 64;
 /// How long a refusal at the cap may take to write and linger.
 const SHED_TIMEOUT: Duration = Duration::from_secs(1);
+/// While draining, how long an idle HTTP/1 connection must have been quiet
+/// before it is closed.
+const DRAIN_QUIET: Duration = Duration::from_millis(250);
 /// After the cut, how long answers already produced get to be written.
 const CUT_WRITE_BOUND: Duration = Duration::from_secs(2);
 
@@ -224,7 +227,8 @@ async fn connection<S, B>(
     };
     let conn = builder.serve_connection(io, TowerToHyperService::new(service));
     tokio::pin!(conn);
-    let (mut stopping, mut closing) = (false, false);
+    let (mut stopping, mut closing, mut quiet_enough) = (false, false, false);
+    let quiet = DRAIN_QUIET.min(settings.idle_timeout);
     loop {
         tokio::select! {
             biased;
@@ -240,20 +244,25 @@ async fn connection<S, B>(
                 closing = true;
             }
             // While stopping, look again whenever a request starts or ends,
-            // and now and then for bytes that have arrived unread.
+            // and once the connection has been quiet for a moment.
             _ = activity.changed(), if stopping && !closing => {}
-            _ = tokio::time::sleep(Duration::from_millis(20)), if stopping && !closing => {}
+            _ = activity.idle_for(quiet), if stopping && !closing => quiet_enough = true,
         }
         if stopping && !closing {
             // HTTP/2 stops with GOAWAY, which tells the client which streams
-            // were taken. HTTP/1 keeps the connection while a request is in
-            // progress (hyper then closes after it) or while the client has
-            // sent bytes not yet read as a request.
-            let idle_and_clean = activity.is_clean() && !stream::has_unread_bytes(&socket);
+            // were taken. HTTP/1 is closed by hyper after a request in
+            // progress (its answer says `Connection: close`). An idle HTTP/1
+            // connection is closed only once it has been quiet for a moment
+            // with nothing unread: a client between two requests of a burst
+            // sends its next one first, and gets it answered, rather than
+            // writing it into a connection closing under it.
+            let idle_and_clean =
+                quiet_enough && activity.is_clean() && !stream::has_unread_bytes(&socket);
             if activity.is_http2() || activity.active() > 0 || idle_and_clean {
                 conn.as_mut().graceful_shutdown();
                 closing = true;
             }
+            quiet_enough = false;
         }
     }
     gauge.decrement(1.0);

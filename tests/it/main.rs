@@ -10,6 +10,7 @@ mod gateway;
 mod golden;
 mod pipeline;
 mod python_sdk;
+mod reliability;
 mod sandbox;
 mod shadow;
 mod support;
