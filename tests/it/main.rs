@@ -9,6 +9,7 @@ mod differential;
 mod gateway;
 mod golden;
 mod pipeline;
+mod properties;
 mod python_sdk;
 mod reliability;
 mod sandbox;
