@@ -14,8 +14,11 @@
 //!
 //! Protocol-level refusals that hyper writes itself (a request line or
 //! header it cannot parse → 400, a URI over its limit → 414, too many or
-//! too large headers → 431) have an empty body: hyper offers no hook to
-//! replace them. The README lists these cases.
+//! too large headers → 431) come with an empty body and no hook to change
+//! it; [`stream`] recognises them on the way out and writes the listener's
+//! envelope instead. What hyper refuses without any answer (garbage HTTP/2
+//! frames, a head that never completes) is closed without one; the README
+//! lists these cases.
 
 pub mod activity;
 pub mod body;
@@ -44,6 +47,7 @@ pub use body::{BodyError, BodyReader, ConnHandle};
 pub use drain::Drain;
 pub use service::CutAnswer;
 pub use settings::{ConnSettings, ConnectionSection};
+pub use stream::ProtocolAnswer;
 
 use crate::telemetry::{OPEN_CONNECTIONS, SHED_CONNECTIONS};
 use activity::Activity;
@@ -70,6 +74,10 @@ pub struct Answers {
     pub cut: CutAnswer,
     /// A connection over the cap (written as raw HTTP/1.1 before closing).
     pub shed: fn() -> Response<Full<Bytes>>,
+    /// In place of hyper's empty 400/414/431 for a head it cannot parse
+    /// (written as raw HTTP/1.1; the connection then closes). `None` keeps
+    /// hyper's.
+    pub protocol: Option<stream::ProtocolAnswer>,
 }
 
 /// One listener's connection handling.
@@ -144,7 +152,7 @@ where
                 service.clone(),
                 conf.settings.clone(),
                 drain.clone(),
-                conf.answers.cut,
+                conf.answers,
                 (conf.name, permit),
             ));
         }
@@ -202,7 +210,7 @@ async fn connection<S, B>(
     service: S,
     settings: ConnSettings,
     drain: Drain,
-    cut: CutAnswer,
+    answers: Answers,
     (listener, _permit): (&'static str, OwnedSemaphorePermit),
 ) where
     S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
@@ -218,12 +226,16 @@ async fn connection<S, B>(
     let _ = socket.set_nodelay(true);
     let socket = Arc::new(socket);
     let activity = Activity::new();
-    let io = TokioIo::new(SharedStream::new(socket.clone(), activity.clone()));
+    let io = TokioIo::new(SharedStream::new(
+        socket.clone(),
+        activity.clone(),
+        answers.protocol,
+    ));
     let service = ConnService {
         inner: service,
         activity: activity.clone(),
         drain: drain.clone(),
-        cut,
+        cut: answers.cut,
     };
     let conn = builder.serve_connection(io, TowerToHyperService::new(service));
     tokio::pin!(conn);
@@ -289,7 +301,7 @@ async fn shed(mut stream: TcpStream, answer: Bytes, _slot: OwnedSemaphorePermit)
 
 /// A complete response as HTTP/1.1 bytes, for the few answers written
 /// without hyper. Always `Connection: close`.
-fn http1_bytes(resp: Response<Full<Bytes>>) -> Bytes {
+pub fn http1_bytes(resp: Response<Full<Bytes>>) -> Bytes {
     use http_body::Body as _;
     let (parts, body) = resp.into_parts();
     let len = body.size_hint().exact().unwrap_or(0);

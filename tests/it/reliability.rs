@@ -507,9 +507,8 @@ async fn a_request_outliving_the_grace_period_gets_an_envelope() {
         .unwrap();
 }
 
-/// What hyper itself answers to requests it cannot parse: the status is
-/// right; the body is empty (hyper has no hook to replace it), as the README
-/// documents. This pins the cases so a change of hyper shows here.
+/// Requests hyper cannot parse: hyper picks the status, the gateway writes
+/// the V1 envelope in place of hyper's empty body, and the connection closes.
 #[tokio::test]
 async fn protocol_level_refusals() {
     let (gw, _) = gateway(Duration::ZERO, "").await;
@@ -542,6 +541,16 @@ async fn protocol_level_refusals() {
             .unwrap()
             .unwrap_or_else(|| panic!("{what}: no answer"));
         assert!(statuses.contains(&a.status), "{what}: {}", a.head);
+        let v = a.json();
+        assert_eq!(v["code"], 4000, "{what}: {v}");
+        let message = v["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("Invalid request parameters: the request"),
+            "{what}: {v}"
+        );
+        assert_eq!(v["data"], Value::Null);
+        assert!(a.head.contains("content-type: application/json"), "{what}");
+        assert!(a.head.contains("x-v1compat-error: protocol"), "{what}");
         assert!(
             closed_within(&mut s, Duration::from_secs(3)).await,
             "{what}"
