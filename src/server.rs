@@ -29,6 +29,9 @@ use crate::pipeline::{
 use crate::shadow::Mirror;
 use crate::telemetry;
 
+/// Bounds `/readyz`'s V2 check below a probe's default one-second timeout.
+const UPSTREAM_PROBE_TIMEOUT: Duration = Duration::from_millis(700);
+
 /// Request ids are ULIDs unless the client sent a usable one.
 #[derive(Clone, Copy, Default)]
 struct MakeUlid;
@@ -91,9 +94,11 @@ pub async fn serve_public(
         })
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeUlid))
         // One span per request; the path is logged without its query.
+        // Its failure log is off: the pipeline's access line is the one
+        // line a failure gets (a 5xx here would be logged a second time).
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<Incoming>| {
             tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = tracing::field::Empty, operation = tracing::field::Empty)
-        }))
+        }).on_failure(()))
         // A panic in an operation becomes a V1 500 envelope, not a reset.
         .layer(CatchPanicLayer::custom(|_| {
             tracing::error!("operation panicked");
@@ -199,13 +204,25 @@ pub async fn serve_admin(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "not ready: draining\n".into(),
                 ),
-                (&Method::GET, "/readyz") => match upstream_reachable(&gateway).await {
-                    Ok(()) => text(StatusCode::OK, "ready\n".into()),
-                    Err(why) => text(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        format!("not ready: {why}\n"),
-                    ),
-                },
+                // Ready means "this replica can serve V1": it is running with a
+                // valid configuration and accepting. V2 reachability is
+                // reported (body and gauge) but does not fail the probe: V2
+                // is the same for every replica, so failing on it would take
+                // them all out of the Service at once and turn V1 error
+                // envelopes into refused connections.
+                (&Method::GET, "/readyz") => {
+                    let upstream = match upstream_reachable(&gateway).await {
+                        Ok(()) => {
+                            metrics::gauge!(telemetry::UPSTREAM_REACHABLE).set(1.0);
+                            "reachable".to_owned()
+                        }
+                        Err(why) => {
+                            metrics::gauge!(telemetry::UPSTREAM_REACHABLE).set(0.0);
+                            why
+                        }
+                    };
+                    text(StatusCode::OK, format!("ready\nupstream: {upstream}\n"))
+                }
                 (&Method::GET, "/metrics") => match &prometheus {
                     Some(h) => text(StatusCode::OK, h.render()),
                     None => text(
@@ -231,22 +248,24 @@ fn admin_text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     r
 }
 
-/// Ready means: config loaded (we are running) and a TCP connection to the
-/// upstream opens.
+/// Whether a TCP connection to the upstream opens, within a deadline short
+/// enough for a readiness probe's own timeout (one second by default).
 async fn upstream_reachable(gw: &Gateway) -> Result<(), String> {
     let url = &gw.config.upstream.base_url;
     let host = url.host_str().ok_or("upstream has no host")?;
     let port = url.port_or_known_default().ok_or("upstream has no port")?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     match tokio::time::timeout(
-        Duration::from_secs(2),
+        UPSTREAM_PROBE_TIMEOUT,
         tokio::net::TcpStream::connect((host, port)),
     )
     .await
     {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(format!("upstream {host}:{port} unreachable: {e}")),
-        Err(_) => Err(format!("upstream {host}:{port} did not accept within 2s")),
+        Err(_) => Err(format!(
+            "upstream {host}:{port} did not accept within {UPSTREAM_PROBE_TIMEOUT:?}"
+        )),
     }
 }
 

@@ -1062,8 +1062,9 @@ async fn admin_health_readiness_and_unknown_paths() {
     let gw = gateway(&v2, "").await;
     let (status, _, body) = send(gw.admin, "GET", "/healthz", &[], None).await;
     assert_eq!((status.as_u16(), &body[..]), (200, &b"ok\n"[..]));
-    let (status, _, _) = send(gw.admin, "GET", "/readyz", &[], None).await;
+    let (status, _, body) = send(gw.admin, "GET", "/readyz", &[], None).await;
     assert_eq!(status, 200);
+    assert_eq!(&body[..], &b"ready\nupstream: reachable\n"[..]);
     let (status, _, _) = send(gw.admin, "GET", "/nope", &[], None).await;
     assert_eq!(status, 404);
     // The V1 routes are not served on the admin port.
@@ -1074,9 +1075,16 @@ async fn admin_health_readiness_and_unknown_paths() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
+    // V2 down is the same for every replica: it is reported, but the replica
+    // stays ready (it still answers V1 clients, with error envelopes) rather
+    // than all of them leaving the Service at once.
     let gw = gateway_at(&format!("http://{dead}"), "").await;
     let (status, _, body) = send(gw.admin, "GET", "/readyz", &[], None).await;
-    assert_eq!(status, 503, "{body:?}");
+    assert_eq!(status, 200, "{body:?}");
+    let body = String::from_utf8_lossy(&body);
+    assert!(body.starts_with("ready\nupstream: "), "{body}");
+    assert!(body.contains("unreachable"), "{body}");
+
     let (status, _, _) = send(gw.admin, "GET", "/healthz", &[], None).await;
     assert_eq!(status, 200);
     assert_eq!(v2.total(), 0);
@@ -1169,4 +1177,44 @@ async fn shutdown_does_not_wait_for_idle_connections() {
         .unwrap()
         .unwrap();
     drop((h1, h2));
+}
+
+/// A V2 refusal of what the client sent (its key, an unknown run) is the
+/// client's error, not the upstream's: the upstream alerts must not fire on
+/// client mistakes. A V2 5xx stays the upstream's.
+#[tokio::test]
+async fn refusals_of_the_clients_key_or_input_have_client_origin() {
+    for (reply, status, origin, cause) in [
+        (
+            (|_: &Seen| Reply::error(401, 12002, "invalid key")) as fn(&Seen) -> Reply,
+            401,
+            "client",
+            "unauthorized",
+        ),
+        (
+            |_: &Seen| Reply::error(404, 70001, "run not found"),
+            404,
+            "client",
+            "not_found",
+        ),
+        (
+            |_: &Seen| Reply::error(400, 11000, "bad params"),
+            400,
+            "client",
+            "invalid_request",
+        ),
+        (
+            |_: &Seen| Reply::error(500, 10000, "internal"),
+            500,
+            "upstream",
+            "refused",
+        ),
+    ] {
+        let v2 = MockV2::start(reply).await;
+        let gw = gateway(&v2, "[retry]\nmax_attempts = 1\n").await;
+        let r = post(&gw, "/api/v1/run/detail", json!({"run_slug": RUN})).await;
+        assert_eq!(r.status, status, "{}", r.body);
+        assert_eq!(r.header("x-v1compat-error-origin"), Some(origin), "{cause}");
+        assert_eq!(r.header("x-v1compat-error"), Some(cause));
+    }
 }

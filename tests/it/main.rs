@@ -5,9 +5,11 @@
 //! published V1 Python SDK against `v1compat sandbox`).
 
 mod cli;
+mod deploy;
 mod differential;
 mod gateway;
 mod golden;
+mod operations;
 mod pipeline;
 mod properties;
 mod python_sdk;
