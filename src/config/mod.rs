@@ -274,7 +274,7 @@ x = 1
             "line 12: workers.aliases.old: expected a string, found integer `7`",
             "line 14: compat.aborted_status: must be a V1 status between 1 and 5",
             "line 16: shadow.unordered_paths[1]: expected a string, found integer `2`",
-            "line 17: shadow.ignore[0]:",
+            "line 19: shadow.ignore[0].compare: unknown variant `fuzzy`, expected `skip` or `shape`",
             "line 20: nope: unknown key",
         ];
         assert_eq!(err.0.len(), expected.len(), "{err}");
