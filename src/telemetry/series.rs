@@ -29,6 +29,7 @@ const ERROR_KINDS: &[(Origin, &str)] = &[
     (Origin::Upstream, "garbled"),
     (Origin::Gateway, "overloaded"),
     (Origin::Gateway, "deadline"),
+    (Origin::Gateway, "shutdown"),
     (Origin::Gateway, "internal"),
 ];
 
