@@ -377,6 +377,14 @@ mod tests {
     }
 
     #[test]
+    fn an_abort_without_an_answer_is_70002() {
+        let r =
+            GatewayError::AbortUnconfirmed(UpstreamFailure::Unreachable("refused".into())).render();
+        assert_eq!((r.status.as_u16(), r.envelope.code), (500, 70002));
+        assert_eq!((r.origin, r.cause), (Origin::Upstream, "unreachable"));
+    }
+
+    #[test]
     fn refusals_caused_by_the_client_are_the_clients() {
         let refused = |status: u16, code: Option<i64>| {
             GatewayError::Refused {
@@ -433,14 +441,6 @@ mod tests {
         );
         let d = GatewayError::Deadline(std::time::Duration::from_secs(30));
         assert_eq!(d.to_string(), "request deadline of 30s exceeded");
-    }
-
-    #[test]
-    fn an_abort_without_an_answer_is_70002() {
-        let r =
-            GatewayError::AbortUnconfirmed(UpstreamFailure::Unreachable("refused".into())).render();
-        assert_eq!((r.status.as_u16(), r.envelope.code), (500, 70002));
-        assert_eq!((r.origin, r.cause), (Origin::Upstream, "unreachable"));
     }
 
     #[test]

@@ -77,13 +77,13 @@ pub async fn run(
     let public_drain = conn::Drain::new();
     let admin_drain = conn::Drain::new();
     let drain_delay = gateway.config.drain_delay;
-    let grace = gateway.config.grace_period;
     let public = tokio::spawn(server::serve_public(
         public,
         pipeline,
         mirror,
         public_drain.clone(),
     ));
+    let grace = gateway.config.grace_period;
     let admin = tokio::spawn(server::serve_admin(
         admin,
         gateway,
@@ -91,24 +91,24 @@ pub async fn run(
         admin_drain.clone(),
     ));
     shutdown.await;
-    let draining = std::time::Instant::now();
     public_drain.begin();
+    let draining = std::time::Instant::now();
     tracing::info!(
         in_flight = in_flight.in_flight(),
-        grace_period = %humantime::format_duration(grace),
         drain_delay = %humantime::format_duration(drain_delay),
-        "shutting down: readiness is false, then no new connections and in-flight requests drain"
+        grace_period = %humantime::format_duration(grace),
+        "shutting down: readiness is false; draining after the drain delay"
     );
     tokio::time::sleep(drain_delay).await;
     public_drain.stop();
     let a = public.await;
+    admin_drain.stop();
+    let b = admin.await;
     tracing::info!(
         took_ms = draining.elapsed().as_millis() as u64,
         left_in_flight = in_flight.in_flight(),
         "drained; stopped"
     );
-    admin_drain.stop();
-    let b = admin.await;
     a.map_err(std::io::Error::other)??;
     b.map_err(std::io::Error::other)??;
     Ok(())
