@@ -123,18 +123,18 @@ pub fn read(
         }
     };
     let effective = raw.clone();
-    if let Err(ConfigErrors(more)) = validate(raw.clone()) {
-        problems.extend(more);
+    match validate(raw) {
+        Ok(config) if problems.is_empty() => Ok(Loaded {
+            config,
+            effective,
+            warnings: env.warnings,
+        }),
+        Ok(_) => Err(ConfigErrors(in_file_order(&origins, problems))),
+        Err(ConfigErrors(more)) => {
+            problems.extend(more);
+            Err(ConfigErrors(in_file_order(&origins, problems)))
+        }
     }
-    if !problems.is_empty() {
-        return Err(ConfigErrors(in_file_order(&origins, problems)));
-    }
-    let config = validate(raw)?;
-    Ok(Loaded {
-        config,
-        effective,
-        warnings: env.warnings,
-    })
 }
 
 /// Places each problem (line or variable) and orders them as the file
