@@ -1,21 +1,25 @@
 //! The operations: one module per V1 operation family, each holding the pure
 //! request and response mappings side by side plus a thin async handler that
-//! only calls [`Exchange`] and those mappings. [`handle`] dispatches a routed
-//! V1 request to its handler.
+//! only calls [`Exchange`] (one request's V2 conversation, in `exchange.rs`)
+//! and those mappings, with the lenient V2 readers of `json.rs`. [`handle`]
+//! dispatches a routed V1 request to its handler.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
-use serde::Deserialize;
-use serde_json::Value;
 
 use crate::config::Config;
-use crate::error::{GatewayError, Subject};
+use crate::error::GatewayError;
 use crate::route::Operation;
-use crate::upstream::{ApiKey, Upstream, V2Call};
+use crate::upstream::{ApiKey, Upstream};
 use crate::v1::Json;
-use crate::v2::{DataEnvelope, Envelope};
+
+mod exchange;
+mod json;
+
+pub use exchange::{Exchange, Fetched, Read};
+pub(crate) use json::{int_of, list_of, string_of};
 
 pub mod account;
 pub mod catalog;
@@ -65,208 +69,18 @@ pub struct Answer {
     pub upstream_calls: u32,
 }
 
-/// One V1 request's conversation with V2: the key to use, the request id to
-/// propagate, and a record of V2 request ids and call counts.
-pub struct Exchange<'a> {
-    pub gw: &'a Gateway,
-    pub request_id: &'a str,
-    key: Option<ApiKey>,
-    /// For a V1 public operation sent with the client's own key: the service
-    /// key, to retry with when V2 refuses the client's key. V1 never looked at a
-    /// key on these operations, so a stale one must not turn them into 401s.
-    fallback_key: Option<ApiKey>,
-    v2_ids: Mutex<Vec<String>>,
-    calls: AtomicU32,
-}
-
-impl<'a> Exchange<'a> {
-    /// The key for a V2 call that needs one: the client's, or for V1 public
-    /// operations the configured service key.
-    pub fn key(&self) -> Result<ApiKey, GatewayError> {
-        self.key.clone().ok_or_else(|| {
-            GatewayError::Unauthorized(
-                "V2 needs a key for this operation: send the api-key header, or configure upstream.service_key (V1COMPAT_UPSTREAM__SERVICE_KEY)".into(),
-            )
-        })
-    }
-
-    /// Sends one call and reads the V2 envelope: `Ok(data)` (Null when V2
-    /// sent none) on code 0, a [`GatewayError`] otherwise. On a V1 public
-    /// operation a 401 for the client's key is retried once with the service key.
-    pub async fn call(&self, call: V2Call, subject: Subject) -> Result<Value, GatewayError> {
-        let fetched = self.fetch(call, subject).await?;
-        self.envelope_data(&fetched, subject)
-    }
-
-    /// Sends one call and returns V2's successful answer unread (see
-    /// [`Exchange::read`]); a non-2xx answer is read here, into its error.
-    /// On a V1 public operation a 401 for the client's key is retried once
-    /// with the service key.
-    pub async fn fetch(&self, call: V2Call, subject: Subject) -> Result<Fetched, GatewayError> {
-        let retry = match (&self.fallback_key, &call.key) {
-            (Some(fallback), Some(used)) if fallback != used => {
-                Some(call.clone().with_key(Some(fallback.clone())))
-            }
-            _ => None,
-        };
-        match (self.fetch_once(call, subject).await, retry) {
-            (Err(GatewayError::Refused { status, .. }), Some(retry))
-                if status == http::StatusCode::UNAUTHORIZED =>
-            {
-                self.fetch_once(retry, subject).await
-            }
-            (result, _) => result,
-        }
-    }
-
-    async fn fetch_once(&self, call: V2Call, subject: Subject) -> Result<Fetched, GatewayError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        let reply = self.gw.upstream.call(call, self.request_id).await?;
-        let fetched = Fetched {
-            status: reply.status,
-            body: reply.body,
-        };
-        if fetched.status.is_success() {
-            Ok(fetched)
-        } else {
-            // Never a success: only code 0 with a 2xx status is one.
-            self.envelope_data(&fetched, subject)
-                .and(Err(GatewayError::Garbled(
-                    "V2 answered an error status with a success envelope".into(),
-                )))
-        }
-    }
-
-    /// Reads a V2 answer's envelope, its `data` typed as `T` (see
-    /// [`wire`]) without an intermediate `Value` tree. Data of a shape `T`
-    /// does not read comes back as a `Value` for the general mapping, so
-    /// both paths give the same answer.
-    pub fn read<'f, T: Deserialize<'f>>(
-        &self,
-        fetched: &'f Fetched,
-        subject: Subject,
-    ) -> Result<Read<T>, GatewayError> {
-        // Checked as UTF-8 once, so strings and raw rows are not checked again
-        // one by one; a body that is not UTF-8 takes the general path.
-        let parsed = std::str::from_utf8(&fetched.body)
-            .map_err(|_| ())
-            .and_then(|text| serde_json::from_str::<DataEnvelope<'f, T>>(text).map_err(|_| ()));
-        match parsed {
-            Ok(envelope) => self
-                .judge(
-                    fetched.status,
-                    envelope.code,
-                    envelope.message.map(std::borrow::Cow::into_owned),
-                    envelope.request_id.as_deref(),
-                    subject,
-                )
-                .map(|()| Read::Typed(envelope.data)),
-            Err(_) => self.envelope_data(fetched, subject).map(Read::Untyped),
-        }
-    }
-
-    /// The general reading of a V2 answer: its `data` as a `Value`.
-    fn envelope_data(&self, fetched: &Fetched, subject: Subject) -> Result<Value, GatewayError> {
-        let envelope: Envelope = serde_json::from_slice(&fetched.body).map_err(|e| {
-            GatewayError::Garbled(format!(
-                "HTTP {} with a body that is not a V2 envelope ({e})",
-                fetched.status.as_u16()
-            ))
-        })?;
-        self.judge(
-            fetched.status,
-            envelope.code,
-            envelope.message,
-            envelope.request_id.as_deref(),
-            subject,
-        )?;
-        Ok(envelope.data.unwrap_or(Value::Null))
-    }
-
-    /// Records V2's request id and decides success (code 0 with a 2xx) or
-    /// the error the envelope stands for.
-    fn judge(
-        &self,
-        status: http::StatusCode,
-        code: Option<i64>,
-        message: Option<String>,
-        request_id: Option<&str>,
-        subject: Subject,
-    ) -> Result<(), GatewayError> {
-        // Only ids that are safe to put in a response header are kept.
-        let v2_request_id =
-            request_id.filter(|id| id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic()));
-        if let (Some(id), Ok(mut ids)) = (v2_request_id, self.v2_ids.lock()) {
-            ids.push(id.to_owned());
-        }
-        match code {
-            Some(0) if status.is_success() => Ok(()),
-            None if status.is_success() => {
-                Err(GatewayError::Garbled("V2 envelope without a code".into()))
-            }
-            code => Err(GatewayError::Refused {
-                subject,
-                status,
-                code,
-                message: message.unwrap_or_default(),
-                v2_request_id: v2_request_id.map(str::to_owned),
-            }),
-        }
-    }
-
-    /// Fetches V2 pages concurrently (bounded by `limits.fanout_concurrency`),
-    /// keeping their order. The first failure wins.
-    pub async fn pages<F>(
-        &self,
-        offsets: impl Iterator<Item = u64>,
-        subject: Subject,
-        make: F,
-    ) -> Result<Vec<Value>, GatewayError>
-    where
-        F: Fn(u64) -> V2Call,
-    {
-        use futures_util::stream::{self, StreamExt, TryStreamExt};
-        let width = self.gw.config.limits.fanout_concurrency.max(1);
-        stream::iter(offsets.map(|o| self.call(make(o), subject)))
-            .buffered(width)
-            .try_collect()
-            .await
-    }
-
-    /// [`Exchange::pages`], the answers left unread for [`Exchange::read`].
-    pub async fn fetch_pages<F>(
-        &self,
-        offsets: impl Iterator<Item = u64>,
-        subject: Subject,
-        make: F,
-    ) -> Result<Vec<Fetched>, GatewayError>
-    where
-        F: Fn(u64) -> V2Call,
-    {
-        use futures_util::stream::{self, StreamExt, TryStreamExt};
-        let width = self.gw.config.limits.fanout_concurrency.max(1);
-        stream::iter(offsets.map(|o| self.fetch(make(o), subject)))
-            .buffered(width)
-            .try_collect()
-            .await
-    }
-}
-
-/// A successful (2xx) V2 answer, received and counted, envelope unread.
-pub struct Fetched {
-    status: http::StatusCode,
-    body: Bytes,
-}
-
-/// What [`Exchange::read`] made of a V2 answer's `data`: typed (`None` when
-/// V2 sent no data), or a `Value` when it did not have the expected shape.
-pub enum Read<T> {
-    Typed(Option<T>),
-    Untyped(Value),
-}
-
 /// Runs one V1 operation.
 pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError> {
+    handle_counting(gw, req, &AtomicU32::new(0)).await
+}
+
+/// [`handle`], counting the V2 calls made in `calls` as they are sent, so
+/// that a failed or timed-out request can still say how many it made.
+pub async fn handle_counting(
+    gw: &Gateway,
+    req: V1Request,
+    calls: &AtomicU32,
+) -> Result<Answer, GatewayError> {
     let fallback_key = match &req.key {
         Some(_) if req.op.is_public() => gw.config.service_key.clone(),
         _ => None,
@@ -280,14 +94,7 @@ pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError
             ))
         }
     };
-    let ex = Exchange {
-        gw,
-        request_id: &req.request_id,
-        key,
-        fallback_key,
-        v2_ids: Mutex::new(Vec::new()),
-        calls: AtomicU32::new(0),
-    };
+    let ex = Exchange::new(gw, &req.request_id, key, fallback_key, calls);
     let query = input::Query::parse(req.query.as_deref());
     let body = || input::Body::parse(&req.body);
     let data = match req.op {
@@ -305,10 +112,12 @@ pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError
         Operation::RunLog => raw_json(&logs::run_log(&ex, &body()?).await?)?,
         Operation::AccountInfo => raw_json(&account::account_info(&ex, &body()?).await?)?,
     };
+    let v2_request_ids = ex.finish();
+    let upstream_calls = calls.load(Ordering::Relaxed);
     Ok(Answer {
         data,
-        v2_request_ids: ex.v2_ids.into_inner().unwrap_or_default(),
-        upstream_calls: ex.calls.into_inner(),
+        v2_request_ids,
+        upstream_calls,
     })
 }
 
@@ -328,39 +137,13 @@ pub fn sized_json<T: serde::Serialize + ?Sized>(
         .map_err(|e| GatewayError::Internal(format!("answer not serialisable: {e}")))
 }
 
-/// Reads an object field of V2 data as a string, accepting numbers too (V2
-/// documents some amounts as strings but examples vary).
-pub(crate) fn string_of(v: Option<&Value>) -> Option<String> {
-    match v? {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
-
-/// Reads an integer field, accepting integral floats and numeric strings.
-pub(crate) fn int_of(v: Option<&Value>) -> Option<i64> {
-    match v? {
-        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
-        Value::String(s) => s.trim().parse().ok(),
-        _ => None,
-    }
-}
-
-/// The items of a V2 list field, or an empty list if absent.
-pub(crate) fn list_of<'v>(data: &'v Value, field: &str) -> &'v [Value] {
-    data.get(field)
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::{UpstreamFuture, V2Reply};
+    use crate::upstream::{UpstreamFuture, V2Call, V2Reply};
     use http::StatusCode;
     use serde_json::json;
+    use std::sync::Mutex;
 
     /// Answers 401 to any key but `svc-key`, and records the keys it saw.
     #[derive(Default)]
@@ -390,6 +173,7 @@ mod tests {
                     status,
                     body: Bytes::from(body.to_string()),
                     attempts: 1,
+                    retry_after: None,
                 })
             })
         }

@@ -1,0 +1,248 @@
+//! One V1 request's conversation with V2: every upstream call an operation
+//! makes goes through [`Exchange::fetch`] (or [`Exchange::call`]), which picks
+//! the key, reads the V2 envelope into data or a [`GatewayError`] (typed
+//! with [`Exchange::read`], or as a `Value`), and records V2 request ids and
+//! the call count for the diagnostics headers.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::Gateway;
+use crate::error::{GatewayError, Subject};
+use crate::upstream::{ApiKey, V2Call};
+use crate::v2::{DataEnvelope, Envelope};
+
+/// One V1 request's conversation with V2: the key to use, the request id to
+/// propagate, and a record of V2 request ids and call counts.
+pub struct Exchange<'a> {
+    pub gw: &'a Gateway,
+    pub request_id: &'a str,
+    key: Option<ApiKey>,
+    /// For a V1 public operation sent with the client's own key: the service
+    /// key, to retry with when V2 refuses the client's key. V1 never looked at a
+    /// key on these operations, so a stale one must not turn them into 401s.
+    fallback_key: Option<ApiKey>,
+    v2_ids: Mutex<Vec<String>>,
+    /// Outside the exchange, so the count survives an error or a deadline.
+    calls: &'a AtomicU32,
+}
+
+impl<'a> Exchange<'a> {
+    /// A conversation for one request: `key` for calls that need one,
+    /// `fallback_key` to retry a refused client key with (V1 public
+    /// operations only), `calls` counting every V2 call sent.
+    pub(super) fn new(
+        gw: &'a Gateway,
+        request_id: &'a str,
+        key: Option<ApiKey>,
+        fallback_key: Option<ApiKey>,
+        calls: &'a AtomicU32,
+    ) -> Exchange<'a> {
+        Exchange {
+            gw,
+            request_id,
+            key,
+            fallback_key,
+            v2_ids: Mutex::new(Vec::new()),
+            calls,
+        }
+    }
+
+    /// The V2 request ids seen, in order.
+    pub(super) fn finish(self) -> Vec<String> {
+        self.v2_ids.into_inner().unwrap_or_default()
+    }
+
+    /// The key for a V2 call that needs one: the client's, or for V1 public
+    /// operations the configured service key.
+    pub fn key(&self) -> Result<ApiKey, GatewayError> {
+        self.key.clone().ok_or_else(|| {
+            GatewayError::Unauthorized(
+                "V2 needs a key for this operation: send the api-key header, or configure upstream.service_key (V1COMPAT_UPSTREAM__SERVICE_KEY)".into(),
+            )
+        })
+    }
+
+    /// Sends one call and reads the V2 envelope: `Ok(data)` (Null when V2
+    /// sent none) on code 0, a [`GatewayError`] otherwise. On a V1 public
+    /// operation a 401 for the client's key is retried once with the service key.
+    pub async fn call(&self, call: V2Call, subject: Subject) -> Result<Value, GatewayError> {
+        let fetched = self.fetch(call, subject).await?;
+        self.envelope_data(&fetched, subject)
+    }
+
+    /// Sends one call and returns V2's successful answer unread (see
+    /// [`Exchange::read`]); a non-2xx answer is read here, into its error.
+    /// On a V1 public operation a 401 for the client's key is retried once
+    /// with the service key.
+    pub async fn fetch(&self, call: V2Call, subject: Subject) -> Result<Fetched, GatewayError> {
+        let retry = match (&self.fallback_key, &call.key) {
+            (Some(fallback), Some(used)) if fallback != used => {
+                Some(call.clone().with_key(Some(fallback.clone())))
+            }
+            _ => None,
+        };
+        match (self.fetch_once(call, subject).await, retry) {
+            (Err(GatewayError::Refused { status, .. }), Some(retry))
+                if status == http::StatusCode::UNAUTHORIZED =>
+            {
+                self.fetch_once(retry, subject).await
+            }
+            (result, _) => result,
+        }
+    }
+
+    async fn fetch_once(&self, call: V2Call, subject: Subject) -> Result<Fetched, GatewayError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let reply = self.gw.upstream.call(call, self.request_id).await?;
+        let fetched = Fetched {
+            status: reply.status,
+            retry_after: reply.retry_after,
+            body: reply.body,
+        };
+        if fetched.status.is_success() {
+            Ok(fetched)
+        } else {
+            // Never a success: only code 0 with a 2xx status is one.
+            self.envelope_data(&fetched, subject)
+                .and(Err(GatewayError::Garbled(
+                    "V2 answered an error status with a success envelope".into(),
+                )))
+        }
+    }
+
+    /// Reads a V2 answer's envelope, its `data` typed as `T` (see
+    /// [`wire`](super::wire)) without an intermediate `Value` tree. Data of a
+    /// shape `T` does not read comes back as a `Value` for the general
+    /// mapping, so both paths give the same answer.
+    pub fn read<'f, T: Deserialize<'f>>(
+        &self,
+        fetched: &'f Fetched,
+        subject: Subject,
+    ) -> Result<Read<T>, GatewayError> {
+        // Checked as UTF-8 once, so strings and raw rows are not checked again
+        // one by one; a body that is not UTF-8 takes the general path.
+        let parsed = std::str::from_utf8(&fetched.body)
+            .map_err(|_| ())
+            .and_then(|text| serde_json::from_str::<DataEnvelope<'f, T>>(text).map_err(|_| ()));
+        match parsed {
+            Ok(envelope) => self
+                .judge(
+                    fetched,
+                    envelope.code,
+                    envelope.message.map(std::borrow::Cow::into_owned),
+                    envelope.request_id.as_deref(),
+                    subject,
+                )
+                .map(|()| Read::Typed(envelope.data)),
+            Err(()) => self.envelope_data(fetched, subject).map(Read::Untyped),
+        }
+    }
+
+    /// The general reading of a V2 answer: its `data` as a `Value`.
+    fn envelope_data(&self, fetched: &Fetched, subject: Subject) -> Result<Value, GatewayError> {
+        let envelope: Envelope = serde_json::from_slice(&fetched.body).map_err(|e| {
+            GatewayError::Garbled(format!(
+                "HTTP {} with a body that is not a V2 envelope ({e})",
+                fetched.status.as_u16()
+            ))
+        })?;
+        self.judge(
+            fetched,
+            envelope.code,
+            envelope.message,
+            envelope.request_id.as_deref(),
+            subject,
+        )?;
+        Ok(envelope.data.unwrap_or(Value::Null))
+    }
+
+    /// Records V2's request id and decides success (code 0 with a 2xx) or
+    /// the error the envelope stands for.
+    fn judge(
+        &self,
+        fetched: &Fetched,
+        code: Option<i64>,
+        message: Option<String>,
+        request_id: Option<&str>,
+        subject: Subject,
+    ) -> Result<(), GatewayError> {
+        // Only ids that are safe to put in a response header are kept.
+        let v2_request_id =
+            request_id.filter(|id| id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic()));
+        if let (Some(id), Ok(mut ids)) = (v2_request_id, self.v2_ids.lock()) {
+            ids.push(id.to_owned());
+        }
+        match code {
+            Some(0) if fetched.status.is_success() => Ok(()),
+            None if fetched.status.is_success() => {
+                Err(GatewayError::Garbled("V2 envelope without a code".into()))
+            }
+            code => Err(GatewayError::Refused {
+                subject,
+                status: fetched.status,
+                code,
+                message: message.unwrap_or_default(),
+                v2_request_id: v2_request_id.map(str::to_owned),
+                // Rounded up, so a client never comes back too early.
+                retry_after: fetched
+                    .retry_after
+                    .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0)),
+            }),
+        }
+    }
+
+    /// Fetches V2 pages concurrently (bounded by `limits.fanout_concurrency`),
+    /// keeping their order. The first failure wins.
+    pub async fn pages<F>(
+        &self,
+        offsets: impl Iterator<Item = u64>,
+        subject: Subject,
+        make: F,
+    ) -> Result<Vec<Value>, GatewayError>
+    where
+        F: Fn(u64) -> V2Call,
+    {
+        use futures_util::stream::{self, StreamExt, TryStreamExt};
+        let width = self.gw.config.limits.fanout_concurrency.max(1);
+        stream::iter(offsets.map(|o| self.call(make(o), subject)))
+            .buffered(width)
+            .try_collect()
+            .await
+    }
+
+    /// [`Exchange::pages`], the answers left unread for [`Exchange::read`].
+    pub async fn fetch_pages<F>(
+        &self,
+        offsets: impl Iterator<Item = u64>,
+        subject: Subject,
+        make: F,
+    ) -> Result<Vec<Fetched>, GatewayError>
+    where
+        F: Fn(u64) -> V2Call,
+    {
+        use futures_util::stream::{self, StreamExt, TryStreamExt};
+        let width = self.gw.config.limits.fanout_concurrency.max(1);
+        stream::iter(offsets.map(|o| self.fetch(make(o), subject)))
+            .buffered(width)
+            .try_collect()
+            .await
+    }
+}
+
+/// A successful (2xx) V2 answer, received and counted, envelope unread.
+pub struct Fetched {
+    status: http::StatusCode,
+    retry_after: Option<std::time::Duration>,
+    body: bytes::Bytes,
+}
+
+/// What [`Exchange::read`] made of a V2 answer's `data`: typed (`None` when
+/// V2 sent no data), or a `Value` when it did not have the expected shape.
+pub enum Read<T> {
+    Typed(Option<T>),
+    Untyped(Value),
+}
