@@ -179,7 +179,9 @@ impl V2Path {
 /// table stays small, and a label costs neither an allocation nor a metric
 /// key built from an owned string on each call.
 fn route_of(parts: &[Part<'_>]) -> &'static str {
-    static ROUTES: Mutex<Vec<(Vec<Option<&'static str>>, &'static str)>> = Mutex::new(Vec::new());
+    /// A path's literals in order, `None` where an identifier goes.
+    type Shape = Vec<Option<&'static str>>;
+    static ROUTES: Mutex<Vec<(Shape, &'static str)>> = Mutex::new(Vec::new());
     let shape = parts.iter().map(|p| match p {
         Part::Lit(s) => Some(*s),
         Part::Id(_) => None,
