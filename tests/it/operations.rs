@@ -293,6 +293,8 @@ async fn text_logs_off_a_terminal_have_no_colour() {
         line.contains(&format!("version={}", env!("CARGO_PKG_VERSION"))),
         "{line}"
     );
+    // The override, typed as the boolean it sets.
+    assert!(line.contains("access_log=false"), "{line}");
     let (_, log) = served.stop();
     assert!(
         !log.contains('\u{1b}'),
