@@ -25,6 +25,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub mod callbacks;
 pub mod config;
 pub mod demo;
 pub mod error;
