@@ -49,11 +49,21 @@ pub async fn run(
     upstream: Arc<dyn upstream::Upstream>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    let gateway = Arc::new(ops::Gateway::new(upstream, Arc::new(config)));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // The callback relay (its store opened, its deliverer started) before
+    // anything serves: a store that cannot be opened stops start-up.
+    let relay = callbacks::Relay::start(
+        &config.callbacks,
+        upstream.clone(),
+        config.compat.clone(),
+        stop_rx.clone(),
+    )
+    .await
+    .map_err(std::io::Error::other)?;
+    let gateway = Arc::new(ops::Gateway::new(upstream, Arc::new(config)).with_callbacks(relay));
     // Built before anything serves: a capture file that cannot be opened
     // stops start-up instead of leaving a gateway without its public side.
     let mirror = shadow::Mirror::new(gateway.clone())?;
-    let (stop_tx, stop_rx) = watch::channel(false);
     let public = tokio::spawn(server::serve_public(
         public,
         gateway.clone(),

@@ -101,7 +101,9 @@ pub async fn serve_public(
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeUlid))
         // One span per request; the path is logged without its query.
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<Incoming>| {
-            tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = tracing::field::Empty, operation = tracing::field::Empty)
+            // A callback token is a capability: logged as its prefix only.
+            let path = crate::callbacks::loggable_path(req.uri().path());
+            tracing::info_span!("request", method = %req.method(), path = %path, request_id = tracing::field::Empty, operation = tracing::field::Empty)
         }))
         // A panic in an operation becomes a V1 500 envelope, not a reset.
         .layer(CatchPanicLayer::custom(|_| {
@@ -120,6 +122,12 @@ async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Byte
     let request_id =
         usable_request_id(req.headers()).unwrap_or_else(|| ulid::Ulid::new().to_string());
     tracing::Span::current().record("request_id", request_id.as_str());
+    // Callback relay: V2's callbacks arrive on the public listener.
+    if let Some(relay) = state.gateway.callbacks.as_ref() {
+        if crate::callbacks::token_of(req.uri().path()).is_some() {
+            return relay.receive(req).await;
+        }
+    }
     let Some(op) = route::route(req.method(), req.uri().path()) else {
         return finish(None, Err(GatewayError::UnknownRoute), &request_id, started);
     };
@@ -365,6 +373,15 @@ pub async fn serve_admin(
                 );
                 r
             };
+            // Callback relay operator endpoints (/callbacks/...).
+            if let Some(relay) = gateway.callbacks.as_ref() {
+                if let Some(r) = relay
+                    .admin(req.method(), req.uri().path(), req.uri().query())
+                    .await
+                {
+                    return Ok::<_, Infallible>(r);
+                }
+            }
             let resp = match (req.method(), req.uri().path()) {
                 (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into()),
                 (&Method::GET, "/readyz") => match upstream_reachable(&gateway).await {

@@ -23,13 +23,18 @@ const MAX_BATCH: usize = 10_000;
 fn reply(status: StatusCode, v: Value) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from(v.to_string())));
     *r.status_mut() = status;
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     r
 }
 
 fn bad(param: &str, problem: &str) -> Response<Full<Bytes>> {
-    reply(StatusCode::BAD_REQUEST, json!({"error": format!("{param}: {problem}")}))
+    reply(
+        StatusCode::BAD_REQUEST,
+        json!({"error": format!("{param}: {problem}")}),
+    )
 }
 
 fn view(e: &Event) -> Value {
@@ -66,7 +71,12 @@ fn time_ms(v: &str) -> Option<u64> {
 
 impl Relay {
     /// Answers an admin request under `/callbacks/`, or `None` for other paths.
-    pub async fn admin(&self, method: &Method, path: &str, query: Option<&str>) -> Option<Response<Full<Bytes>>> {
+    pub async fn admin(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+    ) -> Option<Response<Full<Bytes>>> {
         let rest = path.strip_prefix("/callbacks/")?;
         let now = self.clock.now_ms();
         let limit = match param(query, "limit").map(|v| v.parse::<usize>()) {
@@ -81,7 +91,12 @@ impl Relay {
                 None => return Some(bad("since", "must be RFC 3339 or Unix seconds")),
             },
         };
-        let failed = |e: super::store::StoreError| reply(StatusCode::SERVICE_UNAVAILABLE, json!({"error": e.to_string()}));
+        let failed = |e: super::store::StoreError| {
+            reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": e.to_string()}),
+            )
+        };
         Some(match (method, rest) {
             (&Method::GET, "stats") => match self.store.stats().await {
                 Ok(s) => reply(
@@ -112,7 +127,11 @@ impl Relay {
                 let Some(since) = since else {
                     return Some(bad("since", "is required"));
                 };
-                let limit = if param(query, "limit").is_some() { limit } else { MAX_BATCH };
+                let limit = if param(query, "limit").is_some() {
+                    limit
+                } else {
+                    MAX_BATCH
+                };
                 match self.store.redeliver_dead_since(since, now, limit).await {
                     Ok(n) => {
                         self.deliverer.wake.notify_one();

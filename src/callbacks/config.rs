@@ -353,6 +353,9 @@ mod tests {
     fn postgres_passwords_are_not_shown() {
         let s = redacted_store(&StoreKind::Postgres("postgres://u:hunter2@db/x".into()));
         assert!(!s.contains("hunter2"), "{s}");
-        assert_eq!(parse_store("redb:/tmp/x").unwrap(), StoreKind::Redb("/tmp/x".into()));
+        assert_eq!(
+            parse_store("redb:/tmp/x").unwrap(),
+            StoreKind::Redb("/tmp/x".into())
+        );
     }
 }

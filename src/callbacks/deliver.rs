@@ -45,10 +45,18 @@ type DeliveryClient = Client<HttpsConnector<HttpConnector<Resolver>>, Full<Bytes
 /// How one attempt ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    Delivered { status: String, webhook_id: String },
+    Delivered {
+        status: String,
+        webhook_id: String,
+    },
     /// Will be retried at this time (ms).
-    Retry { at_ms: u64, why: String },
-    Dead { why: String },
+    Retry {
+        at_ms: u64,
+        why: String,
+    },
+    Dead {
+        why: String,
+    },
     /// Not attempted: the target was busy; back in the queue.
     Deferred,
 }
@@ -204,15 +212,32 @@ impl Deliverer {
         let Some(claims) = self.sealer.open_stored(&ev.token) else {
             // Only a secret removed from the configuration gets here.
             metrics::counter!(m::ATTEMPTS, "outcome" => "token").increment(1);
-            return self.dead(&ev, ev.attempts, "the token no longer opens (secret removed?)", now).await;
+            return self
+                .dead(
+                    &ev,
+                    ev.attempts,
+                    "the token no longer opens (secret removed?)",
+                    now,
+                )
+                .await;
         };
         let url = match url::Url::parse(&claims.url) {
             Ok(u) => u,
-            Err(_) => return self.dead(&ev, ev.attempts, "unusable target URL", now).await,
+            Err(_) => {
+                return self
+                    .dead(&ev, ev.attempts, "unusable target URL", now)
+                    .await
+            }
         };
-        if let Err(why) = self.cfg.policy.check_host(url.host_str().unwrap_or_default()) {
+        if let Err(why) = self
+            .cfg
+            .policy
+            .check_host(url.host_str().unwrap_or_default())
+        {
             metrics::counter!(m::ATTEMPTS, "outcome" => "refused").increment(1);
-            return self.fail(&ev, &format!("refused target: {why}"), None, now).await;
+            return self
+                .fail(&ev, &format!("refused target: {why}"), None, now)
+                .await;
         }
         let Some(_target) = self.target_slot(&url) else {
             let _ = self.store.release(&ev.id, now + 1_000).await;
@@ -224,7 +249,8 @@ impl Deliverer {
             Ok(r) => r,
             Err(why) => return self.dead(&ev, ev.attempts + 1, &why, now).await,
         };
-        let sent = tokio::time::timeout(self.cfg.attempt_timeout, self.client.request(request)).await;
+        let sent =
+            tokio::time::timeout(self.cfg.attempt_timeout, self.client.request(request)).await;
         let now = self.clock.now_ms();
         match sent {
             Ok(Ok(resp)) if resp.status().is_success() => {
@@ -240,7 +266,8 @@ impl Deliverer {
             }
             Ok(Ok(resp)) if resp.status() == StatusCode::GONE => {
                 metrics::counter!(m::ATTEMPTS, "outcome" => "gone").increment(1);
-                self.dead(&ev, ev.attempts + 1, "HTTP 410: the receiver is gone", now).await
+                self.dead(&ev, ev.attempts + 1, "HTTP 410: the receiver is gone", now)
+                    .await
             }
             Ok(Ok(resp)) => {
                 metrics::counter!(m::ATTEMPTS, "outcome" => "http_error").increment(1);
@@ -248,17 +275,26 @@ impl Deliverer {
                     .headers()
                     .get(header::RETRY_AFTER)
                     .and_then(|v| v.to_str().ok())
-                    .and_then(|v| parse_retry_after(v, SystemTime::UNIX_EPOCH + Duration::from_millis(now)));
+                    .and_then(|v| {
+                        parse_retry_after(v, SystemTime::UNIX_EPOCH + Duration::from_millis(now))
+                    });
                 let why = format!("HTTP {}", resp.status().as_u16());
                 self.fail(&ev, &why, retry_after, now).await
             }
             Ok(Err(e)) => {
-                let refused = std::error::Error::source(&e)
-                    .map(|s| s.to_string())
-                    .unwrap_or_default();
-                let outcome = if refused.contains("refused target") { "refused" } else { "connect" };
+                // The guard's reason sits at the bottom of the error chain.
+                let mut why = e.to_string();
+                let mut source = std::error::Error::source(&e);
+                while let Some(s) = source {
+                    why = format!("{why}: {s}");
+                    source = s.source();
+                }
+                let outcome = if why.contains("refused target") {
+                    "refused"
+                } else {
+                    "connect"
+                };
                 metrics::counter!(m::ATTEMPTS, "outcome" => outcome).increment(1);
-                let why = if refused.is_empty() { e.to_string() } else { format!("{e}: {refused}") };
                 self.fail(&ev, &why, None, now).await
             }
             Err(_) => {
@@ -269,18 +305,31 @@ impl Deliverer {
         }
     }
 
-    fn request(&self, url: &url::Url, webhook_id: &str, now_ms: u64, body: &Bytes) -> Result<Request<Full<Bytes>>, String> {
+    fn request(
+        &self,
+        url: &url::Url,
+        webhook_id: &str,
+        now_ms: u64,
+        body: &Bytes,
+    ) -> Result<Request<Full<Bytes>>, String> {
         let ts = now_ms / 1000;
         let mut req = Request::post(url.as_str())
             .header(header::CONTENT_TYPE, "application/json")
-            .header(header::USER_AGENT, concat!("v1compat/", env!("CARGO_PKG_VERSION")))
+            .header(
+                header::USER_AGENT,
+                concat!("v1compat/", env!("CARGO_PKG_VERSION")),
+            )
             .header("webhook-id", webhook_id)
             .header("webhook-timestamp", ts);
         if let Some(key) = &self.cfg.signing_key {
             let sig = sign::signature(key, webhook_id, ts, body);
-            req = req.header("webhook-signature", HeaderValue::from_str(&sig).map_err(|e| e.to_string())?);
+            req = req.header(
+                "webhook-signature",
+                HeaderValue::from_str(&sig).map_err(|e| e.to_string())?,
+            );
         }
-        req.body(Full::new(body.clone())).map_err(|e| format!("unusable target URL: {e}"))
+        req.body(Full::new(body.clone()))
+            .map_err(|e| format!("unusable target URL: {e}"))
     }
 
     /// The V1 body `{run_slug, status, results, usage}`: from a fresh V2 run
@@ -321,7 +370,11 @@ impl Deliverer {
     async fn run_detail(&self, run: &str, key: ApiKey) -> Option<Value> {
         let run = Segment::new(run).ok()?;
         let call = detail_call(&run).with_key(Some(key));
-        let reply = self.upstream.call(call, &ulid::Ulid::new().to_string()).await.ok()?;
+        let reply = self
+            .upstream
+            .call(call, &ulid::Ulid::new().to_string())
+            .await
+            .ok()?;
         let env: crate::v2::Envelope = serde_json::from_slice(&reply.body).ok()?;
         match (reply.status.is_success(), env.code, env.data) {
             (true, Some(0), Some(data)) if data.is_object() => Some(data),
@@ -330,9 +383,19 @@ impl Deliverer {
     }
 
     /// Records a failed attempt: retry per schedule, or dead when used up.
-    async fn fail(&self, ev: &Event, why: &str, retry_after: Option<Duration>, now: u64) -> Outcome {
+    async fn fail(
+        &self,
+        ev: &Event,
+        why: &str,
+        retry_after: Option<Duration>,
+        now: u64,
+    ) -> Outcome {
         let made = ev.attempts + 1;
-        match self.cfg.schedule.after_failure(made, retry_after, rand::random::<f64>()) {
+        match self
+            .cfg
+            .schedule
+            .after_failure(made, retry_after, rand::random::<f64>())
+        {
             Some(delay) => {
                 let at_ms = now + delay.as_millis() as u64;
                 if let Err(e) = self.store.failed(&ev.id, made, Some(at_ms), why, now).await {
@@ -354,7 +417,9 @@ impl Deliverer {
             tracing::warn!(error = %e, "callback store: could not record a dead event");
         }
         tracing::warn!(run = %ev.run_slug, attempts, why, "callback dead; redeliver through the admin API");
-        Outcome::Dead { why: why.to_owned() }
+        Outcome::Dead {
+            why: why.to_owned(),
+        }
     }
 }
 

@@ -108,7 +108,10 @@ pub fn event_id(run_slug: &str, status: &str) -> String {
     ctx.update(b"\n");
     ctx.update(status.trim().to_ascii_lowercase().as_bytes());
     let d = ctx.finish();
-    let hex: String = d.as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect();
+    let hex: String = d.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     format!("msg_{hex}")
 }
 

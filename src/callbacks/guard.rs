@@ -55,11 +55,15 @@ impl Cidr {
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.net, canonical(ip)) {
             (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 u32::from(n) & mask == u32::from(a) & mask
             }
             (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 u128::from(n) & mask == u128::from(a) & mask
             }
             _ => false,
@@ -191,8 +195,7 @@ pub struct Resolver {
 impl tower::Service<Name> for Resolver {
     type Response = std::vec::IntoIter<SocketAddr>;
     type Error = std::io::Error;
-    type Future =
-        Pin<Box<dyn Future<Output = Result<Self::Response, std::io::Error>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, std::io::Error>> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
@@ -201,9 +204,8 @@ impl tower::Service<Name> for Resolver {
     fn call(&mut self, name: Name) -> Self::Future {
         let policy = self.policy.clone();
         Box::pin(async move {
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), 0))
-                .await?
-                .collect();
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
             let mut refused = None;
             let kept: Vec<SocketAddr> = found
                 .into_iter()
@@ -280,7 +282,10 @@ mod tests {
         assert!(private.check(ip("169.254.169.254")).is_err());
         let cidr = Policy {
             allow_private: false,
-            allow: vec!["10.20.0.0/16".parse().unwrap(), "fe80::/10".parse().unwrap()],
+            allow: vec![
+                "10.20.0.0/16".parse().unwrap(),
+                "fe80::/10".parse().unwrap(),
+            ],
         };
         assert!(cidr.check(ip("10.20.9.9")).is_ok());
         assert!(cidr.check(ip("10.21.0.1")).is_err());
@@ -314,7 +319,11 @@ mod tests {
                 allow: vec![],
             }),
         };
-        let got: Vec<_> = open.call("localhost".parse().unwrap()).await.unwrap().collect();
+        let got: Vec<_> = open
+            .call("localhost".parse().unwrap())
+            .await
+            .unwrap()
+            .collect();
         assert!(!got.is_empty() && got.iter().all(|a| a.ip().is_loopback()));
     }
 }

@@ -102,7 +102,13 @@ impl Relay {
             return Ok(None);
         }
         let store = open_store(&cfg.store).await?;
-        let relay = Relay::new(cfg.clone(), store, upstream, compat, Arc::new(clock::SystemClock))?;
+        let relay = Relay::new(
+            cfg.clone(),
+            store,
+            upstream,
+            compat,
+            Arc::new(clock::SystemClock),
+        )?;
         if let Some(r) = &relay {
             tracing::info!(public_url = %r.base, store = %config::redacted_store(&cfg.store), enrich = cfg.enrich, "callbacks: relay mode");
             ::metrics::gauge!(metrics::MODE, "mode" => "relay").set(1.0);
@@ -114,11 +120,17 @@ impl Relay {
     /// The URL V2 gets instead of a V1 client's `callback_url`: the client URL
     /// is checked (http/https, host, no credentials, bounded) and sealed, with
     /// the client's key when enrichment may use it.
-    pub fn v2_callback_url(&self, client_url: &str, key: Option<&ApiKey>) -> Result<String, GatewayError> {
+    pub fn v2_callback_url(
+        &self,
+        client_url: &str,
+        key: Option<&ApiKey>,
+    ) -> Result<String, GatewayError> {
         let url = check_client_url(client_url, self.cfg.max_url_bytes)?;
         let claims = Claims {
             url,
-            key: key.filter(|_| self.cfg.enrich).map(|k| k.expose().to_owned()),
+            key: key
+                .filter(|_| self.cfg.enrich)
+                .map(|k| k.expose().to_owned()),
             issued: self.clock.now_ms() / 1000,
         };
         let token = self
@@ -133,16 +145,33 @@ impl Relay {
 pub fn check_client_url(raw: &str, max_len: usize) -> Result<String, GatewayError> {
     let raw = raw.trim();
     if raw.len() > max_len {
-        return Err(GatewayError::bad("callback_url", &format!("must be at most {max_len} characters")));
+        return Err(GatewayError::bad(
+            "callback_url",
+            format!("must be at most {max_len} characters"),
+        ));
     }
     let url = url::Url::parse(raw)
         .ok()
         .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
-        .ok_or_else(|| GatewayError::bad("callback_url", "must be an absolute http or https URL"))?;
+        .ok_or_else(|| {
+            GatewayError::bad("callback_url", "must be an absolute http or https URL")
+        })?;
     if !url.username().is_empty() || url.password().is_some() {
-        return Err(GatewayError::bad("callback_url", "must not carry credentials"));
+        return Err(GatewayError::bad(
+            "callback_url",
+            "must not carry credentials",
+        ));
     }
     Ok(url.to_string())
+}
+
+/// The request path as logs may show it: a callback token is cut off.
+pub fn loggable_path(path: &str) -> &str {
+    if token_of(path).is_some() {
+        receive::PATH_PREFIX
+    } else {
+        path
+    }
 }
 
 /// Hook for the run operations: the callback URL to send V2 (relay mode:
@@ -186,10 +215,20 @@ mod tests {
             check_client_url(" https://h.example/cb?a=1 ", 100).unwrap(),
             "https://h.example/cb?a=1"
         );
-        for bad in ["ftp://h/x", "not a url", "http://", "https://u:p@h.example/", "https://u@h.example/"] {
+        for bad in [
+            "ftp://h/x",
+            "not a url",
+            "http://",
+            "https://u:p@h.example/",
+            "https://u@h.example/",
+        ] {
             let e = check_client_url(bad, 100).unwrap_err().render();
             assert_eq!(e.status.as_u16(), 400, "{bad}");
-            assert!(e.envelope.message.contains("callback_url"), "{bad}: {}", e.envelope.message);
+            assert!(
+                e.envelope.message.contains("callback_url"),
+                "{bad}: {}",
+                e.envelope.message
+            );
         }
         assert!(check_client_url(&format!("https://h.example/{}", "a".repeat(100)), 100).is_err());
     }

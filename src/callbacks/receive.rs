@@ -30,12 +30,19 @@ pub fn token_of(path: &str) -> Option<&str> {
 fn answer(status: StatusCode, envelope: Envelope) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(envelope.to_bytes()));
     *r.status_mut() = status;
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     r
 }
 
-fn refuse(status: StatusCode, code: i64, reason: &'static str, message: &str) -> Response<Full<Bytes>> {
+fn refuse(
+    status: StatusCode,
+    code: i64,
+    reason: &'static str,
+    message: &str,
+) -> Response<Full<Bytes>> {
     metrics::counter!(m::REJECTED, "reason" => reason).increment(1);
     answer(status, Envelope::error(code, message))
 }
@@ -76,8 +83,14 @@ impl Relay {
             return refuse(StatusCode::NOT_FOUND, 4040, "token", "Resource not found");
         }
         if req.method() != Method::POST {
-            let mut r = refuse(StatusCode::METHOD_NOT_ALLOWED, 4000, "method", "callbacks are POSTed");
-            r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+            let mut r = refuse(
+                StatusCode::METHOD_NOT_ALLOWED,
+                4000,
+                "method",
+                "callbacks are POSTed",
+            );
+            r.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("POST"));
             return r;
         }
         let limit = self.cfg.max_body_bytes;
@@ -111,11 +124,19 @@ impl Relay {
                 if outcome == Inserted::New {
                     self.deliverer.wake.notify_one();
                 }
-                answer(StatusCode::OK, Envelope::success(json!({"id": id, "result": result})))
+                answer(
+                    StatusCode::OK,
+                    Envelope::success(json!({"id": id, "result": result})),
+                )
             }
             Err(e) => {
                 tracing::error!(error = %e, "callback could not be stored; V2 will retry");
-                refuse(StatusCode::SERVICE_UNAVAILABLE, 5000, "store", "callback could not be stored, retry later")
+                refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    5000,
+                    "store",
+                    "callback could not be stored, retry later",
+                )
             }
         }
     }
@@ -132,7 +153,10 @@ mod tests {
             ok(r#"{"run_slug":"R1","run_status":"succeeded","result_count":3}"#),
             ("R1".into(), "succeeded".into(), 3)
         );
-        assert_eq!(ok(r#"{"run_id":"R2","run_status":"Running"}"#), ("R2".into(), "running".into(), 0));
+        assert_eq!(
+            ok(r#"{"run_id":"R2","run_status":"Running"}"#),
+            ("R2".into(), "running".into(), 0)
+        );
         assert_eq!(ok(r#"{"run_id":42,"run_status":"failed"}"#).0, "42");
         for bad in [
             "",
@@ -144,7 +168,9 @@ mod tests {
         ] {
             assert!(parse_body(bad.as_bytes()).is_err(), "{bad}");
         }
-        assert!(parse_body(br#"{"run_slug":"R"}"#).unwrap_err().starts_with("run_status"));
+        assert!(parse_body(br#"{"run_slug":"R"}"#)
+            .unwrap_err()
+            .starts_with("run_status"));
     }
 
     #[test]

@@ -141,7 +141,10 @@ mod tests {
             let (lo, hi) = s.bounds(made).unwrap();
             for i in 0..=100 {
                 let d = s.after_failure(made, None, f64::from(i) / 100.0).unwrap();
-                assert!(d >= lo && d <= hi, "attempt {made}: {d:?} not in {lo:?}..{hi:?}");
+                assert!(
+                    d >= lo && d <= hi,
+                    "attempt {made}: {d:?} not in {lo:?}..{hi:?}"
+                );
             }
         }
         assert_eq!(s.after_failure(8, None, 0.5), None, "schedule used up");
@@ -160,9 +163,15 @@ mod tests {
     #[test]
     fn retry_after_reads_seconds_and_dates() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        assert_eq!(parse_retry_after(" 120 ", now), Some(Duration::from_secs(120)));
+        assert_eq!(
+            parse_retry_after(" 120 ", now),
+            Some(Duration::from_secs(120))
+        );
         let later = httpdate::fmt_http_date(now + Duration::from_secs(90));
-        assert_eq!(parse_retry_after(&later, now), Some(Duration::from_secs(90)));
+        assert_eq!(
+            parse_retry_after(&later, now),
+            Some(Duration::from_secs(90))
+        );
         assert_eq!(parse_retry_after("soon", now), None);
     }
 }

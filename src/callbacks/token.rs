@@ -123,7 +123,9 @@ impl Sealer {
         self.keys.iter().find_map(|key| {
             let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
             let mut buf = sealed.to_vec();
-            let plain = key.open_in_place(nonce, Aad::from([VERSION]), &mut buf).ok()?;
+            let plain = key
+                .open_in_place(nonce, Aad::from([VERSION]), &mut buf)
+                .ok()?;
             serde_json::from_slice::<Claims>(plain).ok()
         })
     }
@@ -158,7 +160,9 @@ mod tests {
         assert!(!text.contains("client.example") && !text.contains("secret-key"));
         // Two seals of the same claims differ (fresh nonce).
         assert_ne!(t, s.seal(&claims()).unwrap());
-        assert!(t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+        assert!(t
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
     }
 
     #[test]
@@ -168,7 +172,10 @@ mod tests {
         let mut raw = URL_SAFE_NO_PAD.decode(&t).unwrap();
         for i in [0, 5, raw.len() / 2, raw.len() - 1] {
             raw[i] ^= 1;
-            assert!(s.open(&URL_SAFE_NO_PAD.encode(&raw), 1_010).is_none(), "bit {i}");
+            assert!(
+                s.open(&URL_SAFE_NO_PAD.encode(&raw), 1_010).is_none(),
+                "bit {i}"
+            );
             raw[i] ^= 1;
         }
         assert!(s.open(&t[..t.len() - 3], 1_010).is_none());
@@ -176,9 +183,15 @@ mod tests {
         assert!(s.open("not*base64", 1_010).is_none());
         assert!(s.open(&"A".repeat(MAX_TOKEN_LEN + 1), 1_010).is_none());
         assert!(s.open(&t, 1_000 + 3601).is_none(), "expired");
-        assert_eq!(s.open_stored(&t), Some(claims()), "stored events outlive the TTL");
+        assert_eq!(
+            s.open_stored(&t),
+            Some(claims()),
+            "stored events outlive the TTL"
+        );
         assert!(s.open(&t, 800).is_none(), "issued in the future");
-        assert!(sealer(&["another-secret-entirely"]).open(&t, 1_010).is_none());
+        assert!(sealer(&["another-secret-entirely"])
+            .open(&t, 1_010)
+            .is_none());
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub struct Config {
     pub log: LogSection,
     pub grace_period: Duration,
     pub shadow: crate::shadow::ShadowConfig,
+    pub callbacks: crate::callbacks::CallbacksConfig,
 }
 
 /// [`CompatSection`] with its choices checked.

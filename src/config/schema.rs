@@ -22,6 +22,8 @@ pub struct RawConfig {
     pub log: LogSection,
     pub shutdown: ShutdownSection,
     pub shadow: crate::shadow::ShadowSection,
+    /// The callback relay (issue 9); checked in `callbacks::config`.
+    pub callbacks: crate::callbacks::CallbacksSection,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

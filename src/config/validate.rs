@@ -159,6 +159,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     }
 
     let shadow = crate::shadow::config::validate(&raw.shadow, &mut p);
+    let callbacks = crate::callbacks::config::validate(&raw.callbacks, &mut p);
 
     let (Some(base_url), true) = (base_url, p.is_empty()) else {
         return Err(ConfigErrors(p));
@@ -200,5 +201,6 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         log: raw.log,
         grace_period: Duration::from_secs(raw.shutdown.grace_period_secs),
         shadow,
+        callbacks,
     })
 }

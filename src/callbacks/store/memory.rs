@@ -19,7 +19,10 @@ impl MemoryStore {
 }
 
 fn same_run(map: &BTreeMap<String, Event>, run: &str) -> Vec<Event> {
-    map.values().filter(|e| e.run_slug == run).cloned().collect()
+    map.values()
+        .filter(|e| e.run_slug == run)
+        .cloned()
+        .collect()
 }
 
 fn ready<T: Send + 'static>(v: T) -> StoreFuture<'static, T> {
@@ -38,9 +41,16 @@ impl Store for MemoryStore {
         }))
     }
 
-    fn claim(&self, now_ms: u64, owner: &str, lease_ms: u64, limit: usize) -> StoreFuture<'_, Vec<Event>> {
+    fn claim(
+        &self,
+        now_ms: u64,
+        owner: &str,
+        lease_ms: u64,
+        limit: usize,
+    ) -> StoreFuture<'_, Vec<Event>> {
         ready(self.with(|m| {
-            let mut due: Vec<&mut Event> = m.values_mut().filter(|e| claimable(e, now_ms)).collect();
+            let mut due: Vec<&mut Event> =
+                m.values_mut().filter(|e| claimable(e, now_ms)).collect();
             due.sort_by_key(|e| e.next_ms);
             due.into_iter()
                 .take(limit)
@@ -54,32 +64,42 @@ impl Store for MemoryStore {
     }
 
     fn delivered(&self, id: &str, as_status: &str, now_ms: u64) -> StoreFuture<'_, ()> {
-        ready(self.with(|m| {
+        self.with(|m| {
             let Some(run) = m.get(id).map(|e| e.run_slug.clone()) else {
                 return;
             };
             for w in plan_delivered(id, as_status, &same_run(m, &run), now_ms) {
                 m.insert(w.id.clone(), w);
             }
-        }))
+        });
+        ready(())
     }
 
-    fn failed(&self, id: &str, attempts: u32, next_ms: Option<u64>, error: &str, now_ms: u64) -> StoreFuture<'_, ()> {
-        ready(self.with(|m| {
+    fn failed(
+        &self,
+        id: &str,
+        attempts: u32,
+        next_ms: Option<u64>,
+        error: &str,
+        now_ms: u64,
+    ) -> StoreFuture<'_, ()> {
+        self.with(|m| {
             if let Some(e) = m.get_mut(id) {
                 apply_failed(e, attempts, next_ms, error, now_ms);
             }
-        }))
+        });
+        ready(())
     }
 
     fn release(&self, id: &str, next_ms: u64) -> StoreFuture<'_, ()> {
-        ready(self.with(|m| {
+        self.with(|m| {
             if let Some(e) = m.get_mut(id).filter(|e| e.state == State::Pending) {
                 e.lease_until_ms = 0;
                 e.lease_owner.clear();
                 e.next_ms = next_ms;
             }
-        }))
+        });
+        ready(())
     }
 
     fn get(&self, id: &str) -> StoreFuture<'_, Option<Event>> {
@@ -109,7 +129,12 @@ impl Store for MemoryStore {
         }))
     }
 
-    fn redeliver_dead_since(&self, since_ms: u64, now_ms: u64, limit: usize) -> StoreFuture<'_, u64> {
+    fn redeliver_dead_since(
+        &self,
+        since_ms: u64,
+        now_ms: u64,
+        limit: usize,
+    ) -> StoreFuture<'_, u64> {
         ready(self.with(|m| {
             let mut n = 0;
             for e in m.values_mut() {

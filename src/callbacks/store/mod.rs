@@ -90,8 +90,12 @@ pub trait Store: Send + Sync + 'static {
     fn redeliver(&self, id: &str, now_ms: u64) -> StoreFuture<'_, bool>;
     /// Makes every dead event received at or after `since_ms` pending again
     /// (at most `limit`); returns how many.
-    fn redeliver_dead_since(&self, since_ms: u64, now_ms: u64, limit: usize)
-        -> StoreFuture<'_, u64>;
+    fn redeliver_dead_since(
+        &self,
+        since_ms: u64,
+        now_ms: u64,
+        limit: usize,
+    ) -> StoreFuture<'_, u64>;
     fn stats(&self) -> StoreFuture<'_, Stats>;
     /// Deletes done events finished before `before_ms`; returns how many.
     fn prune(&self, before_ms: u64) -> StoreFuture<'_, u64>;
@@ -112,11 +116,15 @@ pub fn plan_insert(mut new: Event, same_run: &[Event], now_ms: u64) -> InsertPla
         };
     }
     let r = new.rank();
-    let newer_known = same_run.iter().any(|e| {
-        e.rank() > r || e.delivered_status.as_deref().is_some_and(|d| rank(d) > r)
-    });
+    let newer_known = same_run
+        .iter()
+        .any(|e| e.rank() > r || e.delivered_status.as_deref().is_some_and(|d| rank(d) > r));
     if newer_known {
-        finish(&mut new, now_ms, "superseded: the run already has a newer status");
+        finish(
+            &mut new,
+            now_ms,
+            "superseded: the run already has a newer status",
+        );
         return InsertPlan {
             outcome: Inserted::Superseded,
             writes: vec![new],
@@ -163,7 +171,14 @@ pub fn plan_delivered(id: &str, as_status: &str, same_run: &[Event], now_ms: u64
             .find(|e| e.id == newer_id)
             .cloned()
             .unwrap_or_else(|| {
-                Event::new(&event.run_slug, &as_status, &event.token, event.results, now_ms, 0)
+                Event::new(
+                    &event.run_slug,
+                    &as_status,
+                    &event.token,
+                    event.results,
+                    now_ms,
+                    0,
+                )
             });
         if row.state != State::Done {
             finish(&mut row, now_ms, "");
@@ -230,7 +245,10 @@ pub fn stats_of<'a>(events: impl Iterator<Item = &'a Event>) -> Stats {
         match e.state {
             State::Pending => {
                 s.pending += 1;
-                s.oldest_pending_ms = Some(s.oldest_pending_ms.map_or(e.received_ms, |o| o.min(e.received_ms)));
+                s.oldest_pending_ms = Some(
+                    s.oldest_pending_ms
+                        .map_or(e.received_ms, |o| o.min(e.received_ms)),
+                );
                 let due = e.next_ms.max(e.lease_until_ms);
                 s.next_due_ms = Some(s.next_due_ms.map_or(due, |o| o.min(due)));
             }
@@ -258,14 +276,36 @@ pub mod suite {
     }
 
     async fn insert_dedupes_and_supersedes(store: &dyn Store) {
-        assert_eq!(store.insert(ev("A", "running", 10)).await.unwrap(), Inserted::New);
-        assert_eq!(store.insert(ev("A", "running", 11)).await.unwrap(), Inserted::Duplicate);
-        assert_eq!(store.insert(ev("A", "succeeded", 12)).await.unwrap(), Inserted::New);
+        assert_eq!(
+            store.insert(ev("A", "running", 10)).await.unwrap(),
+            Inserted::New
+        );
+        assert_eq!(
+            store.insert(ev("A", "running", 11)).await.unwrap(),
+            Inserted::Duplicate
+        );
+        assert_eq!(
+            store.insert(ev("A", "succeeded", 12)).await.unwrap(),
+            Inserted::New
+        );
         let running = store.get(&event_id("A", "running")).await.unwrap().unwrap();
-        assert_eq!(running.state, State::Done, "older pending status superseded");
-        assert_eq!(store.insert(ev("A", "ready", 13)).await.unwrap(), Inserted::Superseded);
+        assert_eq!(
+            running.state,
+            State::Done,
+            "older pending status superseded"
+        );
+        assert_eq!(
+            store.insert(ev("A", "ready", 13)).await.unwrap(),
+            Inserted::Superseded
+        );
         let pending = store.list(State::Pending, 0, 100).await.unwrap();
-        assert_eq!(pending.iter().map(|e| e.status.as_str()).collect::<Vec<_>>(), ["succeeded"]);
+        assert_eq!(
+            pending
+                .iter()
+                .map(|e| e.status.as_str())
+                .collect::<Vec<_>>(),
+            ["succeeded"]
+        );
     }
 
     async fn claim_leases_and_failures(store: &dyn Store) {
@@ -273,12 +313,23 @@ pub mod suite {
         let got = store.claim(100, "one", 1_000, 10).await.unwrap();
         let ids: Vec<_> = got.iter().map(|e| e.run_slug.as_str()).collect();
         assert!(ids.contains(&"B"), "{ids:?}");
-        assert!(store.claim(500, "two", 1_000, 10).await.unwrap().is_empty(), "leased");
+        assert!(
+            store.claim(500, "two", 1_000, 10).await.unwrap().is_empty(),
+            "leased"
+        );
         let b = event_id("B", "failed");
-        store.failed(&b, 1, Some(5_000), "HTTP 500", 600).await.unwrap();
+        store
+            .failed(&b, 1, Some(5_000), "HTTP 500", 600)
+            .await
+            .unwrap();
         let e = store.get(&b).await.unwrap().unwrap();
         assert_eq!((e.attempts, e.next_ms, e.lease_until_ms), (1, 5_000, 0));
-        assert!(store.claim(4_999, "two", 1_000, 10).await.unwrap().iter().all(|e| e.id != b));
+        assert!(store
+            .claim(4_999, "two", 1_000, 10)
+            .await
+            .unwrap()
+            .iter()
+            .all(|e| e.id != b));
         // A lease that runs out lets another deliverer take the event over.
         let again = store.claim(5_000, "two", 1_000, 10).await.unwrap();
         assert!(again.iter().any(|e| e.id == b));
@@ -296,11 +347,19 @@ pub mod suite {
         // Enrichment found the run already succeeded and delivered that.
         store.delivered(&id, "succeeded", 20).await.unwrap();
         let e = store.get(&id).await.unwrap().unwrap();
-        assert_eq!((e.state, e.delivered_status.as_deref()), (State::Done, Some("succeeded")));
+        assert_eq!(
+            (e.state, e.delivered_status.as_deref()),
+            (State::Done, Some("succeeded"))
+        );
         // V2's own `succeeded` callback arriving later is not sent again.
         let later = store.insert(ev("C", "succeeded", 30)).await.unwrap();
         assert_eq!(later, Inserted::Duplicate);
-        assert!(store.list(State::Pending, 0, 100).await.unwrap().iter().all(|e| e.run_slug != "C"));
+        assert!(store
+            .list(State::Pending, 0, 100)
+            .await
+            .unwrap()
+            .iter()
+            .all(|e| e.run_slug != "C"));
     }
 
     async fn dead_redelivery_and_prune(store: &dyn Store) {

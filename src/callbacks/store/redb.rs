@@ -38,7 +38,8 @@ fn decode(bytes: &[u8]) -> StoreResult<Event> {
 fn put(t: &mut Tx<'_>, ev: &Event) -> StoreResult<()> {
     let bytes = serde_json::to_vec(ev).map_err(e)?;
     t.0.insert(ev.id.as_str(), bytes.as_slice()).map_err(e)?;
-    t.1.insert(format!("{}\n{}", ev.run_slug, ev.id).as_str(), ()).map_err(e)?;
+    t.1.insert(format!("{}\n{}", ev.run_slug, ev.id).as_str(), ())
+        .map_err(e)?;
     Ok(())
 }
 
@@ -101,7 +102,10 @@ impl RedbStore {
     fn write_now<T>(&self, f: impl FnOnce(&mut Tx<'_>) -> StoreResult<T>) -> StoreResult<T> {
         let tx = self.db.begin_write().map_err(e)?;
         let out = {
-            let mut t = (tx.open_table(EVENTS).map_err(e)?, tx.open_table(RUNS).map_err(e)?);
+            let mut t = (
+                tx.open_table(EVENTS).map_err(e)?,
+                tx.open_table(RUNS).map_err(e)?,
+            );
             f(&mut t)?
         };
         tx.commit().map_err(e)?;
@@ -134,10 +138,19 @@ impl Store for RedbStore {
         })
     }
 
-    fn claim(&self, now_ms: u64, owner: &str, lease_ms: u64, limit: usize) -> StoreFuture<'_, Vec<Event>> {
+    fn claim(
+        &self,
+        now_ms: u64,
+        owner: &str,
+        lease_ms: u64,
+        limit: usize,
+    ) -> StoreFuture<'_, Vec<Event>> {
         let owner = owner.to_owned();
         self.write(move |t| {
-            let mut due: Vec<Event> = all_events(t)?.into_iter().filter(|e| claimable(e, now_ms)).collect();
+            let mut due: Vec<Event> = all_events(t)?
+                .into_iter()
+                .filter(|e| claimable(e, now_ms))
+                .collect();
             due.sort_by_key(|e| e.next_ms);
             due.truncate(limit);
             for ev in &mut due {
@@ -152,7 +165,9 @@ impl Store for RedbStore {
     fn delivered(&self, id: &str, as_status: &str, now_ms: u64) -> StoreFuture<'_, ()> {
         let (id, as_status) = (id.to_owned(), as_status.to_owned());
         self.write(move |t| {
-            let Some(ev) = load(t, &id)? else { return Ok(()) };
+            let Some(ev) = load(t, &id)? else {
+                return Ok(());
+            };
             for w in plan_delivered(&id, &as_status, &run_events(t, &ev.run_slug)?, now_ms) {
                 put(t, &w)?;
             }
@@ -160,7 +175,14 @@ impl Store for RedbStore {
         })
     }
 
-    fn failed(&self, id: &str, attempts: u32, next_ms: Option<u64>, error: &str, now_ms: u64) -> StoreFuture<'_, ()> {
+    fn failed(
+        &self,
+        id: &str,
+        attempts: u32,
+        next_ms: Option<u64>,
+        error: &str,
+        now_ms: u64,
+    ) -> StoreFuture<'_, ()> {
         let (id, error) = (id.to_owned(), error.to_owned());
         self.write(move |t| {
             if let Some(mut ev) = load(t, &id)? {
@@ -213,7 +235,12 @@ impl Store for RedbStore {
         })
     }
 
-    fn redeliver_dead_since(&self, since_ms: u64, now_ms: u64, limit: usize) -> StoreFuture<'_, u64> {
+    fn redeliver_dead_since(
+        &self,
+        since_ms: u64,
+        now_ms: u64,
+        limit: usize,
+    ) -> StoreFuture<'_, u64> {
         self.write(move |t| {
             let mut n = 0;
             for mut ev in all_events(t)? {
@@ -240,7 +267,8 @@ impl Store for RedbStore {
             for ev in all_events(t)? {
                 if ev.state == State::Done && ev.finished_ms < before_ms {
                     t.0.remove(ev.id.as_str()).map_err(e)?;
-                    t.1.remove(format!("{}\n{}", ev.run_slug, ev.id).as_str()).map_err(e)?;
+                    t.1.remove(format!("{}\n{}", ev.run_slug, ev.id).as_str())
+                        .map_err(e)?;
                     n += 1;
                 }
             }
@@ -266,7 +294,10 @@ mod tests {
         let path = dir.path().join("sub/cb.redb");
         {
             let store = RedbStore::open(&path).unwrap();
-            store.insert(Event::new("R", "succeeded", "tok", 2, 10, 0)).await.unwrap();
+            store
+                .insert(Event::new("R", "succeeded", "tok", 2, 10, 0))
+                .await
+                .unwrap();
             assert_eq!(store.claim(10, "gone", 60_000, 5).await.unwrap().len(), 1);
         }
         let store = RedbStore::open(&path).unwrap();
