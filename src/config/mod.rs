@@ -208,5 +208,6 @@ mod example_tests {
         assert_eq!(c.compat.origin_rename, d.compat.origin_rename);
         assert_eq!(c.upstream.base_url, d.upstream.base_url);
         assert_eq!(format!("{:?}", c.shadow), format!("{:?}", d.shadow));
+        assert_eq!(format!("{:?}", c.callbacks), format!("{:?}", d.callbacks));
     }
 }
