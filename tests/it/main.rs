@@ -6,9 +6,11 @@
 
 mod callbacks;
 mod cli;
+mod deploy;
 mod differential;
 mod gateway;
 mod golden;
+mod pipeline;
 mod python_sdk;
 mod sandbox;
 mod shadow;
