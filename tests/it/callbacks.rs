@@ -12,6 +12,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,6 +40,8 @@ const SECRET: &str = "integration-test-secret-0123";
 #[derive(Debug, Clone)]
 struct Got {
     path: String,
+    /// The status the receiver answered.
+    answered: u16,
     webhook_id: String,
     body: Value,
 }
@@ -52,6 +55,8 @@ struct Hook {
     base: String,
     rx: mpsc::UnboundedReceiver<Got>,
     script: Script,
+    /// While set, every request is answered 503.
+    down: Arc<AtomicBool>,
 }
 
 async fn hook() -> Hook {
@@ -60,15 +65,17 @@ async fn hook() -> Hook {
     let (tx, rx) = mpsc::unbounded_channel();
     let script: Script = Arc::default();
     let s = script.clone();
+    let down = Arc::new(AtomicBool::new(false));
+    let is_down = down.clone();
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
-            let (tx, s) = (tx.clone(), s.clone());
+            let (tx, s, is_down) = (tx.clone(), s.clone(), is_down.clone());
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let (tx, s) = (tx.clone(), s.clone());
+                    let (tx, s, is_down) = (tx.clone(), s.clone(), is_down.clone());
                     async move {
                         let path = req.uri().path().to_owned();
                         let webhook_id = req
@@ -79,10 +86,14 @@ async fn hook() -> Hook {
                             .to_owned();
                         let bytes = req.into_body().collect().await.unwrap().to_bytes();
                         let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                        let (status, retry_after) =
-                            s.lock().unwrap().pop_front().unwrap_or((200, None));
+                        let (status, retry_after) = if is_down.load(Ordering::SeqCst) {
+                            (503, None)
+                        } else {
+                            s.lock().unwrap().pop_front().unwrap_or((200, None))
+                        };
                         let _ = tx.send(Got {
                             path,
+                            answered: status,
                             webhook_id,
                             body,
                         });
@@ -105,6 +116,7 @@ async fn hook() -> Hook {
         base: format!("http://{addr}"),
         rx,
         script,
+        down,
     }
 }
 
@@ -601,4 +613,123 @@ async fn forged_altered_and_expired_tokens_get_404_and_store_nothing() {
         assert_eq!((e.status.as_u16(), e.envelope.code), (400, 4000));
         assert!(e.envelope.message.contains("callback_url"));
     }
+}
+
+/// Starts `v1compat serve` and returns it with its public address once the
+/// listening line is logged.
+async fn serve_binary(config: &std::path::Path) -> (std::process::Child, SocketAddr) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_v1compat"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .env_clear()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let _ = tx.send(line.unwrap_or_default());
+        }
+    });
+    let public = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(line) = rx.recv().await {
+            let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            if v["message"] == "v1compat listening" {
+                return v["public"].as_str().unwrap().parse::<SocketAddr>().unwrap();
+            }
+        }
+        panic!("v1compat exited without listening");
+    })
+    .await
+    .expect("v1compat did not start listening");
+    // Keep draining the log so the child never blocks on a full pipe.
+    tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    (child, public)
+}
+
+/// V2's callback accepted, the process killed with SIGKILL before it could
+/// deliver, started again on the same redb file: the notification arrives.
+#[tokio::test]
+async fn a_callback_accepted_before_kill_9_is_delivered_after_restart() {
+    let sb = Sandbox::start(
+        SandboxConfig {
+            speed: 0.001,
+            ..SandboxConfig::default()
+        },
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    )
+    .await
+    .unwrap();
+    let key = sb.api_key().to_owned();
+    let v2 = format!("http://{}", sb.v2_addr());
+    let mut hook = hook().await;
+    hook.down.store(true, Ordering::SeqCst);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("v1compat.toml");
+    // public_url points nowhere: the test posts V2's callback itself, so it
+    // knows the moment the gateway acknowledged it.
+    std::fs::write(
+        &config,
+        format!(
+            "[listen]\npublic = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[upstream]\nbase_url = \"{v2}\"\n[log]\nformat = \"json\"\n[callbacks]\npublic_url = \"http://127.0.0.1:9\"\nsecret = \"{SECRET}\"\nstore = \"redb:{}\"\nallow_cidrs = [\"127.0.0.0/8\"]\nretry_schedule = [\"0s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\"]\njitter_percent = 0\npoll_interval_ms = 100\n",
+            dir.path().join("callbacks.redb").display()
+        ),
+    )
+    .unwrap();
+
+    let (mut first, gw) = serve_binary(&config).await;
+    let body = json!({"scraper_slug": "coreclaw/google-maps-scraper", "is_async": true,
+                      "callback_url": format!("{}/crash", hook.base),
+                      "input": {"parameters": {"custom": {"max_results": 5}}}});
+    let (st, started) = post(&format!("http://{gw}/api/v1/scraper/run"), &key, body).await;
+    assert_eq!(st, 200, "{started}");
+    let run = started["data"]["run_slug"].as_str().unwrap().to_owned();
+    let log = get(&format!("{v2}/__sandbox/requests")).await;
+    let v2_url = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["body"]["callback_url"].as_str())
+        .find(|u| u.contains("/callbacks/v2/"))
+        .expect("V2 was given the relay URL")
+        .to_owned();
+    let path = v2_url.strip_prefix("http://127.0.0.1:9").unwrap();
+    let (st, _) = post(
+        &format!("{v2}/__sandbox/advance"),
+        &key,
+        json!({"seconds": 100}),
+    )
+    .await;
+    assert_eq!(st, 200);
+    let v2_body = json!({"run_slug": run, "run_status": "succeeded", "result_count": 5});
+    let (st, ack) = post(&format!("http://{gw}{path}"), "", v2_body).await;
+    assert_eq!(st, 200, "{ack}");
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let mut seen = Vec::new();
+    while let Ok(g) = hook.rx.try_recv() {
+        seen.push(g);
+    }
+    assert!(
+        seen.iter().all(|g| g.answered != 200),
+        "delivered before the kill"
+    );
+
+    hook.down.store(false, Ordering::SeqCst);
+    let (mut second, _) = serve_binary(&config).await;
+    hook.until(&mut seen, |s| s.iter().any(|g| g.answered == 200))
+        .await;
+    let delivered = seen.iter().find(|g| g.answered == 200).unwrap();
+    assert_eq!(delivered.path, "/crash");
+    assert_eq!(delivered.body["run_slug"], run.as_str());
+    assert_eq!(delivered.body["status"], 3);
+    assert_eq!(delivered.body["results"], 5);
+    let ids: Vec<&str> = seen.iter().map(|g| g.webhook_id.as_str()).collect();
+    assert!(ids.iter().all(|i| *i == ids[0]), "{ids:?}");
+    second.kill().unwrap();
+    second.wait().unwrap();
+    sb.shutdown().await;
 }
