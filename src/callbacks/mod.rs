@@ -199,9 +199,11 @@ pub async fn open_store(kind: &StoreKind) -> Result<Arc<dyn Store>, String> {
                 .map_err(|e| e.to_string())?;
             Arc::new(s)
         }
-        StoreKind::Postgres(_) => {
-            return Err("callbacks.store: PostgreSQL is not available in this build".into())
-        }
+        StoreKind::Postgres(url) => Arc::new(
+            store::postgres::PostgresStore::connect(url, store::postgres::TABLE)
+                .await
+                .map_err(|e| format!("callbacks.store: {e}"))?,
+        ),
     })
 }
 

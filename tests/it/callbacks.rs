@@ -57,6 +57,8 @@ struct Hook {
     script: Script,
     /// While set, every request is answered 503.
     down: Arc<AtomicBool>,
+    /// While set, requests are recorded and never answered.
+    hang: Arc<AtomicBool>,
 }
 
 async fn hook() -> Hook {
@@ -67,15 +69,19 @@ async fn hook() -> Hook {
     let s = script.clone();
     let down = Arc::new(AtomicBool::new(false));
     let is_down = down.clone();
+    let hang = Arc::new(AtomicBool::new(false));
+    let is_hung = hang.clone();
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
-            let (tx, s, is_down) = (tx.clone(), s.clone(), is_down.clone());
+            let (tx, s, is_down, is_hung) =
+                (tx.clone(), s.clone(), is_down.clone(), is_hung.clone());
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let (tx, s, is_down) = (tx.clone(), s.clone(), is_down.clone());
+                    let (tx, s, is_down, is_hung) =
+                        (tx.clone(), s.clone(), is_down.clone(), is_hung.clone());
                     async move {
                         let path = req.uri().path().to_owned();
                         let webhook_id = req
@@ -86,6 +92,16 @@ async fn hook() -> Hook {
                             .to_owned();
                         let bytes = req.into_body().collect().await.unwrap().to_bytes();
                         let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                        if is_hung.load(Ordering::SeqCst) {
+                            let _ = tx.send(Got {
+                                path,
+                                answered: 0,
+                                webhook_id,
+                                body,
+                            });
+                            std::future::pending::<()>().await;
+                            unreachable!();
+                        }
                         let (status, retry_after) = if is_down.load(Ordering::SeqCst) {
                             (503, None)
                         } else {
@@ -117,6 +133,7 @@ async fn hook() -> Hook {
         rx,
         script,
         down,
+        hang,
     }
 }
 
@@ -732,4 +749,168 @@ async fn a_callback_accepted_before_kill_9_is_delivered_after_restart() {
     second.kill().unwrap();
     second.wait().unwrap();
     sb.shutdown().await;
+}
+
+/// The PostgreSQL server of `TEST_POSTGRES_URL`, or `None` after saying
+/// (on the real stderr, past the test harness's capture) what was skipped.
+fn postgres_url(suite: &str) -> Option<String> {
+    match std::env::var("TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: {suite} (needs PostgreSQL; run with TEST_POSTGRES_URL=postgres://user@127.0.0.1:5432/postgres, as .ci/run does)"
+            );
+            None
+        }
+    }
+}
+
+/// A fresh database on that server, so tests never see each other's rows.
+async fn fresh_database(url: &str) -> String {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let name = format!(
+        "cbtest_{}",
+        ulid::Ulid::new().to_string().to_ascii_lowercase()
+    );
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let mut u = url::Url::parse(url).unwrap();
+    u.set_path(&format!("/{name}"));
+    u.to_string()
+}
+
+#[tokio::test]
+async fn postgres_store_passes_the_store_suite() {
+    let Some(url) = postgres_url("PostgreSQL store suite") else {
+        return;
+    };
+    let db = fresh_database(&url).await;
+    let store = v1compat::callbacks::store::postgres::PostgresStore::connect(&db, "callbacks")
+        .await
+        .unwrap();
+    v1compat::callbacks::store::suite::run_all(&store).await;
+}
+
+/// A token for `url` sealed with the test secret, as a gateway would make it.
+fn seal(url: &str) -> String {
+    use v1compat::callbacks::token::{Claims, Sealer};
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    Sealer::new(&[SECRET.to_owned()], 3600)
+        .seal(&Claims {
+            url: url.to_owned(),
+            key: None,
+            issued: now,
+        })
+        .unwrap()
+}
+
+/// Two gateway processes on one database deliver every event once; when the
+/// one holding a claim is killed, another takes the claim over after its lease.
+#[tokio::test]
+async fn gateway_replicas_share_one_postgres_queue_and_take_over_claims() {
+    let Some(url) = postgres_url("two gateway processes on one PostgreSQL") else {
+        return;
+    };
+    let db = fresh_database(&url).await;
+    let mut hook = hook().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("v1compat.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[listen]\npublic = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[upstream]\nbase_url = \"http://127.0.0.1:9\"\n[log]\nformat = \"json\"\n[callbacks]\npublic_url = \"http://127.0.0.1:9\"\nsecret = \"{SECRET}\"\nstore = \"{db}\"\nenrich = false\nallow_cidrs = [\"127.0.0.0/8\"]\nretry_schedule = [\"0s\", \"1s\", \"1s\", \"1s\", \"1s\"]\njitter_percent = 0\npoll_interval_ms = 100\nlease_secs = 2\nattempt_timeout_ms = 60000\n"
+        ),
+    )
+    .unwrap();
+    let (mut a, gw_a) = serve_binary(&config).await;
+    let (mut b, gw_b) = serve_binary(&config).await;
+    let token = seal(&format!("{}/shared", hook.base));
+    for i in 0..10 {
+        let gw = if i % 2 == 0 { gw_a } else { gw_b };
+        let body =
+            json!({"run_slug": format!("RUN{i}"), "run_status": "succeeded", "result_count": i});
+        let (st, r) = post(&format!("http://{gw}/callbacks/v2/{token}"), "", body).await;
+        assert_eq!(st, 200, "{r}");
+    }
+    let mut seen = Vec::new();
+    hook.until(&mut seen, |s| {
+        s.iter().filter(|g| g.answered == 200).count() >= 10
+    })
+    .await;
+    for i in 0..10 {
+        let n = seen
+            .iter()
+            .filter(|g| g.answered == 200 && g.body["run_slug"] == format!("RUN{i}").as_str())
+            .count();
+        assert_eq!(n, 1, "RUN{i} delivered {n} times: {seen:#?}");
+    }
+
+    // The receiver answered; wait until the replicas have also recorded every
+    // delivery (a kill in between would rightly cause a redelivery).
+    let (client, conn) = tokio_postgres::connect(&db, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM v1compat_callbacks WHERE state <> 'done'",
+                &[],
+            )
+            .await
+            .unwrap();
+        if row.get::<_, i64>(0) == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "deliveries never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Takeover: only A runs; its attempt hangs; A is killed holding the claim.
+    b.kill().unwrap();
+    b.wait().unwrap();
+    hook.hang.store(true, Ordering::SeqCst);
+    let body = json!({"run_slug": "RUN_TAKEOVER", "run_status": "failed"});
+    let (st, _) = post(&format!("http://{gw_a}/callbacks/v2/{token}"), "", body).await;
+    assert_eq!(st, 200);
+    let mut held = Vec::new();
+    hook.until(&mut held, |s| {
+        s.iter().any(|g| g.body["run_slug"] == "RUN_TAKEOVER")
+    })
+    .await;
+    a.kill().unwrap();
+    a.wait().unwrap();
+    hook.hang.store(false, Ordering::SeqCst);
+    let (mut c, _) = serve_binary(&config).await;
+    hook.until(&mut held, |s| {
+        s.iter()
+            .any(|g| g.answered == 200 && g.body["run_slug"] == "RUN_TAKEOVER")
+    })
+    .await;
+    let stray: Vec<&Got> = held
+        .iter()
+        .filter(|g| g.body["run_slug"] != "RUN_TAKEOVER")
+        .collect();
+    assert!(
+        stray.is_empty(),
+        "deliveries after the first ten: {stray:#?}"
+    );
+    let delivered = held.iter().find(|g| g.answered == 200).unwrap();
+    assert_eq!(delivered.body["status"], 4);
+    c.kill().unwrap();
+    c.wait().unwrap();
 }

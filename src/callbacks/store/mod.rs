@@ -19,6 +19,7 @@ use std::pin::Pin;
 use super::event::{event_id, rank, Event, State};
 
 pub mod memory;
+pub mod postgres;
 pub mod redb;
 
 #[derive(Debug, thiserror::Error)]
