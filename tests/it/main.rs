@@ -10,6 +10,7 @@ mod deploy;
 mod differential;
 mod gateway;
 mod golden;
+mod operations;
 mod pipeline;
 mod python_sdk;
 mod sandbox;
