@@ -172,6 +172,29 @@ pub struct CompatSection {
     pub extra_export_formats: bool,
     /// V2 `origin` values rewritten for V1 clients.
     pub origin_rename: BTreeMap<String, String>,
+    /// HTTP status of V1 error envelopes: `http` (documented per code) or `200`.
+    #[serde(deserialize_with = "string_or_integer")]
+    pub business_error_status: String,
+    /// Store search with `search=`: `refuse` (400 / 4000) or `all`.
+    pub empty_store_search: String,
+    /// Keyed operation without a key: `401` (20001) or `400` (4000).
+    #[serde(deserialize_with = "string_or_integer")]
+    pub missing_key_status: String,
+}
+
+/// `200` and `"200"` alike: a status reads naturally unquoted, and environment
+/// overrides turn digits into integers.
+fn string_or_integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        S(String),
+        I(i64),
+    }
+    Ok(match Either::deserialize(d)? {
+        Either::S(s) => s,
+        Either::I(i) => i.to_string(),
+    })
 }
 
 impl Default for CompatSection {
@@ -187,6 +210,9 @@ impl Default for CompatSection {
                 .into_iter()
                 .map(|(a, b)| (a.to_owned(), b.to_owned()))
                 .collect(),
+            business_error_status: "http".into(),
+            empty_store_search: "refuse".into(),
+            missing_key_status: "401".into(),
         }
     }
 }
@@ -250,6 +276,8 @@ pub struct Compat {
     pub unknown_status: i64,
     pub extra_export_formats: bool,
     pub origin_rename: BTreeMap<String, String>,
+    /// The V1 dialect choices (see [`crate::dialect`]).
+    pub dialect: crate::dialect::Dialect,
 }
 
 impl Default for Compat {
@@ -506,6 +534,37 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         }
     }
 
+    fn choice<T: Default + for<'de> Deserialize<'de>>(
+        p: &mut Vec<String>,
+        key: &str,
+        value: &str,
+        allowed: &str,
+    ) -> T {
+        crate::dialect::parse_choice(key, value, allowed)
+            .map_err(|e| p.push(e))
+            .unwrap_or_default()
+    }
+    let dialect = crate::dialect::Dialect {
+        business_error_status: choice(
+            &mut p,
+            "compat.business_error_status",
+            &c.business_error_status,
+            "http, 200",
+        ),
+        empty_store_search: choice(
+            &mut p,
+            "compat.empty_store_search",
+            &c.empty_store_search,
+            "refuse, all",
+        ),
+        missing_key_status: choice(
+            &mut p,
+            "compat.missing_key_status",
+            &c.missing_key_status,
+            "401, 400",
+        ),
+    };
+
     match raw.log.format.as_str() {
         "json" | "text" => {}
         other => p.push(format!("log.format: {other:?} is not one of json, text")),
@@ -555,6 +614,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             unknown_status: c.unknown_status,
             extra_export_formats: c.extra_export_formats,
             origin_rename: c.origin_rename.clone(),
+            dialect,
         },
         log: raw.log,
         grace_period: Duration::from_secs(raw.shutdown.grace_period_secs),
@@ -623,6 +683,32 @@ mod tests {
         assert_eq!(c.upstream.base_url.as_str(), "http://b.example:81/");
         assert_eq!(c.limits.fanout_concurrency, 4);
         assert!(!c.compat.extra_export_formats);
+    }
+
+    #[test]
+    fn dialect_choices_read_quoted_unquoted_and_from_the_environment() {
+        use crate::dialect::{BusinessErrorStatus, EmptyStoreSearch, MissingKeyStatus};
+        let c = load(
+            "[compat]\nbusiness_error_status = 200\nempty_store_search = \"all\"\n",
+            env(&[("V1COMPAT_COMPAT__MISSING_KEY_STATUS", "400")]),
+        )
+        .unwrap();
+        assert_eq!(
+            c.compat.dialect.business_error_status,
+            BusinessErrorStatus::Always200
+        );
+        assert_eq!(c.compat.dialect.empty_store_search, EmptyStoreSearch::All);
+        assert_eq!(
+            c.compat.dialect.missing_key_status,
+            MissingKeyStatus::BadRequest
+        );
+        let err = load(
+            "[compat]\nbusiness_error_status = \"404\"\nempty_store_search = \"none\"\nmissing_key_status = 403\n",
+            env(&[]),
+        )
+        .unwrap_err();
+        assert_eq!(err.0.len(), 3, "{err}");
+        assert!(err.to_string().contains("compat.business_error_status"));
     }
 
     #[test]

@@ -27,6 +27,7 @@ use tokio::sync::watch;
 
 pub mod config;
 pub mod demo;
+pub mod dialect;
 pub mod error;
 pub mod ops;
 pub mod paging;

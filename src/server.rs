@@ -80,6 +80,7 @@ pub async fn serve_public(
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let grace = gateway.config.grace_period;
+    let dialect = gateway.config.compat.dialect;
     let state = Arc::new(Public {
         in_flight: Semaphore::new(gateway.config.limits.max_in_flight),
         shadow,
@@ -104,9 +105,9 @@ pub async fn serve_public(
             tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = tracing::field::Empty, operation = tracing::field::Empty)
         }))
         // A panic in an operation becomes a V1 500 envelope, not a reset.
-        .layer(CatchPanicLayer::custom(|_| {
+        .layer(CatchPanicLayer::custom(move |_| {
             tracing::error!("operation panicked");
-            v1_error(&GatewayError::Internal("panic".into()))
+            v1_error(&GatewayError::Internal("panic".into()), &dialect)
         }))
         .service_fn(move |req| {
             let state = state.clone();
@@ -121,11 +122,18 @@ async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Byte
         usable_request_id(req.headers()).unwrap_or_else(|| ulid::Ulid::new().to_string());
     tracing::Span::current().record("request_id", request_id.as_str());
     let Some(op) = route::route(req.method(), req.uri().path()) else {
-        return finish(None, Err(GatewayError::UnknownRoute), &request_id, started);
+        return finish(
+            state,
+            None,
+            Err(GatewayError::UnknownRoute),
+            &request_id,
+            started,
+        );
     };
     tracing::Span::current().record("operation", op.name());
     let Ok(_permit) = state.in_flight.try_acquire() else {
         return finish(
+            state,
             Some(op),
             Err(GatewayError::Overloaded),
             &request_id,
@@ -134,7 +142,7 @@ async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Byte
     };
     metrics::gauge!(telemetry::IN_FLIGHT).increment(1.0);
     let response = match read_request(&state.gateway, op, req, &request_id).await {
-        Err(err) => finish(Some(op), Err(err), &request_id, started),
+        Err(err) => finish(state, Some(op), Err(err), &request_id, started),
         Ok(read) => {
             // Shadow mode: a copy is chosen before answering and handed to its
             // own task after; the client's answer never waits for it.
@@ -143,11 +151,11 @@ async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Byte
             let response = match mirror.filter(|m| m.primary() == Primary::Legacy) {
                 Some(m) => match m.proxy(op, &read.call).await {
                     Ok(answer) => relayed(op, answer, started),
-                    Err(err) => finish(Some(op), Err(err), &request_id, started),
+                    Err(err) => finish(state, Some(op), Err(err), &request_id, started),
                 },
                 None => {
                     let result = translate(&state.gateway, read.v1).await;
-                    finish(Some(op), result, &request_id, started)
+                    finish(state, Some(op), result, &request_id, started)
                 }
             };
             if let (Some(m), Some(copy)) = (mirror, copy) {
@@ -160,7 +168,10 @@ async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Byte
     response
 }
 
-/// Reads and checks a routed request: key, content type, body size.
+/// Reads and checks a routed request: key and body size. The body is read as
+/// JSON whatever its `Content-Type` says: V1 did so (a `curl -d` body arrives as
+/// `application/x-www-form-urlencoded`), and a body that is not JSON is still
+/// refused naming the problem.
 async fn read_request(
     gw: &Gateway,
     op: Operation,
@@ -169,9 +180,6 @@ async fn read_request(
 ) -> Result<ReadRequest, GatewayError> {
     let key = client_key(req.headers())?;
     let (parts, body) = req.into_parts();
-    if parts.method == Method::POST {
-        check_content_type(&parts.headers)?;
-    }
     let limit = gw.config.limits.max_body_bytes;
     let body = match Limited::new(body, limit).collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -239,21 +247,8 @@ fn client_key(headers: &HeaderMap) -> Result<Option<ApiKey>, GatewayError> {
     Ok(None)
 }
 
-fn check_content_type(headers: &HeaderMap) -> Result<(), GatewayError> {
-    match headers
-        .get(header::CONTENT_TYPE)
-        .map(|v| v.to_str().unwrap_or(""))
-    {
-        None => Ok(()),
-        Some(ct) if ct.to_ascii_lowercase().contains("json") => Ok(()),
-        Some(_) => Err(GatewayError::bad(
-            "Content-Type",
-            "must be application/json",
-        )),
-    }
-}
-
 fn finish(
+    state: &Public,
     op: Option<Operation>,
     result: Result<ops::Answer, GatewayError>,
     request_id: &str,
@@ -274,7 +269,8 @@ fn finish(
             (resp, answer.upstream_calls)
         }
         Err(err) => {
-            let rendered = err.render();
+            let dialect = &state.gateway.config.compat.dialect;
+            let rendered = err.render_in(dialect);
             match rendered.origin {
                 crate::error::Origin::Client => {
                     tracing::info!(error = %err, status = rendered.status.as_u16(), "request refused")
@@ -284,7 +280,7 @@ fn finish(
                 }
             }
             metrics::counter!(telemetry::ERRORS, "operation" => name, "origin" => rendered.origin.as_str(), "cause" => rendered.cause).increment(1);
-            (v1_error(&err), 0)
+            (v1_error(&err, dialect), 0)
         }
     };
     let mut response = response;
@@ -313,8 +309,8 @@ fn relayed(op: Operation, answer: Received, started: Instant) -> Response<Full<B
     response
 }
 
-fn v1_error(err: &GatewayError) -> Response<Full<Bytes>> {
-    let rendered = err.render();
+fn v1_error(err: &GatewayError, dialect: &crate::dialect::Dialect) -> Response<Full<Bytes>> {
+    let rendered = err.render_in(dialect);
     let mut resp = json_response(rendered.status, rendered.envelope.to_bytes());
     let h = resp.headers_mut();
     h.insert(

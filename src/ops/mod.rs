@@ -132,6 +132,7 @@ impl<'a> Exchange<'a> {
                 status: reply.status,
                 code,
                 message: envelope.message.unwrap_or_default(),
+                details: crate::error::details_of(envelope.details.as_ref()),
                 v2_request_id,
             }),
         }
@@ -167,7 +168,7 @@ pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError
         Some(k) => Some(k),
         None if req.op.is_public() => gw.config.service_key.clone(),
         None => {
-            return Err(GatewayError::Unauthorized(
+            return Err(GatewayError::MissingKey(
                 "send your key in the api-key header".into(),
             ))
         }

@@ -6,6 +6,11 @@
 //! | `version` | `version` | passed when given (`latest` included) |
 //! | `is_async` (default `true`) | `is_async` | sent explicitly |
 //! | `input` (`parameters.system`, `parameters.custom`) | `input` | kept whole; must be an object with a `parameters` object; `custom` defaults to `{}` |
+//! | `system.cpus`, `system.memory` = `0` or `null` | omitted | V1 read 0 as "the worker's default"; V2 refuses 0, and an omitted field gets the worker's default |
+//! | `system.execute_limit_time_seconds` = `0` or `null` | omitted | V1 read 0 as "no limit of my own"; V2 refuses 0; omitted, the worker's time-out (1800 s in the shipped defaults) applies |
+//! | `system.max_total_charge`, `system.max_total_traffic` = `0` or `null` | omitted | V1 read 0 as "no cap" (the shipped defaults are 0); V2 refuses 0; omitted, the worker's default cap (none) applies |
+//! | `system.proxy_region` = `""` or `null` | omitted | V1's default region (`US`) is V2's |
+//! | other `system` values | unchanged | negative numbers and wrong types reach V2, whose refusal (with its reason) is the answer |
 //! | `callback_url` | `callback_url` | optional; absolute http(s) URL |
 //! | sync `page_index`/`page_size` (default 1/10) | sync `offset`/`limit` | above 100 rows: first 100-row page in the run call, the rest from the result endpoint |
 //! | sync `data` | sync `data` | `run_status`: `succeeded`/`failed` → `completed`, other → `running`; timestamps seconds → milliseconds; results headers gain `format` |
@@ -62,11 +67,15 @@ pub fn start_run_request(
             ))
         }
     }
-    if !matches!(params.get("system"), None | Some(Value::Object(_))) {
-        return Err(GatewayError::bad(
-            "input.parameters.system",
-            "must be an object",
-        ));
+    match params.get_mut("system") {
+        None => {}
+        Some(Value::Object(system)) => v2_system(system),
+        Some(_) => {
+            return Err(GatewayError::bad(
+                "input.parameters.system",
+                "must be an object",
+            ))
+        }
     }
     let mut v2 = Map::new();
     v2.insert("input".into(), Value::Object(input));
@@ -95,6 +104,33 @@ pub fn start_run_request(
         body: Value::Object(v2),
         sync,
     })
+}
+
+/// The `system` fields whose V1 "no limit / use the default" spellings V2
+/// refuses, with the spellings: numbers equal to zero and `null` (and `""`
+/// for the region). The rule per field is the table at the top of this module.
+const DEFAULTED_SYSTEM_FIELDS: [&str; 6] = [
+    "cpus",
+    "memory",
+    "execute_limit_time_seconds",
+    "max_total_charge",
+    "max_total_traffic",
+    "proxy_region",
+];
+
+/// Applies the zero-means-default rule to a V1 `input.parameters.system`:
+/// a field V1 read as "the worker's default" is left out, which is how V2
+/// spells the same thing.
+pub fn v2_system(system: &mut Map<String, Value>) {
+    system.retain(|name, value| {
+        let means_default = match value {
+            Value::Null => true,
+            Value::Number(n) => n.as_f64() == Some(0.0),
+            Value::String(s) => name == "proxy_region" && s.trim().is_empty(),
+            _ => false,
+        };
+        !(means_default && DEFAULTED_SYSTEM_FIELDS.contains(&name.as_str()))
+    });
 }
 
 /// `data.run_slug` of an asynchronous start, rerun or task run.
@@ -254,6 +290,24 @@ mod tests {
             json!({"input":{"parameters":{"system":{"cpus":1,"memory":512},"custom":{"q":"x"}}},"is_async":true,"version":"v1.0.2","callback_url":"http://h/cb"})
         );
         assert!(r.sync.is_none());
+    }
+
+    #[test]
+    fn zero_system_limits_become_the_workers_defaults() {
+        let r = req(r#"{"input":{"parameters":{"custom":{},"system":{"cpus":0,"memory":0.0,"execute_limit_time_seconds":0,"max_total_charge":0,"max_total_traffic":null,"proxy_region":""}}}}"#).unwrap();
+        assert_eq!(r.body["input"]["parameters"]["system"], json!({}));
+        let r = req(r#"{"input":{"parameters":{"custom":{},"system":{"cpus":0.125,"memory":512,"execute_limit_time_seconds":0,"max_total_charge":2,"max_total_traffic":0,"proxy_region":"DE"}}}}"#).unwrap();
+        assert_eq!(
+            r.body["input"]["parameters"]["system"],
+            json!({"cpus":0.125,"memory":512,"max_total_charge":2,"proxy_region":"DE"})
+        );
+        // Not a default spelling: passed on for V2 to judge.
+        let r = req(r#"{"input":{"parameters":{"system":{"cpus":-1,"memory":"0","other":0}}}}"#)
+            .unwrap();
+        assert_eq!(
+            r.body["input"]["parameters"]["system"],
+            json!({"cpus":-1,"memory":"0","other":0})
+        );
     }
 
     #[test]

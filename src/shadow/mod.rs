@@ -127,12 +127,15 @@ impl Drop for Slot {
     }
 }
 
-/// A V1 answer rendered the way the server renders it.
-pub fn v1_answer(result: Result<OpsAnswer, GatewayError>) -> (StatusCode, Bytes) {
+/// A V1 answer rendered the way the server renders it, in the gateway's dialect.
+pub fn v1_answer(
+    result: Result<OpsAnswer, GatewayError>,
+    dialect: &crate::dialect::Dialect,
+) -> (StatusCode, Bytes) {
     match result {
         Ok(answer) => (StatusCode::OK, Envelope::success(answer.data).to_bytes()),
         Err(err) => {
-            let r = err.render();
+            let r = err.render_in(dialect);
             (r.status, r.envelope.to_bytes())
         }
     }
@@ -291,7 +294,8 @@ impl Mirror {
                     let v1 = copy.v1.clone();
                     match tokio::time::timeout(timeout, ops::handle(&self.gateway, v1)).await {
                         Ok(result) => {
-                            let (status, body) = v1_answer(result);
+                            let (status, body) =
+                                v1_answer(result, &self.gateway.config.compat.dialect);
                             Ok((status, body, started.elapsed()))
                         }
                         Err(_) => Err(UpstreamFailure::Timeout(timeout)),

@@ -339,7 +339,7 @@ async fn one(
                     };
                     match tokio::time::timeout(timeout, ops::handle(gw, v1)).await {
                         Ok(result) => {
-                            let (status, body) = v1_answer(result);
+                            let (status, body) = v1_answer(result, &gw.config.compat.dialect);
                             Ok((status, body, started.elapsed()))
                         }
                         Err(_) => Err(UpstreamFailure::Timeout(timeout)),

@@ -91,6 +91,7 @@ fn config(case: &Case, base_url: &str) -> String {
 async fn run_in_process(case: &Case) -> (Expect, ScriptedV2) {
     let v2 = ScriptedV2::new(case.v2.clone());
     let cfg = v1compat::config::load(&config(case, "http://v2.invalid"), Vec::new()).unwrap();
+    let dialect = cfg.compat.dialect;
     let gw = Gateway::new(Arc::new(v2.clone()), Arc::new(cfg));
     let method = Method::from_bytes(case.v1.method.as_bytes()).unwrap();
     let (path, query) = match case.v1.path.split_once('?') {
@@ -116,7 +117,7 @@ async fn run_in_process(case: &Case) -> (Expect, ScriptedV2) {
             body: serde_json::to_value(v1compat::v1::Envelope::success(answer.data)).unwrap(),
         },
         Err(e) => {
-            let r = e.render();
+            let r = e.render_in(&dialect);
             Expect {
                 status: r.status.as_u16(),
                 body: serde_json::to_value(r.envelope).unwrap(),
@@ -191,6 +192,57 @@ fn check_v2(name: &str, case: &Case, v2: &ScriptedV2) -> Vec<String> {
         ));
     }
     problems
+}
+
+/// The case under `compat.business_error_status = "200"`: every V1 error
+/// envelope is the same, sent with HTTP 200.
+fn with_errors_as_200(case: &Case) -> Case {
+    let mut out = case.clone();
+    let key = "business_error_status = \"200\"\n";
+    out.config = match out.config.find("[compat]\n") {
+        Some(at) => {
+            let after = at + "[compat]\n".len();
+            format!("{}{key}{}", &out.config[..after], &out.config[after..])
+        }
+        None => format!("{}[compat]\n{key}", out.config),
+    };
+    if out.expect.body["code"] != 0 {
+        out.expect.status = 200;
+    }
+    out
+}
+
+/// Every golden error answer again under `compat.business_error_status =
+/// "200"`, in process and over HTTP: same V2 calls, same envelope, HTTP 200.
+#[tokio::test]
+async fn golden_errors_under_the_200_dialect() {
+    let mut problems = Vec::new();
+    let mut errors = 0;
+    for (path, case) in cases() {
+        if case.expect.body["code"] == 0 {
+            continue;
+        }
+        errors += 1;
+        let name = format!(
+            "{} (errors as 200)",
+            path.file_name().unwrap().to_string_lossy()
+        );
+        let case = with_errors_as_200(&case);
+        for (how, (got, v2)) in [
+            ("in-process", run_in_process(&case).await),
+            ("http", run_over_http(&case).await),
+        ] {
+            problems.extend(check_v2(&format!("{name} ({how})"), &case, &v2));
+            if got != case.expect {
+                problems.push(format!(
+                    "{name} ({how}): want {} {}, got {} {}",
+                    case.expect.status, case.expect.body, got.status, got.body
+                ));
+            }
+        }
+    }
+    assert!(errors >= 30, "only {errors} golden error cases");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[tokio::test]
