@@ -1,0 +1,244 @@
+//! The configuration file's schema: every section and key with its default,
+//! as serde reads them ([`RawConfig`]). Nothing here is checked beyond its
+//! type; [`validate`](super::validate) turns a `RawConfig` into the
+//! [`Config`](super::Config) the gateway runs with.
+//!
+//! Every key has a concrete default (an empty string or list stands for
+//! "none"), so the defaults, serialised, list every key there is.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawConfig {
+    pub listen: ListenSection,
+    pub upstream: UpstreamSection,
+    pub retry: RetrySection,
+    pub limits: LimitsSection,
+    pub workers: WorkersSection,
+    pub compat: CompatSection,
+    pub log: LogSection,
+    pub shutdown: ShutdownSection,
+    pub shadow: crate::shadow::ShadowSection,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ListenSection {
+    /// V1 traffic.
+    pub public: String,
+    /// `/healthz`, `/readyz`, `/metrics`.
+    pub admin: String,
+}
+
+impl Default for ListenSection {
+    fn default() -> Self {
+        ListenSection {
+            public: "127.0.0.1:8080".into(),
+            admin: "127.0.0.1:9090".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamSection {
+    pub base_url: String,
+    /// Used only for V1 operations that needed no key (store, worker detail,
+    /// proxy regions) when the client sent none. Empty = none.
+    pub service_key: String,
+    /// `bearer` (Authorization: Bearer) or `api-key` (legacy header).
+    pub auth: String,
+    pub connect_timeout_ms: u64,
+    pub attempt_timeout_ms: u64,
+    pub request_timeout_ms: u64,
+    /// Synchronous runs: V2 holds them up to 5 minutes.
+    pub sync_run_timeout_ms: u64,
+    pub pool_idle_timeout_ms: u64,
+    pub pool_max_idle_per_host: usize,
+    pub max_response_bytes: usize,
+}
+
+impl Default for UpstreamSection {
+    fn default() -> Self {
+        UpstreamSection {
+            base_url: "https://openapi.coreclaw.com".into(),
+            service_key: String::new(),
+            auth: "bearer".into(),
+            connect_timeout_ms: 2_000,
+            attempt_timeout_ms: 10_000,
+            request_timeout_ms: 30_000,
+            sync_run_timeout_ms: 330_000,
+            pool_idle_timeout_ms: 90_000,
+            pool_max_idle_per_host: 64,
+            max_response_bytes: 16 << 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetrySection {
+    pub max_attempts: u32,
+    pub base_backoff_ms: u64,
+    pub max_backoff_ms: u64,
+    pub budget_percent: f32,
+    pub budget_min_per_sec: u32,
+}
+
+impl Default for RetrySection {
+    fn default() -> Self {
+        RetrySection {
+            max_attempts: 3,
+            base_backoff_ms: 50,
+            max_backoff_ms: 1_000,
+            budget_percent: 0.2,
+            budget_min_per_sec: 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSection {
+    pub max_body_bytes: usize,
+    pub max_in_flight: usize,
+    /// Largest V1 `page_size` / store `limit` served (V1 documented 1000).
+    pub max_page_size: u64,
+    /// V2 page calls in flight for one V1 request.
+    pub fanout_concurrency: usize,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection {
+            max_body_bytes: 1 << 20,
+            max_in_flight: 1024,
+            max_page_size: 1000,
+            fanout_concurrency: 16,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkersSection {
+    /// Check an unseen worker id against V2 before starting a run with it.
+    pub verify: bool,
+    pub positive_ttl_secs: u64,
+    pub negative_ttl_secs: u64,
+    pub cache_capacity: usize,
+    /// Old V1 `scraper_slug` → V2 `workerId`, for ids V2 no longer knows.
+    pub aliases: BTreeMap<String, String>,
+}
+
+impl Default for WorkersSection {
+    fn default() -> Self {
+        WorkersSection {
+            verify: true,
+            positive_ttl_secs: 600,
+            negative_ttl_secs: 30,
+            cache_capacity: 10_000,
+            aliases: BTreeMap::new(),
+        }
+    }
+}
+
+/// Where the spec and the public record disagree, or V2 lacks what V1 had.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CompatSection {
+    /// Name of the memory field in V1 worker detail: `memory_bytes` (spec)
+    /// or `memory` (the last V1 docs).
+    pub worker_memory_field: String,
+    /// V1 `traffic` in account info; V2 dropped the field.
+    pub account_traffic: i64,
+    /// V1 `traffic_expiration_at`: `balance_expiration_at` or `zero`.
+    pub traffic_expiration: String,
+    /// V1 status for a V2 `aborted`/`cancelled` (not in the contract): 4
+    /// (failed, the completed state a cancelled run ends in) or 5.
+    pub aborted_status: i64,
+    /// V1 status for any other unknown V2 status: 2 keeps pollers polling.
+    pub unknown_status: i64,
+    /// Accept V2's extra export formats (jsonl, xlsx, …) beyond csv/json.
+    pub extra_export_formats: bool,
+    /// V2 `origin` values rewritten for V1 clients.
+    pub origin_rename: BTreeMap<String, String>,
+    /// HTTP status of V1 error envelopes: `http` (documented per code) or `200`.
+    #[serde(deserialize_with = "string_or_integer")]
+    pub business_error_status: String,
+    /// Store search with `search=`: `refuse` (400 / 4000) or `all`.
+    pub empty_store_search: String,
+    /// Keyed operation without a key: `401` (20001) or `400` (4000).
+    #[serde(deserialize_with = "string_or_integer")]
+    pub missing_key_status: String,
+}
+
+/// `200` and `"200"` alike: a status reads naturally unquoted, and environment
+/// overrides turn digits into integers.
+fn string_or_integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        S(String),
+        I(i64),
+    }
+    Ok(match Either::deserialize(d)? {
+        Either::S(s) => s,
+        Either::I(i) => i.to_string(),
+    })
+}
+
+impl Default for CompatSection {
+    fn default() -> Self {
+        CompatSection {
+            worker_memory_field: "memory_bytes".into(),
+            account_traffic: 0,
+            traffic_expiration: "balance_expiration_at".into(),
+            aborted_status: 4,
+            unknown_status: 2,
+            extra_export_formats: true,
+            origin_rename: [("api_v2", "api"), ("openapi", "api")]
+                .into_iter()
+                .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                .collect(),
+            business_error_status: "http".into(),
+            empty_store_search: "refuse".into(),
+            missing_key_status: "401".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSection {
+    /// `json` or `text`.
+    pub format: String,
+    /// A tracing filter, e.g. `info` or `v1compat=debug`.
+    pub level: String,
+}
+
+impl Default for LogSection {
+    fn default() -> Self {
+        LogSection {
+            format: "json".into(),
+            level: "info".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShutdownSection {
+    pub grace_period_secs: u64,
+}
+
+impl Default for ShutdownSection {
+    fn default() -> Self {
+        ShutdownSection {
+            grace_period_secs: 30,
+        }
+    }
+}

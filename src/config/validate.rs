@@ -1,0 +1,236 @@
+//! Validation: a typed [`RawConfig`] becomes the [`Config`] the gateway runs
+//! with, every problem collected rather than the first one returned.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::{Compat, Config, ConfigErrors, RawConfig};
+use crate::upstream::{AuthStyle, RetrySettings, UpstreamSettings};
+
+/// Checks a parsed config, collecting every problem.
+pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
+    let mut p = Vec::new();
+    let addr = |p: &mut Vec<String>, key: &str, v: &str| -> SocketAddr {
+        v.parse().unwrap_or_else(|_| {
+            p.push(format!("{key}: {v:?} is not an IP:port address"));
+            SocketAddr::from(([127, 0, 0, 1], 0))
+        })
+    };
+    let public_addr = addr(&mut p, "listen.public", &raw.listen.public);
+    let admin_addr = addr(&mut p, "listen.admin", &raw.listen.admin);
+    if public_addr == admin_addr && public_addr.port() != 0 {
+        p.push("listen.admin: must differ from listen.public".into());
+    }
+
+    let u = &raw.upstream;
+    let base_url = match url::Url::parse(&u.base_url) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {
+            if url.query().is_some() || !url.username().is_empty() || url.password().is_some() {
+                p.push("upstream.base_url: must not carry a query or credentials".into());
+            }
+            Some(url)
+        }
+        _ => {
+            p.push(format!(
+                "upstream.base_url: {:?} is not an http(s) URL",
+                u.base_url
+            ));
+            None
+        }
+    };
+    let auth_style = match u.auth.as_str() {
+        "bearer" => AuthStyle::Bearer,
+        "api-key" => AuthStyle::ApiKeyHeader,
+        other => {
+            p.push(format!(
+                "upstream.auth: {other:?} is not one of bearer, api-key"
+            ));
+            AuthStyle::Bearer
+        }
+    };
+    let service_key = match u.service_key.as_str() {
+        "" => None,
+        k => {
+            let key = crate::upstream::ApiKey::new(k);
+            if key.is_none() {
+                p.push("upstream.service_key: must be visible ASCII without spaces".into());
+            }
+            key
+        }
+    };
+    for (key, v) in [
+        ("upstream.connect_timeout_ms", u.connect_timeout_ms),
+        ("upstream.attempt_timeout_ms", u.attempt_timeout_ms),
+        ("upstream.request_timeout_ms", u.request_timeout_ms),
+        ("upstream.sync_run_timeout_ms", u.sync_run_timeout_ms),
+    ] {
+        if v == 0 {
+            p.push(format!("{key}: must be greater than 0"));
+        }
+    }
+    if u.attempt_timeout_ms > u.request_timeout_ms {
+        p.push("upstream.attempt_timeout_ms: must not exceed upstream.request_timeout_ms".into());
+    }
+    if u.sync_run_timeout_ms < 300_000 {
+        p.push(
+            "upstream.sync_run_timeout_ms: must be at least 300000 (V2 holds synchronous runs up to 5 minutes)".into(),
+        );
+    }
+    if u.max_response_bytes < 1024 {
+        p.push("upstream.max_response_bytes: must be at least 1024".into());
+    }
+
+    let r = &raw.retry;
+    if !(1..=10).contains(&r.max_attempts) {
+        p.push("retry.max_attempts: must be between 1 and 10".into());
+    }
+    if r.base_backoff_ms > r.max_backoff_ms {
+        p.push("retry.base_backoff_ms: must not exceed retry.max_backoff_ms".into());
+    }
+    if !(0.0..=1.0).contains(&r.budget_percent) {
+        p.push("retry.budget_percent: must be between 0.0 and 1.0".into());
+    }
+
+    let l = &raw.limits;
+    if l.max_body_bytes == 0 {
+        p.push("limits.max_body_bytes: must be greater than 0".into());
+    }
+    if l.max_in_flight == 0 {
+        p.push("limits.max_in_flight: must be greater than 0".into());
+    }
+    if !(1..=10_000).contains(&l.max_page_size) {
+        p.push("limits.max_page_size: must be between 1 and 10000".into());
+    }
+    if !(1..=64).contains(&l.fanout_concurrency) {
+        p.push("limits.fanout_concurrency: must be between 1 and 64".into());
+    }
+
+    let w = &raw.workers;
+    if w.cache_capacity == 0 {
+        p.push("workers.cache_capacity: must be greater than 0".into());
+    }
+    for (from, to) in &w.aliases {
+        if crate::v2::Segment::worker(to).is_err() || from.is_empty() {
+            p.push(format!(
+                "workers.aliases: {from:?} = {to:?} is not a valid worker id mapping"
+            ));
+        }
+    }
+
+    let c = &raw.compat;
+    let memory_field = match c.worker_memory_field.as_str() {
+        "memory_bytes" => "memory_bytes",
+        "memory" => "memory",
+        other => {
+            p.push(format!(
+                "compat.worker_memory_field: {other:?} is not one of memory_bytes, memory"
+            ));
+            "memory_bytes"
+        }
+    };
+    let traffic_expiration_from_balance = match c.traffic_expiration.as_str() {
+        "balance_expiration_at" => true,
+        "zero" => false,
+        other => {
+            p.push(format!(
+                "compat.traffic_expiration: {other:?} is not one of balance_expiration_at, zero"
+            ));
+            true
+        }
+    };
+    for (key, v) in [
+        ("compat.aborted_status", c.aborted_status),
+        ("compat.unknown_status", c.unknown_status),
+    ] {
+        if !(1..=5).contains(&v) {
+            p.push(format!("{key}: must be a V1 status between 1 and 5"));
+        }
+    }
+
+    fn choice<T: Default + for<'de> serde::Deserialize<'de>>(
+        p: &mut Vec<String>,
+        key: &str,
+        value: &str,
+        allowed: &str,
+    ) -> T {
+        crate::dialect::parse_choice(key, value, allowed)
+            .map_err(|e| p.push(e))
+            .unwrap_or_default()
+    }
+    let dialect = crate::dialect::Dialect {
+        business_error_status: choice(
+            &mut p,
+            "compat.business_error_status",
+            &c.business_error_status,
+            "http, 200",
+        ),
+        empty_store_search: choice(
+            &mut p,
+            "compat.empty_store_search",
+            &c.empty_store_search,
+            "refuse, all",
+        ),
+        missing_key_status: choice(
+            &mut p,
+            "compat.missing_key_status",
+            &c.missing_key_status,
+            "401, 400",
+        ),
+    };
+
+    match raw.log.format.as_str() {
+        "json" | "text" => {}
+        other => p.push(format!("log.format: {other:?} is not one of json, text")),
+    }
+    if tracing_subscriber::EnvFilter::try_new(&raw.log.level).is_err() {
+        p.push(format!(
+            "log.level: {:?} is not a valid filter",
+            raw.log.level
+        ));
+    }
+
+    let shadow = crate::shadow::config::validate(&raw.shadow, &mut p);
+
+    let (Some(base_url), true) = (base_url, p.is_empty()) else {
+        return Err(ConfigErrors(p));
+    };
+    let mut upstream = UpstreamSettings::new(base_url);
+    upstream.auth_style = auth_style;
+    upstream.connect_timeout = Duration::from_millis(u.connect_timeout_ms);
+    upstream.attempt_timeout = Duration::from_millis(u.attempt_timeout_ms);
+    upstream.pool_idle_timeout = Duration::from_millis(u.pool_idle_timeout_ms);
+    upstream.pool_max_idle_per_host = u.pool_max_idle_per_host;
+    upstream.max_response_bytes = u.max_response_bytes;
+    upstream.retry = RetrySettings {
+        max_attempts: r.max_attempts,
+        base_backoff: Duration::from_millis(r.base_backoff_ms),
+        max_backoff: Duration::from_millis(r.max_backoff_ms),
+        budget_percent: r.budget_percent,
+        budget_min_per_sec: r.budget_min_per_sec,
+        // No retry may start after the V1 request's own deadline.
+        retry_window: Duration::from_millis(u.request_timeout_ms),
+    };
+    Ok(Config {
+        public_addr,
+        admin_addr,
+        upstream,
+        service_key,
+        request_timeout: Duration::from_millis(u.request_timeout_ms),
+        sync_run_timeout: Duration::from_millis(u.sync_run_timeout_ms),
+        limits: raw.limits,
+        workers: raw.workers,
+        compat: Compat {
+            memory_field,
+            account_traffic: c.account_traffic,
+            traffic_expiration_from_balance,
+            aborted_status: c.aborted_status,
+            unknown_status: c.unknown_status,
+            extra_export_formats: c.extra_export_formats,
+            origin_rename: c.origin_rename.clone(),
+            dialect,
+        },
+        log: raw.log,
+        grace_period: Duration::from_secs(raw.shutdown.grace_period_secs),
+        shadow,
+    })
+}
