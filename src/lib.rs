@@ -29,6 +29,7 @@ pub mod config;
 pub mod demo;
 pub mod dialect;
 pub mod error;
+pub mod openapi;
 pub mod ops;
 pub mod paging;
 pub mod route;

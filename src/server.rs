@@ -1,6 +1,7 @@
 //! The listeners and the tower stack in front of the operations. The public
-//! listener serves V1 traffic; the admin listener `/healthz`, `/readyz` and
-//! `/metrics`. Both shut down gracefully: stop accepting, let in-flight
+//! listener serves V1 traffic; the admin listener `/healthz`, `/readyz`,
+//! `/metrics` and `/openapi.json` (the V1 contract, [`crate::openapi`]).
+//! Both shut down gracefully: stop accepting, let in-flight
 //! requests finish within the grace period.
 
 use std::convert::Infallible;
@@ -340,7 +341,7 @@ fn json_response(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
     resp
 }
 
-/// Serves `/healthz`, `/readyz` and `/metrics`.
+/// Serves `/healthz`, `/readyz`, `/metrics` and `/openapi.json`.
 pub async fn serve_admin(
     listener: TcpListener,
     gateway: Arc<Gateway>,
@@ -370,6 +371,16 @@ pub async fn serve_admin(
                         format!("not ready: {why}\n"),
                     ),
                 },
+                (&Method::GET, "/openapi.json") => {
+                    let mut r = Response::new(Full::new(Bytes::from_static(
+                        crate::openapi::V1_DOCUMENT.as_bytes(),
+                    )));
+                    r.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
+                    r
+                }
                 (&Method::GET, "/metrics") => match &prometheus {
                     Some(h) => text(StatusCode::OK, h.render()),
                     None => text(

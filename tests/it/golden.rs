@@ -19,20 +19,20 @@ use v1compat::upstream::{ApiKey, HttpUpstream};
 use crate::support::{send, serve_scripted, Exchange, ScriptedV2, TestGateway};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Case {
-    about: String,
+pub(crate) struct Case {
+    pub(crate) about: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    config: String,
-    v1: V1Call,
+    pub(crate) config: String,
+    pub(crate) v1: V1Call,
     #[serde(default)]
     v2: Vec<Exchange>,
-    expect: Expect,
+    pub(crate) expect: Expect,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct V1Call {
-    method: String,
-    path: String,
+pub(crate) struct V1Call {
+    pub(crate) method: String,
+    pub(crate) path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -52,12 +52,12 @@ impl V1Call {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-struct Expect {
-    status: u16,
-    body: Value,
+pub(crate) struct Expect {
+    pub(crate) status: u16,
+    pub(crate) body: Value,
 }
 
-fn cases() -> Vec<(PathBuf, Case)> {
+pub(crate) fn cases() -> Vec<(PathBuf, Case)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let mut files = Vec::new();
     let mut dirs = vec![root];
