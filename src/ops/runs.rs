@@ -90,10 +90,12 @@ pub fn start_run_request(
     if let Some(cb) = input::callback_url(body, false)? {
         v2.insert("callback_url".into(), json!(cb));
     }
+    // Checked on asynchronous starts too, as V1 did, though only a
+    // synchronous start has a result window to use it for.
+    let window = body.window(DEFAULT_PAGE_SIZE, max_page_size)?;
     let sync = if is_async {
         None
     } else {
-        let window = body.window(DEFAULT_PAGE_SIZE, max_page_size)?;
         let plan = window.plan();
         v2.insert("offset".into(), json!(plan.offsets.start()));
         v2.insert("limit".into(), json!(plan.limit));
@@ -122,11 +124,25 @@ const DEFAULTED_SYSTEM_FIELDS: [&str; 6] = [
 /// a field V1 read as "the worker's default" is left out, which is how V2
 /// spells the same thing.
 pub fn v2_system(system: &mut Map<String, Value>) {
+    // V1 read `1024.0` as the integer it is; V2 wants an integer.
+    for name in ["memory", "execute_limit_time_seconds"] {
+        if let Some(v) = system.get_mut(name) {
+            if let Some(n) = v
+                .as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 9e15)
+            {
+                if !v.is_u64() {
+                    *v = json!(n as u64);
+                }
+            }
+        }
+    }
     system.retain(|name, value| {
+        let region = name == "proxy_region";
         let means_default = match value {
             Value::Null => true,
-            Value::Number(n) => n.as_f64() == Some(0.0),
-            Value::String(s) => name == "proxy_region" && s.trim().is_empty(),
+            Value::Number(n) => !region && n.as_f64() == Some(0.0),
+            Value::String(s) => region && s.trim().is_empty(),
             _ => false,
         };
         !(means_default && DEFAULTED_SYSTEM_FIELDS.contains(&name.as_str()))
@@ -301,6 +317,19 @@ mod tests {
             r.body["input"]["parameters"]["system"],
             json!({"cpus":0.125,"memory":512,"max_total_charge":2,"proxy_region":"DE"})
         );
+        let r = req(r#"{"input":{"parameters":{"system":{"memory":1024.0,"execute_limit_time_seconds":600.0,"cpus":0.5}}}}"#).unwrap();
+        let system = &r.body["input"]["parameters"]["system"];
+        assert_eq!(
+            system,
+            &json!({"cpus":0.5,"execute_limit_time_seconds":600,"memory":1024})
+        );
+        assert!(system["memory"].is_u64() && system["execute_limit_time_seconds"].is_u64());
+        // Found by schemathesis: a region of 0 is a wrong type, not a default.
+        let r = req(r#"{"input":{"parameters":{"system":{"proxy_region":0}}}}"#).unwrap();
+        assert_eq!(
+            r.body["input"]["parameters"]["system"],
+            json!({"proxy_region":0})
+        );
         // Not a default spelling: passed on for V2 to judge.
         let r = req(r#"{"input":{"parameters":{"system":{"cpus":-1,"memory":"0","other":0}}}}"#)
             .unwrap();
@@ -317,6 +346,17 @@ mod tests {
         assert!(req(r#"{"input":{"parameters":{"custom":[]}}}"#).is_err());
         assert!(req(r#"{"input":{"parameters":{}},"is_async":"no"}"#).is_err());
         assert!(req(r#"{"input":{"parameters":{}},"callback_url":"x"}"#).is_err());
+    }
+
+    /// Found by schemathesis: an asynchronous start with `page_size` 1001 was
+    /// accepted, where V1 (and the native V1 surface) refuse it.
+    #[test]
+    fn the_window_is_checked_on_asynchronous_starts_too() {
+        let e = req(r#"{"is_async":true,"page_size":1001,"input":{"parameters":{}}}"#);
+        assert!(e.is_err());
+        assert!(req(r#"{"page_index":0,"input":{"parameters":{}}}"#).is_err());
+        let r = req(r#"{"is_async":true,"page_size":1000,"input":{"parameters":{}}}"#).unwrap();
+        assert!(r.body.get("limit").is_none());
     }
 
     #[test]

@@ -271,9 +271,10 @@ pub fn check_input(input: &Value, worker: &WorkerSpec, zero: ZeroLimits, errs: &
 
 fn check_system(sys: &Map<String, Value>, zero: ZeroLimits, errs: &mut Vec<String>) {
     for (k, v) in sys {
+        let region = k == "proxy_region";
         let default_spelling = match v {
             Value::Null => true,
-            Value::Number(n) => n.as_f64() == Some(0.0),
+            Value::Number(n) => !region && n.as_f64() == Some(0.0),
             _ => false,
         };
         if zero == ZeroLimits::MeanDefault
@@ -282,7 +283,7 @@ fn check_system(sys: &Map<String, Value>, zero: ZeroLimits, errs: &mut Vec<Strin
         {
             continue;
         }
-        if default_spelling && SYSTEM_FIELDS.contains(&k.as_str()) && k != "proxy_region" {
+        if default_spelling && SYSTEM_FIELDS.contains(&k.as_str()) && !region {
             errs.push(format!(
                 "input.parameters.system.{k} must be greater than 0 (omit it for the worker's default)"
             ));
@@ -293,7 +294,11 @@ fn check_system(sys: &Map<String, Value>, zero: ZeroLimits, errs: &mut Vec<Strin
             "cpus" | "max_total_charge" | "max_total_traffic" => {
                 v.as_f64().is_some_and(|n| n > 0.0)
             }
-            "memory" | "execute_limit_time_seconds" => v.as_u64().is_some_and(|n| n > 0),
+            "memory" | "execute_limit_time_seconds" => match zero {
+                ZeroLimits::Refused => v.as_u64().is_some_and(|n| n > 0),
+                // V1 read `1024.0` as the integer it is.
+                ZeroLimits::MeanDefault => v.as_f64().is_some_and(|n| n > 0.0 && n.fract() == 0.0),
+            },
             _ => {
                 errs.push(format!(
                     "unknown field: input.parameters.system.{k} (allowed: {})",
@@ -397,6 +402,11 @@ mod tests {
         assert!(check(zeros.clone())[0].contains("greater than 0"));
         assert!(v1(zeros).is_empty(), "V1 reads zero as the default");
         assert!(!v1(json!({"parameters":{"custom":{},"system":{"cpus":-1}}})).is_empty());
+        // A region of 0 is a wrong type on both surfaces, not a default.
+        let region_zero = json!({"parameters":{"custom":{},"system":{"proxy_region":0}}});
+        assert!(!v1(region_zero.clone()).is_empty());
+        assert!(!check(region_zero).is_empty());
+        assert!(v1(json!({"parameters":{"custom":{},"system":{"memory":1024.0}}})).is_empty());
         assert!(check(json!({"parameters":{"custom":{"keywords":["a"]}}})).is_empty());
         assert!(check(json!({"parameters":{"custom":{},"system":{"cpus":0.5,"memory":512,"proxy_region":"US"}}})).is_empty());
         assert!(!check(json!({"keywords":["a"]})).is_empty(), "flat input");

@@ -984,7 +984,7 @@ impl Gen<'_> {
                 _ => body["is_async"] = json!(true),
             },
             9 => {
-                body["input"]["parameters"]["system"] = match self.rng.gen_range(0..4) {
+                body["input"]["parameters"]["system"] = match self.rng.gen_range(0..5) {
                     0 => {
                         json!({"cpus": 0.125, "memory": 512, "execute_limit_time_seconds": 1800, "max_total_charge": 0, "max_total_traffic": 0, "proxy_region": "US"})
                     }
@@ -994,7 +994,9 @@ impl Gen<'_> {
                         json!({"execute_limit_time_seconds": 0, "max_total_charge": 0, "max_total_traffic": 0})
                     }
                     2 => json!({"cpus": 0, "memory": 0, "proxy_region": ""}),
-                    _ => json!({"cpus": 0.25, "memory": null, "execute_limit_time_seconds": 600}),
+                    3 => json!({"cpus": 0.25, "memory": null, "execute_limit_time_seconds": 600}),
+                    // Integral floats are the integers they spell.
+                    _ => json!({"memory": 1024.0, "execute_limit_time_seconds": 600.0}),
                 }
             }
             // Invalid input, one fault at a time.
@@ -1025,7 +1027,10 @@ impl Gen<'_> {
                     body["input"]["parameters"]["custom"] = json!({"keywords": "coffee", "asins": "B1", "video_urls": "u", "start_url": 5, "start_urls": "u", "pages": "p"})
                 }
                 // Not a default spelling: refused by both (the gateway with V2's reason).
-                4 => body["input"]["parameters"]["system"] = json!({"cpus": -1}),
+                4 => {
+                    body["input"]["parameters"]["system"] =
+                        self.pick(&[json!({"cpus": -1}), json!({"proxy_region": 0})])
+                }
                 _ => body["callback_url"] = json!("http://"),
             },
             _ => return self.malformed("start_run", "/api/v1/scraper/run"),
