@@ -11,6 +11,7 @@ mod golden;
 mod openapi;
 mod python_sdk;
 mod sandbox;
+mod schemathesis;
 mod shadow;
 mod support;
 mod upstream;

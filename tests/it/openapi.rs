@@ -152,3 +152,36 @@ fn the_schemas_are_not_vacuous() {
         .is_valid(&json!({"code": 70001, "message": "Run record does not exist", "data": null})));
     assert!(!not_found.is_valid(&json!({"code": 4000, "message": "x", "data": null})));
 }
+
+/// Found by schemathesis: the contract allowed callback URLs the gateway
+/// refuses (`http://U5:86431`, a port above 65535). Now a sample of URLs gets
+/// the same verdict from the contract's `callback_url` and from the gateway.
+#[test]
+fn callback_urls_the_contract_allows_are_the_ones_the_gateway_accepts() {
+    use v1compat::ops::input::{callback_url, Body};
+    let doc = document();
+    let schema = validator_at(
+        &doc,
+        "/paths/~1api~1v1~1rerun/post/requestBody/content/application~1json/schema/properties/callback_url",
+    );
+    for (url, ok) in [
+        ("https://hooks.example/cb", true),
+        ("http://127.0.0.1:9/callback", false), // an IPv4 host: accepted by the gateway, outside the pattern
+        ("http://U5:8643", true),
+        ("http://U5:86431", false),
+        ("http://U5:65536", false),
+        ("http://a.b-c.example:65535/x/y", true),
+        ("ftp://x.example", false),
+        ("http://", false),
+    ] {
+        let body = Body::parse(json!({ "callback_url": url }).to_string().as_bytes()).unwrap();
+        let gateway = callback_url(&body, true).is_ok();
+        assert_eq!(schema.is_valid(&json!(url)), ok, "contract on {url}");
+        if ok {
+            assert!(
+                gateway,
+                "the contract allows {url} but the gateway refuses it"
+            );
+        }
+    }
+}
