@@ -69,16 +69,17 @@ pub async fn run(
     }
     cfg.validate()?;
 
-    let bind = |addr: SocketAddr| async move {
-        TcpListener::bind(addr)
-            .await
-            .map_err(|e| format!("cannot listen on {addr}: {e}"))
+    let bind = |addr: SocketAddr, flag: &'static str| async move {
+        crate::bind::bind(addr, flag, flag).await
     };
     let (v2, v1) = (
-        bind(opts.upstream_listen).await?,
-        bind(opts.legacy_listen).await?,
+        bind(opts.upstream_listen, "--upstream-listen").await?,
+        bind(opts.legacy_listen, "--legacy-listen").await?,
     );
-    let (public, admin) = (bind(opts.listen).await?, bind(opts.admin_listen).await?);
+    let (public, admin) = (
+        bind(opts.listen, "--listen").await?,
+        bind(opts.admin_listen, "--admin-listen").await?,
+    );
 
     // The gateway: defaults and V1COMPAT_* variables, pointed at the sandbox,
     // with the demo key as service key so the public V1 operations work keyless.

@@ -4,27 +4,39 @@
 //! The request path, one way through:
 //!
 //! ```text
-//! V1 client ─▶ server    listeners, tower stack (request id, sensitive headers,
-//!                        trace, catch-panic), in-flight limit, body limit
-//!           ─▶ route     V1 method + path → Operation (unknown → V1 404)
+//! V1 client ─▶ server    HTTP in: listeners, tower stack (request id,
+//!                        sensitive headers, trace, catch-panic), body read
+//!           ─▶ pipeline  one raw V1 request → one V1 answer:
+//!              admit       route (unknown → V1 404), in-flight slot (held by
+//!                          a drop guard), key header, Content-Type, body size
+//!              translate   per-operation deadline ─▶ ops
+//!              finish      envelope + diagnostic headers, request metrics
 //!           ─▶ ops       decode V1 input → pure mapping → V2 call(s) through
 //!                        Upstream → pure mapping back → V1 `data`
 //!           ─▶ error     every failure → one V1 envelope (the only place)
+//! V1 client ◀─ server    HTTP out
 //! ```
 //!
+//! Around the pipeline, never inside it: [`shadow::Mirror`] wraps
+//! `admit`/`translate` when `[shadow]` is on; `replay --upstream` and the
+//! golden tests call [`pipeline::Pipeline::answer`] in-process, so they see
+//! exactly what a live client sees.
+//!
 //! Modules: [`config`] (TOML + env → validated config), [`server`],
-//! [`route`], [`ops`] (one module per operation family), [`paging`] (V1 page
-//! windows → V2 page plans), [`upstream`] (the V2 client), [`v1`]/[`v2`] (wire
-//! types), [`error`], [`telemetry`] (logs, metric names), [`sandbox`] (an
-//! embedded V2 reference service with a native V1 surface, for demos and tests),
-//! [`shadow`] (the migration shadow tester: live mirror, diff engine, capture,
-//! replay, report — beside the request path, never on it).
+//! [`pipeline`], [`route`], [`ops`] (one module per operation family),
+//! [`paging`] (V1 page windows → V2 page plans), [`upstream`] (the V2
+//! client), [`v1`]/[`v2`] (wire types), [`error`], [`telemetry`] (logs,
+//! metric names), [`sandbox`] (an embedded V2 reference service with a native
+//! V1 surface, for demos and tests), [`shadow`] (the migration shadow tester:
+//! live mirror, diff engine, capture, replay, report — beside the request
+//! path, never on it).
 
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub mod bind;
 pub mod config;
 pub mod demo;
 pub mod dialect;
@@ -32,6 +44,8 @@ pub mod error;
 pub mod openapi;
 pub mod ops;
 pub mod paging;
+pub mod pipeline;
+pub mod probe;
 pub mod route;
 pub mod sandbox;
 pub mod server;
@@ -51,13 +65,14 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let gateway = Arc::new(ops::Gateway::new(upstream, Arc::new(config)));
+    let pipeline = Arc::new(pipeline::Pipeline::new(gateway.clone()));
     // Built before anything serves: a capture file that cannot be opened
     // stops start-up instead of leaving a gateway without its public side.
     let mirror = shadow::Mirror::new(gateway.clone())?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let public = tokio::spawn(server::serve_public(
         public,
-        gateway.clone(),
+        pipeline,
         mirror,
         stop_rx.clone(),
     ));

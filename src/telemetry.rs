@@ -39,6 +39,10 @@ pub const SHADOW_COPIES: &str = "v1compat_shadow_copies_total";
 pub const SHADOW_DIFFERENCES: &str = "v1compat_shadow_differences_total";
 /// Shadow copies in flight (never above `shadow.max_in_flight`).
 pub const SHADOW_IN_FLIGHT: &str = "v1compat_shadow_copies_in_flight";
+/// 1 when the last `/readyz` opened a TCP connection to V2, else 0.
+pub const UPSTREAM_REACHABLE: &str = "v1compat_upstream_reachable";
+/// Configuration reloads by `outcome` (`applied`, `rejected`).
+pub const CONFIG_RELOADS: &str = "v1compat_config_reloads_total";
 /// Capture lines dropped because the writer fell behind.
 pub const SHADOW_CAPTURE_DROPPED: &str = "v1compat_shadow_capture_dropped_total";
 
@@ -138,6 +142,14 @@ fn describe() {
         "Fields differing between legacy and translated V1 answers, by operation and field path"
     );
     describe_gauge!(SHADOW_IN_FLIGHT, "Shadow copies in flight");
+    describe_gauge!(
+        UPSTREAM_REACHABLE,
+        "1 when the last readiness check reached V2 over TCP, else 0"
+    );
+    describe_counter!(
+        CONFIG_RELOADS,
+        "Configuration reloads, by outcome (applied, rejected)"
+    );
     describe_counter!(
         SHADOW_CAPTURE_DROPPED,
         "Shadow capture lines dropped because the writer fell behind"

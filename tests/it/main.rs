@@ -5,10 +5,12 @@
 //! published V1 Python SDK against `v1compat sandbox`).
 
 mod cli;
+mod deploy;
 mod differential;
 mod gateway;
 mod golden;
 mod openapi;
+mod pipeline;
 mod python_sdk;
 mod sandbox;
 mod schemathesis;
