@@ -265,7 +265,13 @@ impl Pipeline {
     pub async fn translate(&self, req: Admitted) -> V1Response {
         let deadline = deadline(&self.gateway.config, req.op);
         let result = dispatch(&self.gateway, req.v1_request(), deadline).await;
-        finish(self.dialect(), Some(req.op), result, &req.request_id, req.started)
+        finish(
+            self.dialect(),
+            Some(req.op),
+            result,
+            &req.request_id,
+            req.started,
+        )
     }
 
     /// An answer that came from elsewhere (the legacy service, with
@@ -281,7 +287,13 @@ impl Pipeline {
 
     /// An admitted request the gateway could not serve, rendered and counted.
     pub fn refuse(&self, req: Admitted, err: GatewayError) -> V1Response {
-        finish(self.dialect(), Some(req.op), Err(err), &req.request_id, req.started)
+        finish(
+            self.dialect(),
+            Some(req.op),
+            Err(err),
+            &req.request_id,
+            req.started,
+        )
     }
 
     /// The V1 dialect errors are rendered in (`[compat]`).
@@ -418,10 +430,7 @@ pub fn error_response(err: &GatewayError, dialect: &Dialect) -> V1Response {
 
 /// The status and envelope bytes of an operation's outcome, without
 /// diagnostics or metrics (a shadow copy's translated side).
-pub fn render(
-    result: Result<ops::Answer, GatewayError>,
-    dialect: &Dialect,
-) -> (StatusCode, Bytes) {
+pub fn render(result: Result<ops::Answer, GatewayError>, dialect: &Dialect) -> (StatusCode, Bytes) {
     match result {
         Ok(answer) => (StatusCode::OK, Envelope::success(answer.data).to_bytes()),
         Err(err) => {

@@ -124,7 +124,7 @@ fn provision() -> Result<PathBuf, String> {
 /// `requirements` unless the stamp says this exact file is already installed.
 /// Returns its python.
 pub(crate) fn provision_venv(requirements: &Path, venv: &Path) -> Result<PathBuf, String> {
-    let wanted = std::fs::read(&requirements)
+    let wanted = std::fs::read(requirements)
         .map(|b| fingerprint(&b))
         .map_err(|e| format!("{}: {e}", requirements.display()))?;
     let python = venv_python(venv);
