@@ -3,6 +3,8 @@
 //! (the V1 client, the V2 upstream, or the gateway itself); [`GatewayError::render`]
 //! turns it into the HTTP status and V1 envelope a legacy client expects, plus
 //! diagnostic headers for operators.
+//!
+//! V1↔V2 differences here (see `COMPATIBILITY.md`): [`error_message_detail`](crate::differences::ERROR_MESSAGE_DETAIL), [`business_error_status`](crate::differences::BUSINESS_ERROR_STATUS), [`missing_key_status`](crate::differences::MISSING_KEY_STATUS).
 
 use http::StatusCode;
 
@@ -20,6 +22,17 @@ pub enum Subject {
     /// Abort: V1 reports a failed abort as HTTP 500 / 70002.
     Abort,
     Other,
+}
+
+impl Subject {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Subject::Worker => "worker",
+            Subject::Task => "task",
+            Subject::Run | Subject::Abort => "run",
+            Subject::Other => "resource",
+        }
+    }
 }
 
 /// Who is to blame, reported in `x-v1compat-error-origin` and metrics.
@@ -54,14 +67,14 @@ pub enum GatewayError {
     MissingKey(String),
     /// The gateway itself knows the thing does not exist (e.g. the cached
     /// result of a worker verification).
-    #[error("{0:?} not found")]
+    #[error("{} not found", .0.as_str())]
     NotFound(Subject),
     #[error("no V1 operation at this method and path")]
     UnknownRoute,
     #[error("too many requests in flight")]
     Overloaded,
     /// V2 answered with an error envelope (or a non-zero code).
-    #[error("upstream refused: HTTP {status}, code {code:?}: {message}")]
+    #[error("V2 refused: HTTP {}{}: {message}", status.as_u16(), code.map(|c| format!(", code {c}")).unwrap_or_default())]
     Refused {
         subject: Subject,
         status: StatusCode,
@@ -72,16 +85,25 @@ pub enum GatewayError {
         details: Vec<String>,
         /// V2's `request_id`, returned to the client for troubleshooting.
         v2_request_id: Option<String>,
+        /// V2's `Retry-After` (delta-seconds), passed on with a 429.
+        retry_after: Option<u64>,
     },
     /// No answer from V2 at all.
     #[error(transparent)]
     Upstream(#[from] UpstreamFailure),
+    /// No answer from V2 to an abort: V1 reported every failed abort as
+    /// 500 / 70002, a transport failure included.
+    #[error("abort not confirmed: {0}")]
+    AbortUnconfirmed(UpstreamFailure),
     /// V2 answered, but not with something the gateway can read.
     #[error("unreadable upstream answer: {0}")]
     Garbled(String),
     /// The whole V1 request ran out of time.
-    #[error("request deadline of {0:?} exceeded")]
+    #[error("request deadline of {} exceeded", humantime::format_duration(*.0))]
     Deadline(std::time::Duration),
+    /// Still in progress when the shutdown grace period ended.
+    #[error("the gateway is shutting down; the request was not completed")]
+    ShuttingDown,
     /// A translation gap or a panic: our bug.
     #[error("internal error: {0}")]
     Internal(String),
@@ -114,6 +136,21 @@ impl GatewayError {
                 ..
             } => map_refusal(*subject, *status, *code).1 .0 == code::SCRIPT_NOT_FOUND.0,
             _ => false,
+        }
+    }
+
+    /// Seconds a client should wait before trying again, for answers that
+    /// render as 429: V2's own `Retry-After` when it sent one, else 1 s for
+    /// the gateway's overload refusal.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            GatewayError::Overloaded => Some(1),
+            GatewayError::Refused { retry_after, .. }
+                if self.render().status == StatusCode::TOO_MANY_REQUESTS =>
+            {
+                Some(retry_after.unwrap_or(1))
+            }
+            _ => None,
         }
     }
 
@@ -190,6 +227,7 @@ impl GatewayError {
                 ..
             } => {
                 let (s, (c, m)) = map_refusal(*subject, *status, *code);
+                let (origin, cause) = refusal_origin(*status, s);
                 // V2's reason (which field, why) belongs in the V1 message of
                 // a refused request (4000), as V1 named its own validation
                 // failures; other codes keep V1's fixed texts.
@@ -198,16 +236,22 @@ impl GatewayError {
                         return Rendered {
                             status: s,
                             envelope: Envelope::error(c, format!("{m}: {reason}")),
-                            origin: Origin::Upstream,
-                            cause: "refused",
+                            origin,
+                            cause,
                         };
                     }
                 }
-                (s, (c, m), Origin::Upstream, "refused")
+                (s, (c, m), origin, cause)
             }
             Upstream(failure) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 code::INTERNAL,
+                Origin::Upstream,
+                failure.kind(),
+            ),
+            AbortUnconfirmed(failure) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                code::ABORT_FAILED,
                 Origin::Upstream,
                 failure.kind(),
             ),
@@ -222,6 +266,15 @@ impl GatewayError {
                 code::INTERNAL,
                 Origin::Gateway,
                 "deadline",
+            ),
+            ShuttingDown => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                (
+                    code::INTERNAL.0,
+                    "Shutting down: the request was not completed, please retry",
+                ),
+                Origin::Gateway,
+                "shutdown",
             ),
             Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -286,6 +339,26 @@ pub fn details_of(details: Option<&serde_json::Value>) -> Vec<String> {
         Some(v) => Some(one(v)).filter(|s| !s.is_empty()).into_iter().collect(),
         None => Vec::new(),
     }
+}
+
+/// Whose fault a V2 refusal is. V2 answering 4xx (or a business code that
+/// V1 answers with 4xx) refused what the client sent — its input, its key,
+/// an id that does not exist, its plan's rate — so the client is to blame,
+/// and the upstream alerts stay quiet. A V2 5xx is V2's.
+fn refusal_origin(v2_status: StatusCode, v1_status: StatusCode) -> (Origin, &'static str) {
+    let client_caused = v2_status.is_client_error()
+        || (!v2_status.is_server_error() && v1_status.is_client_error());
+    if !client_caused {
+        return (Origin::Upstream, "refused");
+    }
+    let cause = match v1_status.as_u16() {
+        400 => "invalid_request",
+        401 => "unauthorized",
+        404 => "not_found",
+        429 => "rate_limited",
+        _ => "refused",
+    };
+    (Origin::Client, cause)
 }
 
 fn not_found(subject: Subject) -> (i64, &'static str) {
@@ -389,6 +462,7 @@ mod tests {
             message: String::new(),
             details: Vec::new(),
             v2_request_id: None,
+            retry_after: None,
         };
         assert!(refused(404, Some(50001)).is_unknown_worker());
         assert!(refused(404, Some(11004)).is_unknown_worker());
@@ -406,6 +480,7 @@ mod tests {
             message: message.into(),
             details: details.iter().map(|d| d.to_string()).collect(),
             v2_request_id: None,
+            retry_after: None,
         }
     }
 
@@ -487,6 +562,75 @@ mod tests {
             assert_eq!(r.status, StatusCode::OK, "{err}");
             assert_eq!(r.envelope, default.envelope, "{err}");
         }
+    }
+
+    #[test]
+    fn an_abort_without_an_answer_is_70002() {
+        let r =
+            GatewayError::AbortUnconfirmed(UpstreamFailure::Unreachable("refused".into())).render();
+        assert_eq!((r.status.as_u16(), r.envelope.code), (500, 70002));
+        assert_eq!((r.origin, r.cause), (Origin::Upstream, "unreachable"));
+    }
+
+    #[test]
+    fn refusals_caused_by_the_client_are_the_clients() {
+        let refused = |status: u16, code: Option<i64>| {
+            GatewayError::Refused {
+                subject: Subject::Run,
+                status: StatusCode::from_u16(status).unwrap(),
+                code,
+                message: "no".into(),
+                details: Vec::new(),
+                v2_request_id: None,
+                retry_after: None,
+            }
+            .render()
+        };
+        for (status, code, cause) in [
+            (401, Some(12002), "unauthorized"),
+            (404, Some(70001), "not_found"),
+            (400, Some(11000), "invalid_request"),
+            (429, Some(13000), "rate_limited"),
+            (200, Some(70001), "not_found"),
+        ] {
+            let r = refused(status, code);
+            assert_eq!(
+                (r.origin, r.cause),
+                (Origin::Client, cause),
+                "{status} {code:?}"
+            );
+        }
+        for (status, code) in [(500, Some(10000)), (503, None), (200, Some(50002))] {
+            let r = refused(status, code);
+            assert_eq!(
+                (r.origin, r.cause),
+                (Origin::Upstream, "refused"),
+                "{status}"
+            );
+        }
+    }
+
+    #[test]
+    fn messages_read_as_words_not_rust_values() {
+        let e = GatewayError::Refused {
+            subject: Subject::Run,
+            status: StatusCode::UNAUTHORIZED,
+            code: Some(12002),
+            message: "key revoked".into(),
+            details: Vec::new(),
+            v2_request_id: None,
+            retry_after: None,
+        };
+        assert_eq!(
+            e.to_string(),
+            "V2 refused: HTTP 401, code 12002: key revoked"
+        );
+        assert_eq!(
+            GatewayError::NotFound(Subject::Worker).to_string(),
+            "worker not found"
+        );
+        let d = GatewayError::Deadline(std::time::Duration::from_secs(30));
+        assert_eq!(d.to_string(), "request deadline of 30s exceeded");
     }
 
     #[test]

@@ -29,17 +29,19 @@
 //! metric names), [`sandbox`] (an embedded V2 reference service with a native
 //! V1 surface, for demos and tests), [`shadow`] (the migration shadow tester:
 //! live mirror, diff engine, capture, replay, report — beside the request
-//! path, never on it).
+//! path, never on it), [`differences`] (every V1↔V2 difference, once, as
+//! data: feeds shadow defaults, the differential test and `COMPATIBILITY.md`).
 
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 pub mod bind;
 pub mod config;
+pub mod conn;
 pub mod demo;
 pub mod dialect;
+pub mod differences;
 pub mod error;
 pub mod openapi;
 pub mod ops;
@@ -66,20 +68,49 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let gateway = Arc::new(ops::Gateway::new(upstream, Arc::new(config)));
     let pipeline = Arc::new(pipeline::Pipeline::new(gateway.clone()));
+    let in_flight = pipeline.clone();
     // Built before anything serves: a capture file that cannot be opened
     // stops start-up instead of leaving a gateway without its public side.
     let mirror = shadow::Mirror::new(gateway.clone())?;
-    let (stop_tx, stop_rx) = watch::channel(false);
+    // The drain sequence (see `conn::drain`): readiness false, then after
+    // `shutdown.drain_delay_ms` the public listener stops and drains within
+    // the grace period; the admin listener stays up until it is done, so
+    // probes see "draining" rather than a refused connection.
+    let public_drain = conn::Drain::new();
+    let admin_drain = conn::Drain::new();
+    let drain_delay = gateway.config.drain_delay;
     let public = tokio::spawn(server::serve_public(
         public,
         pipeline,
         mirror,
-        stop_rx.clone(),
+        public_drain.clone(),
     ));
-    let admin = tokio::spawn(server::serve_admin(admin, gateway, stop_rx));
+    let grace = gateway.config.grace_period;
+    let admin = tokio::spawn(server::serve_admin(
+        admin,
+        gateway,
+        public_drain.clone(),
+        admin_drain.clone(),
+    ));
     shutdown.await;
-    let _ = stop_tx.send(true);
-    let (a, b) = tokio::join!(public, admin);
+    public_drain.begin();
+    let draining = std::time::Instant::now();
+    tracing::info!(
+        in_flight = in_flight.in_flight(),
+        drain_delay = %humantime::format_duration(drain_delay),
+        grace_period = %humantime::format_duration(grace),
+        "shutting down: readiness is false; draining after the drain delay"
+    );
+    tokio::time::sleep(drain_delay).await;
+    public_drain.stop();
+    let a = public.await;
+    admin_drain.stop();
+    let b = admin.await;
+    tracing::info!(
+        took_ms = draining.elapsed().as_millis() as u64,
+        left_in_flight = in_flight.in_flight(),
+        "drained; stopped"
+    );
     a.map_err(std::io::Error::other)??;
     b.map_err(std::io::Error::other)??;
     Ok(())

@@ -2,8 +2,8 @@
 //! that turns what a client sent into what it gets back happens here, once:
 //!
 //! ```text
-//! RawV1Request ─▶ admit      route (unknown → 404), in-flight slot, key
-//!                            header, body size
+//! RawV1Request ─▶ admit      route (unknown → 404), key header,
+//!                            body (size, deadline; any Content-Type), in-flight slot
 //!              ─▶ translate  per-operation deadline ─▶ ops::handle
 //!              ─▶ finish     V1 envelope (in the `[compat]` V1 dialect) +
 //!                            diagnostic headers, request metrics
@@ -14,8 +14,12 @@
 //! module; the live shadow mirror wraps [`Pipeline::admit`] and
 //! [`Pipeline::translate`] from outside; in-process `replay` and the tests
 //! call [`Pipeline::answer`], so every path answers byte for byte alike.
+//!
+//! V1↔V2 differences here (see `COMPATIBILITY.md`):
+//! [`body_content_type`](crate::differences::BODY_CONTENT_TYPE).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,9 +28,12 @@ use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
+mod access;
+pub use access::TARGET as ACCESS_LOG_TARGET;
+
 use crate::config::Config;
 use crate::dialect::Dialect;
-use crate::error::{GatewayError, Origin};
+use crate::error::GatewayError;
 use crate::ops::{self, Gateway, V1Request};
 use crate::route::{self, Operation};
 use crate::telemetry;
@@ -47,11 +54,13 @@ pub enum BodyError {
     TooLarge,
     /// The connection failed while the body was read.
     Unreadable(String),
+    /// Not all of it arrived within `connections.body_read_timeout_ms`.
+    Timeout(Duration),
 }
 
 /// A V1 request as it came off the wire. The body is a future so that the
 /// reader (the socket, in `server`) runs only once the request is routed and
-/// admitted, as before; in-process callers hand over ready bytes.
+/// its headers checked; in-process callers hand over ready bytes.
 pub struct RawV1Request<B> {
     pub method: Method,
     /// `/api/v1/run/detail`, `/api/store`, … (no query).
@@ -204,12 +213,10 @@ impl Pipeline {
         }
     }
 
-    /// Routing, the in-flight limit, the key header and the body, in that
-    /// order; the first that fails is the answer. The body is read last, so a
-    /// request refused earlier is never read. It is read as JSON whatever its
-    /// `Content-Type` says: V1 did so (`curl -d` sends
-    /// `application/x-www-form-urlencoded`), and a body that is not JSON is
-    /// still refused naming the problem.
+    /// Routing, the key header, the body and the
+    /// in-flight limit, in that order; the first that fails is the answer. A
+    /// request refused before its body is never read; the in-flight slot is
+    /// taken last, so slow senders cannot hold the slots of others.
     pub async fn admit<B>(&self, req: RawV1Request<B>) -> Result<Admitted, V1Response>
     where
         B: Future<Output = Result<Bytes, BodyError>>,
@@ -219,21 +226,23 @@ impl Pipeline {
             usable_request_id(&req.headers).unwrap_or_else(|| ulid::Ulid::new().to_string());
         let span = tracing::Span::current();
         span.record("request_id", request_id.as_str());
+        let mut cx = access::Context {
+            method: &req.method,
+            op: None,
+            request_id: &request_id,
+            started,
+            every_request: self.gateway.config.log.access,
+            dialect: *self.dialect(),
+        };
         let Some(op) = route::route(&req.method, &req.path) else {
-            return Err(finish(
-                self.dialect(),
-                None,
-                Err(GatewayError::UnknownRoute),
-                &request_id,
-                started,
-            ));
+            return Err(finish(&cx, Err(GatewayError::UnknownRoute), 0));
         };
         span.record("operation", op.name());
-        let refuse = |err| finish(self.dialect(), Some(op), Err(err), &request_id, started);
-        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
-            return Err(refuse(GatewayError::Overloaded));
-        };
-        let in_flight = InFlight::new(permit);
+        cx.op = Some(op);
+        let refuse = |err| finish(&cx, Err(err), 0);
+        // The body is read as JSON whatever its `Content-Type` says, as V1
+        // did (`curl -d` sends `application/x-www-form-urlencoded`); a body
+        // that is not JSON is still refused, naming the problem.
         let key = client_key(&req.headers).map_err(refuse)?;
         let limit = self.gateway.config.limits.max_body_bytes;
         let too_large = || GatewayError::BadRequest(format!("body is larger than {limit} bytes"));
@@ -246,7 +255,19 @@ impl Pipeline {
                     "body could not be read ({e})"
                 ))))
             }
+            Err(BodyError::Timeout(d)) => {
+                return Err(refuse(GatewayError::BadRequest(format!(
+                    "body was not received within {} ms",
+                    d.as_millis()
+                ))))
+            }
         };
+        // The slot is taken only once the body is in: a client sending it
+        // slowly holds a connection, never capacity other clients need.
+        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
+            return Err(refuse(GatewayError::Overloaded));
+        };
+        let in_flight = InFlight::new(permit);
         Ok(Admitted {
             op,
             request_id,
@@ -264,14 +285,25 @@ impl Pipeline {
     /// Runs the operation under its deadline and renders the V1 answer.
     pub async fn translate(&self, req: Admitted) -> V1Response {
         let deadline = deadline(&self.gateway.config, req.op);
-        let result = dispatch(&self.gateway, req.v1_request(), deadline).await;
-        finish(
-            self.dialect(),
-            Some(req.op),
-            result,
-            &req.request_id,
-            req.started,
-        )
+        let calls = AtomicU32::new(0);
+        let result = dispatch_counting(&self.gateway, req.v1_request(), deadline, &calls).await;
+        finish(&self.context(&req), result, calls.load(Ordering::Relaxed))
+    }
+
+    fn context<'a>(&self, req: &'a Admitted) -> access::Context<'a> {
+        access::Context {
+            method: &req.method,
+            op: Some(req.op),
+            request_id: &req.request_id,
+            started: req.started,
+            every_request: self.gateway.config.log.access,
+            dialect: *self.dialect(),
+        }
+    }
+
+    /// The V1 dialect errors are rendered in (`[compat]`).
+    pub fn dialect(&self) -> &Dialect {
+        &self.gateway.config.compat.dialect
     }
 
     /// An answer that came from elsewhere (the legacy service, with
@@ -282,23 +314,20 @@ impl Pipeline {
             .increment(1);
         metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name)
             .record(req.started.elapsed().as_secs_f64());
+        let outcome = access::Outcome {
+            status,
+            code: None,
+            upstream_calls: 0,
+            v2_request_id: None,
+            error: None,
+        };
+        access::log(&self.context(&req), &outcome);
         V1Response::json(status, body)
     }
 
     /// An admitted request the gateway could not serve, rendered and counted.
     pub fn refuse(&self, req: Admitted, err: GatewayError) -> V1Response {
-        finish(
-            self.dialect(),
-            Some(req.op),
-            Err(err),
-            &req.request_id,
-            req.started,
-        )
-    }
-
-    /// The V1 dialect errors are rendered in (`[compat]`).
-    pub fn dialect(&self) -> &Dialect {
-        &self.gateway.config.compat.dialect
+        finish(&self.context(&req), Err(err), 0)
     }
 }
 
@@ -317,7 +346,19 @@ pub async fn dispatch(
     v1: V1Request,
     deadline: Duration,
 ) -> Result<ops::Answer, GatewayError> {
-    match tokio::time::timeout(deadline, ops::handle(gw, v1).in_current_span()).await {
+    dispatch_counting(gw, v1, deadline, &AtomicU32::new(0)).await
+}
+
+/// [`dispatch`], counting the V2 calls made in `calls` (kept on an error or
+/// at the deadline, for the access line).
+async fn dispatch_counting(
+    gw: &Gateway,
+    v1: V1Request,
+    deadline: Duration,
+    calls: &AtomicU32,
+) -> Result<ops::Answer, GatewayError> {
+    let handled = ops::handle_counting(gw, v1, calls).in_current_span();
+    match tokio::time::timeout(deadline, handled).await {
         Ok(result) => result,
         Err(_) => Err(GatewayError::Deadline(deadline)),
     }
@@ -355,19 +396,20 @@ fn client_key(headers: &HeaderMap) -> Result<Option<ApiKey>, GatewayError> {
 }
 
 /// Renders an operation's outcome and records the request's metrics.
+/// Renders an outcome as the V1 answer, counts it and writes its access
+/// line. `calls` is the number of V2 calls made (an answer carries its own).
 fn finish(
-    dialect: &Dialect,
-    op: Option<Operation>,
+    cx: &access::Context<'_>,
     result: Result<ops::Answer, GatewayError>,
-    request_id: &str,
-    started: Instant,
+    calls: u32,
 ) -> V1Response {
-    let name = op.map_or("unknown", Operation::name);
+    let name = cx.op.map_or("unknown", Operation::name);
     let (mut response, calls) = match result {
         Ok(answer) => {
             let mut resp =
                 V1Response::json(StatusCode::OK, Envelope::success(answer.data).to_bytes());
-            if let Some(v) = HeaderValue::from_str(&answer.v2_request_ids.join(", "))
+            let v2_ids = answer.v2_request_ids.join(", ");
+            if let Some(v) = HeaderValue::from_str(&v2_ids)
                 .ok()
                 .filter(|v| !v.is_empty())
             {
@@ -375,38 +417,51 @@ fn finish(
             }
             resp.headers
                 .insert(UPSTREAM_CALLS, HeaderValue::from(answer.upstream_calls));
+            let outcome = access::Outcome {
+                status: StatusCode::OK,
+                code: Some(0),
+                upstream_calls: answer.upstream_calls,
+                v2_request_id: Some(v2_ids.as_str()).filter(|s| !s.is_empty()),
+                error: None,
+            };
+            access::log(cx, &outcome);
             (resp, answer.upstream_calls)
         }
         Err(err) => {
-            let resp = error_response(&err, dialect);
-            let rendered = err.render_in(dialect);
-            match rendered.origin {
-                Origin::Client => {
-                    tracing::info!(error = %err, status = rendered.status.as_u16(), "request refused")
-                }
-                _ => {
-                    tracing::warn!(error = %err, status = rendered.status.as_u16(), cause = rendered.cause, "request failed")
-                }
-            }
+            let resp = error_response(&err, &cx.dialect);
+            let rendered = err.render_in(&cx.dialect);
+            let v2_request_id = match &err {
+                GatewayError::Refused { v2_request_id, .. } => v2_request_id.as_deref(),
+                _ => None,
+            };
+            let outcome = access::Outcome {
+                status: rendered.status,
+                code: Some(rendered.envelope.code),
+                upstream_calls: calls,
+                v2_request_id,
+                error: Some((&err, &rendered)),
+            };
+            access::log(cx, &outcome);
             metrics::counter!(telemetry::ERRORS, "operation" => name, "origin" => rendered.origin.as_str(), "cause" => rendered.cause).increment(1);
-            (resp, 0)
+            (resp, calls)
         }
     };
-    if let Ok(v) = HeaderValue::from_str(request_id) {
+    if let Ok(v) = HeaderValue::from_str(cx.request_id) {
         response.headers.insert(REQUEST_ID, v);
     }
     let status = response.status.as_u16().to_string();
     metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status).increment(1);
     metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name)
-        .record(started.elapsed().as_secs_f64());
-    if op.is_some() {
+        .record(cx.started.elapsed().as_secs_f64());
+    if cx.op.is_some() {
         metrics::histogram!(telemetry::UPSTREAM_CALLS_PER_REQUEST, "operation" => name)
             .record(f64::from(calls));
     }
     response
 }
 
-/// A V1 error envelope with its diagnostic headers; nothing is recorded.
+/// A V1 error envelope (in `dialect`) with its diagnostic headers; nothing
+/// is recorded.
 pub fn error_response(err: &GatewayError, dialect: &Dialect) -> V1Response {
     let rendered = err.render_in(dialect);
     let mut resp = V1Response::json(rendered.status, rendered.envelope.to_bytes());
@@ -416,6 +471,9 @@ pub fn error_response(err: &GatewayError, dialect: &Dialect) -> V1Response {
         HeaderValue::from_static(rendered.origin.as_str()),
     );
     h.insert(ERROR_CAUSE, HeaderValue::from_static(rendered.cause));
+    if let Some(secs) = err.retry_after() {
+        h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
     if let GatewayError::Refused {
         v2_request_id: Some(id),
         ..

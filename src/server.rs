@@ -3,29 +3,26 @@
 //! the socket, hands it to the pipeline (or to the shadow mirror wrapped
 //! around it) and writes the answer back; the admin listener serves
 //! `/healthz`, `/readyz`, `/metrics` and `/openapi.json` (the V1 contract,
-//! [`crate::openapi`]). Both shut down gracefully: stop
-//! accepting, let in-flight requests finish within the grace period.
+//! [`crate::openapi`]). Connections, their deadlines and
+//! the drain on shutdown belong to the connection layer ([`crate::conn`]).
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestId, RequestId, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::conn::{self, BodyReader, Drain};
+use crate::dialect::Dialect;
 use crate::error::GatewayError;
 use crate::ops::Gateway;
 use crate::pipeline::{
@@ -63,9 +60,34 @@ pub async fn serve_public(
     listener: TcpListener,
     pipeline: Arc<Pipeline>,
     shadow: Option<Arc<Mirror>>,
-    shutdown: watch::Receiver<bool>,
+    drain: Drain,
 ) -> std::io::Result<()> {
-    let grace = pipeline.gateway().config.grace_period;
+    let config = &pipeline.gateway().config;
+    let listener_conf = conn::Listener {
+        name: "public",
+        settings: config.connections.clone(),
+        grace: config.grace_period,
+        answers: conn::Answers {
+            // Connection-level answers, before any request is read: always in
+            // the default dialect (their statuses are what load balancers
+            // and clients back off on).
+            cut: || {
+                to_http(pipeline::error_response(
+                    &GatewayError::ShuttingDown,
+                    &Dialect::default(),
+                ))
+            },
+            shed: || {
+                let mut resp =
+                    pipeline::error_response(&GatewayError::Overloaded, &Dialect::default());
+                resp.headers.insert(
+                    pipeline::ERROR_CAUSE,
+                    HeaderValue::from_static("connection_limit"),
+                );
+                to_http(resp)
+            },
+        },
+    };
     let dialect = *pipeline.dialect();
     let state = Arc::new(Public { pipeline, shadow });
     // The stack, outermost first. Each layer's reason:
@@ -83,9 +105,11 @@ pub async fn serve_public(
         })
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeUlid))
         // One span per request; the path is logged without its query.
+        // Its failure log is off: the pipeline's access line is the one
+        // line a failure gets (a 5xx here would be logged a second time).
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<Incoming>| {
             tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = tracing::field::Empty, operation = tracing::field::Empty)
-        }))
+        }).on_failure(()))
         // A panic in an operation becomes a V1 500 envelope, not a reset.
         .layer(CatchPanicLayer::custom(move |_| {
             tracing::error!("operation panicked");
@@ -98,19 +122,21 @@ pub async fn serve_public(
             let state = state.clone();
             async move { Ok::<_, Infallible>(handle_v1(&state, req).await) }
         });
-    serve(listener, service, shutdown, grace).await
+    conn::serve(listener, service, listener_conf, drain).await
 }
 
 /// HTTP in, HTTP out: the pipeline (or the mirror around it) does the rest.
 async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let (parts, body) = req.into_parts();
-    let limit = state.pipeline.gateway().config.limits.max_body_bytes;
+    let config = &state.pipeline.gateway().config;
+    let limit = config.limits.max_body_bytes;
+    let reader = BodyReader::new(&parts, &config.connections);
     let raw = RawV1Request {
         method: parts.method,
         path: parts.uri.path().to_owned(),
         query: parts.uri.query().map(str::to_owned),
         headers: parts.headers,
-        body: read_body(body, limit),
+        body: read_body(reader, body, limit),
     };
     let answer = match &state.shadow {
         Some(mirror) => mirror.answer(&state.pipeline, raw).await,
@@ -119,13 +145,14 @@ async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Byte
     to_http(answer)
 }
 
-/// Reads the request body from the socket, at most `limit` bytes.
-async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, BodyError> {
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
-        Err(e) => Err(BodyError::Unreadable(e.to_string())),
-    }
+/// Reads the request body from the socket, at most `limit` bytes, within
+/// `connections.body_read_timeout_ms`.
+async fn read_body(reader: BodyReader, body: Incoming, limit: usize) -> Result<Bytes, BodyError> {
+    reader.read(body, limit).await.map_err(|e| match e {
+        conn::BodyError::TooLarge(_) => BodyError::TooLarge,
+        conn::BodyError::Timeout(d) => BodyError::Timeout(d),
+        conn::BodyError::Broken(e) => BodyError::Unreadable(e),
+    })
 }
 
 fn to_http(answer: V1Response) -> Response<Full<Bytes>> {
@@ -139,25 +166,38 @@ fn to_http(answer: V1Response) -> Response<Full<Bytes>> {
 pub async fn serve_admin(
     listener: TcpListener,
     gateway: Arc<Gateway>,
-    shutdown: watch::Receiver<bool>,
+    readiness: Drain,
+    drain: Drain,
 ) -> std::io::Result<()> {
-    let grace = gateway.config.grace_period;
+    let listener_conf = conn::Listener {
+        name: "admin",
+        settings: gateway.config.connections.clone(),
+        grace: gateway.config.grace_period,
+        answers: conn::Answers {
+            cut: || admin_text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into()),
+            shed: || {
+                admin_text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many connections\n".into(),
+                )
+            },
+        },
+    };
     let prometheus = telemetry::prometheus();
     let service = tower::service_fn(move |req: Request<Incoming>| {
         let gateway = gateway.clone();
         let prometheus = prometheus.clone();
+        let readiness = readiness.clone();
         async move {
-            let text = |status: StatusCode, body: String| {
-                let mut r = Response::new(Full::new(Bytes::from(body)));
-                *r.status_mut() = status;
-                r.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; version=0.0.4"),
-                );
-                r
-            };
+            let text = admin_text;
             let resp = match (req.method(), req.uri().path()) {
                 (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into()),
+                // Draining comes first: a load balancer must stop sending
+                // before the public listener stops accepting.
+                (&Method::GET, "/readyz") if readiness.is_draining() => text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not ready: draining\n".into(),
+                ),
                 // Ready means "this replica can serve V1": it is running with a
                 // valid configuration and accepting. V2 reachability is
                 // reported (body and gauge) but does not fail the probe: V2
@@ -199,7 +239,17 @@ pub async fn serve_admin(
             Ok::<_, Infallible>(resp)
         }
     });
-    serve(listener, service, shutdown, grace).await
+    conn::serve(listener, service, listener_conf, drain).await
+}
+
+fn admin_text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
 }
 
 /// Whether a TCP connection to the upstream opens, within a deadline short
@@ -221,64 +271,6 @@ async fn upstream_reachable(gw: &Gateway) -> Result<(), String> {
             "upstream {host}:{port} did not accept within {UPSTREAM_PROBE_TIMEOUT:?}"
         )),
     }
-}
-
-/// Accepts connections until `shutdown` flips, then waits up to `grace` for
-/// open connections to finish their requests.
-pub async fn serve<S, B>(
-    listener: TcpListener,
-    service: S,
-    mut shutdown: watch::Receiver<bool>,
-    grace: Duration,
-) -> std::io::Result<()>
-where
-    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
-    let stop = async move {
-        let _ = shutdown.wait_for(|stop| *stop).await;
-    };
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, _peer): (_, SocketAddr) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off briefly.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service.clone()));
-                let conn = graceful.watch(conn.into_owned());
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                    }
-                });
-            }
-            _ = &mut stop => break,
-        }
-    }
-    drop(listener);
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(?grace, "grace period over; closing remaining connections");
-    }
-    Ok(())
 }
 
 /// Resolves when the process is asked to stop (SIGTERM or ctrl-c).

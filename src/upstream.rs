@@ -18,6 +18,7 @@ mod route_label;
 pub(crate) use client::{pooled_client, tls_config, HyperClient};
 pub use client::{AuthStyle, HttpUpstream, UpstreamSettings};
 pub use retry::RetrySettings;
+pub use route_label::V2_ROUTES;
 
 /// A key to present upstream. Kept opaque so it cannot end up in a `{:?}`.
 #[derive(Clone, PartialEq, Eq)]
@@ -106,6 +107,8 @@ pub struct V2Reply {
     pub body: Bytes,
     /// Number of attempts it took (1 when not retried).
     pub attempts: u32,
+    /// V2's `Retry-After`, when it sent one.
+    pub retry_after: Option<Duration>,
 }
 
 /// Why no answer came back from V2 at all.

@@ -10,6 +10,7 @@ mod differential;
 mod gateway;
 mod golden;
 mod openapi;
+mod operations;
 mod pipeline;
 mod python_sdk;
 mod sandbox;
