@@ -9,8 +9,13 @@
 //! valid ones, edge cases (page sizes around the V2 limit of 100 and the V1 limit of
 //! 1000, pages past the end, every status filter, worker ids in ULID and `owner/name`
 //! form, both export formats, store limits), invalid input, unknown ids and bad keys.
-//! Every mismatch is collected; the test fails at the end with a count per operation
-//! and the first ones in full (request, both answers, the differing paths).
+//! Some JSON bodies go with a form or text `Content-Type`, as `curl -d` sends them
+//! (both sides read them as JSON), and start-run `system` limits of `0` (the n8n V1
+//! workflow templates) are among the valid variants. A second pass sets the other
+//! V1 dialect (`[compat]` / `[v1]`: errors as HTTP 200, `search=` lists everything,
+//! a missing key is 400) on both sides. Every mismatch is collected; the test fails
+//! at the end with a count per operation and the first ones in full (request, both
+//! answers, the differing paths).
 //!
 //! No fixed ports and no sleeps: both servers listen on 127.0.0.1:0 and the simulated
 //! clock only moves when the test calls `POST /__sandbox/advance`.
@@ -23,8 +28,8 @@
 //!   integral floats such as `2.0` (integers), paths with a trailing slash,
 //!   `owner~name` worker ids (V2's spelling), a start-run `input.parameters`
 //!   without `custom` (`{}`);
-//! * the gateway refuses what the native surface serves: a non-JSON
-//!   `Content-Type`, `page_index` above 10,000,000, store `limit` above
+//! * the gateway refuses what the native surface serves: `page_index` above
+//!   10,000,000, store `limit` above
 //!   `limits.max_page_size`, worker ids that cannot be one path segment
 //!   (`coreclaw/`, `a/b/c`: 400 instead of 404/50001);
 //! * two faults in one request (a wrong key and a bad body): the native surface

@@ -154,7 +154,7 @@ fn the_schemas_are_not_vacuous() {
 }
 
 /// Found by schemathesis: the contract allowed callback URLs the gateway
-/// refuses (`http://U5:86431`, a port above 65535). Now a sample of URLs gets
+/// refuses (`http://U5:86431`, a port above 65535; a tab or newline around it). Now a sample of URLs gets
 /// the same verdict from the contract's `callback_url` and from the gateway.
 #[test]
 fn callback_urls_the_contract_allows_are_the_ones_the_gateway_accepts() {
@@ -172,6 +172,11 @@ fn callback_urls_the_contract_allows_are_the_ones_the_gateway_accepts() {
         ("http://U5:65536", false),
         ("http://a.b-c.example:65535/x/y", true),
         ("ftp://x.example", false),
+        // Found by schemathesis once the gateway refused control characters
+        // in callback URLs: blanks around the URL are spaces only.
+        ("  https://hooks.example/cb ", true),
+        ("\thttps://hooks.example/cb", false),
+        ("https://hooks.example/cb\n", false),
         ("http://", false),
     ] {
         let body = Body::parse(json!({ "callback_url": url }).to_string().as_bytes()).unwrap();
