@@ -47,6 +47,7 @@ pub struct Config {
     pub drain_delay: Duration,
     pub connections: crate::conn::ConnSettings,
     pub shadow: crate::shadow::ShadowConfig,
+    pub callbacks: crate::callbacks::CallbacksConfig,
 }
 
 /// [`CompatSection`] with its choices checked.
@@ -59,6 +60,8 @@ pub struct Compat {
     pub unknown_status: i64,
     pub extra_export_formats: bool,
     pub origin_rename: BTreeMap<String, String>,
+    /// The V1 dialect choices (see [`crate::dialect`]).
+    pub dialect: crate::dialect::Dialect,
 }
 
 impl Default for Compat {
@@ -183,7 +186,10 @@ mod tests {
         let err = load("[upstream]\nbase_ur = \"http://x\"\n", env(&[])).unwrap_err();
         assert!(err.to_string().contains("base_ur"), "{err}");
         let err = load("", env(&[("V1COMPAT_UPSTREAM__NOPE", "1")])).unwrap_err();
-        assert!(err.to_string().contains("nope"), "{err}");
+        assert_eq!(
+            err.0,
+            ["V1COMPAT_UPSTREAM__NOPE: upstream.nope: unknown key"]
+        );
     }
 
     #[test]
@@ -220,6 +226,32 @@ mod tests {
         assert_eq!(c.upstream.base_url.as_str(), "http://b.example:81/");
         assert_eq!(c.limits.fanout_concurrency, 4);
         assert!(!c.compat.extra_export_formats);
+    }
+
+    #[test]
+    fn dialect_choices_read_quoted_unquoted_and_from_the_environment() {
+        use crate::dialect::{BusinessErrorStatus, EmptyStoreSearch, MissingKeyStatus};
+        let c = load(
+            "[compat]\nbusiness_error_status = 200\nempty_store_search = \"all\"\n",
+            env(&[("V1COMPAT_COMPAT__MISSING_KEY_STATUS", "400")]),
+        )
+        .unwrap();
+        assert_eq!(
+            c.compat.dialect.business_error_status,
+            BusinessErrorStatus::Always200
+        );
+        assert_eq!(c.compat.dialect.empty_store_search, EmptyStoreSearch::All);
+        assert_eq!(
+            c.compat.dialect.missing_key_status,
+            MissingKeyStatus::BadRequest
+        );
+        let err = load(
+            "[compat]\nbusiness_error_status = \"404\"\nempty_store_search = \"none\"\nmissing_key_status = 403\n",
+            env(&[]),
+        )
+        .unwrap_err();
+        assert_eq!(err.0.len(), 3, "{err}");
+        assert!(err.to_string().contains("compat.business_error_status"));
     }
 
     #[test]
@@ -347,6 +379,7 @@ mod example_tests {
         assert_eq!(c.compat.origin_rename, d.compat.origin_rename);
         assert_eq!(c.upstream.base_url, d.upstream.base_url);
         assert_eq!(format!("{:?}", c.shadow), format!("{:?}", d.shadow));
+        assert_eq!(format!("{:?}", c.callbacks), format!("{:?}", d.callbacks));
         assert_eq!(
             format!("{:?}", c.connections),
             format!("{:?}", d.connections)

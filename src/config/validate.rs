@@ -147,6 +147,37 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         }
     }
 
+    fn choice<T: Default + for<'de> serde::Deserialize<'de>>(
+        p: &mut Vec<String>,
+        key: &str,
+        value: &str,
+        allowed: &str,
+    ) -> T {
+        crate::dialect::parse_choice(key, value, allowed)
+            .map_err(|e| p.push(e))
+            .unwrap_or_default()
+    }
+    let dialect = crate::dialect::Dialect {
+        business_error_status: choice(
+            &mut p,
+            "compat.business_error_status",
+            &c.business_error_status,
+            "http, 200",
+        ),
+        empty_store_search: choice(
+            &mut p,
+            "compat.empty_store_search",
+            &c.empty_store_search,
+            "refuse, all",
+        ),
+        missing_key_status: choice(
+            &mut p,
+            "compat.missing_key_status",
+            &c.missing_key_status,
+            "401, 400",
+        ),
+    };
+
     match raw.log.format.as_str() {
         "json" | "text" => {}
         other => p.push(format!("log.format: {other:?} is not one of json, text")),
@@ -159,6 +190,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     }
 
     let shadow = crate::shadow::config::validate(&raw.shadow, &mut p);
+    let callbacks = crate::callbacks::config::validate(&raw.callbacks, &mut p);
     let connections = crate::conn::settings::validate(&raw.connections, &mut p);
 
     let (Some(base_url), true) = (base_url, p.is_empty()) else {
@@ -198,11 +230,13 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             unknown_status: c.unknown_status,
             extra_export_formats: c.extra_export_formats,
             origin_rename: c.origin_rename.clone(),
+            dialect,
         },
         log: raw.log,
         grace_period: Duration::from_secs(raw.shutdown.grace_period_secs),
         drain_delay: Duration::from_millis(raw.shutdown.drain_delay_ms),
         connections,
         shadow,
+        callbacks,
     })
 }

@@ -129,16 +129,13 @@ impl<'a> Exchange<'a> {
             .map_err(|_| ())
             .and_then(|text| serde_json::from_str::<DataEnvelope<'f, T>>(text).map_err(|_| ()));
         match parsed {
-            Ok(envelope) => self
-                .judge(
-                    fetched,
-                    envelope.code,
-                    envelope.message.map(std::borrow::Cow::into_owned),
-                    envelope.request_id.as_deref(),
-                    subject,
-                )
-                .map(|()| Read::Typed(envelope.data)),
-            Err(()) => self.envelope_data(fetched, subject).map(Read::Untyped),
+            // A success; anything else is an error, read in full (details
+            // and all) by the general path.
+            Ok(envelope) if envelope.code == Some(0) && fetched.status.is_success() => {
+                self.record_request_id(envelope.request_id.as_deref());
+                Ok(Read::Typed(envelope.data))
+            }
+            _ => self.envelope_data(fetched, subject).map(Read::Untyped),
         }
     }
 
@@ -150,34 +147,9 @@ impl<'a> Exchange<'a> {
                 fetched.status.as_u16()
             ))
         })?;
-        self.judge(
-            fetched,
-            envelope.code,
-            envelope.message,
-            envelope.request_id.as_deref(),
-            subject,
-        )?;
-        Ok(envelope.data.unwrap_or(Value::Null))
-    }
-
-    /// Records V2's request id and decides success (code 0 with a 2xx) or
-    /// the error the envelope stands for.
-    fn judge(
-        &self,
-        fetched: &Fetched,
-        code: Option<i64>,
-        message: Option<String>,
-        request_id: Option<&str>,
-        subject: Subject,
-    ) -> Result<(), GatewayError> {
-        // Only ids that are safe to put in a response header are kept.
-        let v2_request_id =
-            request_id.filter(|id| id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic()));
-        if let (Some(id), Ok(mut ids)) = (v2_request_id, self.v2_ids.lock()) {
-            ids.push(id.to_owned());
-        }
-        match code {
-            Some(0) if fetched.status.is_success() => Ok(()),
+        let v2_request_id = self.record_request_id(envelope.request_id.as_deref());
+        match envelope.code {
+            Some(0) if fetched.status.is_success() => Ok(envelope.data.unwrap_or(Value::Null)),
             None if fetched.status.is_success() => {
                 Err(GatewayError::Garbled("V2 envelope without a code".into()))
             }
@@ -185,14 +157,27 @@ impl<'a> Exchange<'a> {
                 subject,
                 status: fetched.status,
                 code,
-                message: message.unwrap_or_default(),
-                v2_request_id: v2_request_id.map(str::to_owned),
+                message: envelope.message.unwrap_or_default(),
+                details: crate::error::details_of(envelope.details.as_ref()),
+                v2_request_id,
                 // Rounded up, so a client never comes back too early.
                 retry_after: fetched
                     .retry_after
                     .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0)),
             }),
         }
+    }
+
+    /// Keeps V2's request id for the diagnostics header, if it is safe to put
+    /// in one, and returns it.
+    fn record_request_id(&self, request_id: Option<&str>) -> Option<String> {
+        let id = request_id
+            .filter(|id| id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic()))?
+            .to_owned();
+        if let Ok(mut ids) = self.v2_ids.lock() {
+            ids.push(id.clone());
+        }
+        Some(id)
     }
 
     /// Fetches V2 pages concurrently (bounded by `limits.fanout_concurrency`),

@@ -4,17 +4,20 @@
 //! in-process servers on port 0, and the client conformance suite (the
 //! published V1 Python SDK against `v1compat sandbox`).
 
+mod callbacks;
 mod cli;
 mod deploy;
 mod differential;
 mod gateway;
 mod golden;
+mod openapi;
 mod operations;
 mod pipeline;
 mod properties;
 mod python_sdk;
 mod reliability;
 mod sandbox;
+mod schemathesis;
 mod shadow;
 mod support;
 mod upstream;
