@@ -14,12 +14,6 @@ use v1compat::shadow::cli::{self, ReplayArgs, ReportArgs};
 use v1compat::upstream::HttpUpstream;
 use v1compat::{probe, server, telemetry};
 
-/// mimalloc instead of the system allocator: measured, a translated request
-/// spends a quarter of its instructions in glibc's malloc and free (see
-/// deploy/bench/RESULTS.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// sysexits EX_USAGE / EX_CONFIG-style code for a configuration that does not validate.
 const EXIT_BAD_CONFIG: u8 = 64;
 
