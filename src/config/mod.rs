@@ -47,6 +47,7 @@ pub struct Config {
     pub drain_delay: Duration,
     pub connections: crate::conn::ConnSettings,
     pub shadow: crate::shadow::ShadowConfig,
+    pub callbacks: crate::callbacks::CallbacksConfig,
 }
 
 /// [`CompatSection`] with its choices checked.
@@ -350,6 +351,7 @@ mod example_tests {
         assert_eq!(c.compat.origin_rename, d.compat.origin_rename);
         assert_eq!(c.upstream.base_url, d.upstream.base_url);
         assert_eq!(format!("{:?}", c.shadow), format!("{:?}", d.shadow));
+        assert_eq!(format!("{:?}", c.callbacks), format!("{:?}", d.callbacks));
         assert_eq!(
             format!("{:?}", c.connections),
             format!("{:?}", d.connections)
