@@ -27,7 +27,6 @@ use tracing::debug;
 use super::retry::{
     parse_retry_after, plan_wait, retry_reason, GiveUp, RetryBudget, RetrySettings,
 };
-use super::route_label::route_label;
 use super::{ApiKey, RetryPolicy, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply};
 
 use crate::telemetry::{
@@ -369,7 +368,7 @@ impl Inner {
             timeout: call
                 .attempt_timeout
                 .unwrap_or(self.settings.attempt_timeout),
-            route: route_label(call.path.path()),
+            route: call.path.route().to_owned(),
         };
         let route = &prepared.route;
         let retry = &self.settings.retry;
