@@ -25,7 +25,8 @@
 //! (simulated time), `state` (accounts, tasks, runs, lifecycle), `data` (deterministic
 //! rows and logs), `checks` (request contract checks shared by both surfaces), `v2`
 //! (routing and envelopes) with `v2_catalog`, `v2_runs`, `v2_tasks`, `legacy_v1`,
-//! `admin` (`/__sandbox/*`), `faults`, `exports`, `callbacks`, `serve` (the accept loop and body helpers; named so it does not shadow the `http` crate).
+//! `admin` (`/__sandbox/*`), `faults`, `exports`, `callbacks`, `serve` (the accept
+//! loop and body helpers; not named `http`, which would shadow the crate).
 
 mod admin;
 mod callbacks;
