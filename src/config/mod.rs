@@ -184,7 +184,10 @@ mod tests {
         let err = load("[upstream]\nbase_ur = \"http://x\"\n", env(&[])).unwrap_err();
         assert!(err.to_string().contains("base_ur"), "{err}");
         let err = load("", env(&[("V1COMPAT_UPSTREAM__NOPE", "1")])).unwrap_err();
-        assert!(err.to_string().contains("nope"), "{err}");
+        assert_eq!(
+            err.0,
+            ["V1COMPAT_UPSTREAM__NOPE: upstream.nope: unknown key"]
+        );
     }
 
     #[test]
