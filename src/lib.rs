@@ -38,8 +38,10 @@
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 pub mod bind;
+pub mod callbacks;
 pub mod config;
 pub mod conn;
 pub mod demo;
@@ -67,7 +69,18 @@ pub async fn run(
     upstream: Arc<dyn upstream::Upstream>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    let gateway = Arc::new(ops::Gateway::new(upstream, Arc::new(config)));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // The callback relay (its store opened, its deliverer started) before
+    // anything serves: a store that cannot be opened stops start-up.
+    let relay = callbacks::Relay::start(
+        &config.callbacks,
+        upstream.clone(),
+        config.compat.clone(),
+        stop_rx.clone(),
+    )
+    .await
+    .map_err(std::io::Error::other)?;
+    let gateway = Arc::new(ops::Gateway::new(upstream, Arc::new(config)).with_callbacks(relay));
     let pipeline = Arc::new(pipeline::Pipeline::new(gateway.clone()));
     let in_flight = pipeline.clone();
     // Built before anything serves: a capture file that cannot be opened
@@ -104,6 +117,9 @@ pub async fn run(
     );
     tokio::time::sleep(drain_delay).await;
     public_drain.stop();
+    // The callback deliverer stops claiming; a claim in flight is either
+    // recorded or taken over after its lease.
+    let _ = stop_tx.send(true);
     let a = public.await;
     admin_drain.stop();
     let b = admin.await;
