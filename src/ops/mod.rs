@@ -108,7 +108,7 @@ pub async fn handle_counting(
         Some(k) => Some(k),
         None if req.op.is_public() => gw.config.service_key.clone(),
         None => {
-            return Err(GatewayError::Unauthorized(
+            return Err(GatewayError::MissingKey(
                 "send your key in the api-key header".into(),
             ))
         }

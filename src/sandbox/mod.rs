@@ -72,6 +72,8 @@ pub(crate) struct Shared {
     pub v2_addr: SocketAddr,
     /// Turns true on shutdown; long waits (sync runs, latency faults) watch it.
     pub stop: watch::Receiver<bool>,
+    /// How the native V1 surface reads the points the V1 record disagrees on.
+    pub v1_dialect: crate::dialect::Dialect,
 }
 
 /// A running sandbox (both listeners and the callback sender).
@@ -104,6 +106,7 @@ impl Sandbox {
             exports: exports::Exports::default(),
             v2_addr,
             stop: stop_rx.clone(),
+            v1_dialect: cfg.v1,
         });
         let s2 = shared.clone();
         let v2_task = serve::serve(v2, stop_rx.clone(), move |req, _| {

@@ -291,7 +291,8 @@ impl Mirror {
                     match pipeline::dispatch(&self.gateway, v1, timeout).await {
                         Err(GatewayError::Deadline(_)) => Err(UpstreamFailure::Timeout(timeout)),
                         result => {
-                            let (status, body) = pipeline::render(result);
+                            let (status, body) =
+                                pipeline::render(result, &self.gateway.config.compat.dialect);
                             Ok((status, body, started.elapsed()))
                         }
                     }

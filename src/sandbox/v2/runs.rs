@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::catalog::resolve_worker;
 use super::{ApiError, Call, Outcome, RunRef};
 use crate::sandbox::catalog::WorkerSpec;
-use crate::sandbox::checks::{check_input, query_int, query_paging, window, Fields};
+use crate::sandbox::checks::{check_input, query_int, query_paging, window, Fields, ZeroLimits};
 use crate::sandbox::config::LogEntries;
 use crate::sandbox::data::month_utc8;
 use crate::sandbox::lock;
@@ -204,7 +204,7 @@ pub async fn run_worker(call: &Call<'_>) -> Outcome {
     let version = {
         let st = lock(&call.shared.state);
         if let Some(w) = st.worker(worker) {
-            check_input(&input, w, &mut errs);
+            check_input(&input, w, ZeroLimits::Refused, &mut errs);
         }
         fail_if(errs)?;
         st.resolve_version(worker, version.as_deref())
