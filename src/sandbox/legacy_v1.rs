@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 
 use super::catalog::WorkerSpec;
 use super::checks::{check_input, parse_body, window, Fields, Query, ZeroLimits};
-use super::http::{json as json_resp, Body, Dropped, Req};
+use super::serve::{json as json_resp, Body, Dropped, Req};
 use super::state::{AbortError, NewRun, Origin, Run, RunView};
 use super::v2_catalog::regions_value;
 use super::v2_runs::{logs_url, wait_done};
