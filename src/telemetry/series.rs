@@ -18,6 +18,8 @@ const V1_STATUSES: &[&str] = &["200", "400", "401", "404", "429", "500"];
 const ERROR_KINDS: &[(Origin, &str)] = &[
     (Origin::Client, "invalid_request"),
     (Origin::Client, "unauthorized"),
+    // A missing key, under the dialect that answers it with 400.
+    (Origin::Client, "missing_key"),
     (Origin::Client, "not_found"),
     (Origin::Client, "rate_limited"),
     (Origin::Client, "refused"),
@@ -137,6 +139,7 @@ mod tests {
                     details: Vec::new(),
                     v2_request_id: None,
                     retry_after: None,
+                    details: Vec::new(),
                 });
             }
         }
