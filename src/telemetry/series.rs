@@ -139,7 +139,6 @@ mod tests {
                     details: Vec::new(),
                     v2_request_id: None,
                     retry_after: None,
-                    details: Vec::new(),
                 });
             }
         }
