@@ -345,7 +345,7 @@ pub async fn dispatch(
     gw: &Gateway,
     v1: V1Request,
     deadline: Duration,
-) -> Result<ops::Answer, GatewayError> {
+) -> Result<ops::Translated, GatewayError> {
     dispatch_counting(gw, v1, deadline, &AtomicU32::new(0)).await
 }
 
@@ -356,7 +356,7 @@ async fn dispatch_counting(
     v1: V1Request,
     deadline: Duration,
     calls: &AtomicU32,
-) -> Result<ops::Answer, GatewayError> {
+) -> Result<ops::Translated, GatewayError> {
     let handled = ops::handle_counting(gw, v1, calls).in_current_span();
     match tokio::time::timeout(deadline, handled).await {
         Ok(result) => result,
@@ -400,7 +400,7 @@ fn client_key(headers: &HeaderMap) -> Result<Option<ApiKey>, GatewayError> {
 /// line. `calls` is the number of V2 calls made (an answer carries its own).
 fn finish(
     cx: &access::Context<'_>,
-    result: Result<ops::Answer, GatewayError>,
+    result: Result<ops::Translated, GatewayError>,
     calls: u32,
 ) -> V1Response {
     let name = cx.op.map_or("unknown", Operation::name);
@@ -506,7 +506,10 @@ pub fn error_response(err: &GatewayError, dialect: &Dialect) -> V1Response {
 
 /// The status and envelope bytes of an operation's outcome, without
 /// diagnostics or metrics (a shadow copy's translated side).
-pub fn render(result: Result<ops::Answer, GatewayError>, dialect: &Dialect) -> (StatusCode, Bytes) {
+pub fn render(
+    result: Result<ops::Translated, GatewayError>,
+    dialect: &Dialect,
+) -> (StatusCode, Bytes) {
     match result {
         Ok(answer) => (StatusCode::OK, Envelope::success(answer.data).to_bytes()),
         Err(err) => {

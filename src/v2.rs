@@ -18,18 +18,20 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'~');
 
-/// Query values additionally keep `,` readable is NOT done: V2 documents
-/// `filter_keys` as a URL-encoded comma-separated string, so `,` → `%2C`.
+/// Query values are encoded with the same set, commas included: V2 documents
+/// `filter_keys` as a URL-encoded comma-separated string, so `,` goes as `%2C`.
 const QUERY: &AsciiSet = SEGMENT;
 
 /// A V2 path with its query, assembled from fixed literals and checked
-/// identifiers only. There is no constructor from a raw string.
+/// identifiers only, and its metrics route label. There is no constructor
+/// from a raw string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct V2Path {
     path: String,
     query: Vec<(&'static str, String)>,
-    /// The path with every identifier as `{id}`: the `route` label of
-    /// upstream metrics.
+    /// The path with every identifier as `{id}`: the bounded `route` label
+    /// of upstream metrics, known from how the path was built (interned per
+    /// path shape, so no label string is built per call).
     route: &'static str,
 }
 
@@ -138,12 +140,6 @@ impl V2Path {
         }
     }
 
-    /// The `route` label of this path: literals as they are, identifiers
-    /// as `{id}`, so a label never holds anything a client sent.
-    pub fn route(&self) -> &'static str {
-        self.route
-    }
-
     pub fn query(mut self, name: &'static str, value: impl ToString) -> V2Path {
         self.query.push((name, value.to_string()));
         self
@@ -160,6 +156,12 @@ impl V2Path {
     /// but keeping it out keeps label sets small).
     pub fn path(&self) -> &str {
         &self.path
+    }
+
+    /// The `route` label: `/api/v2/worker-runs/{id}/log`. Identifiers never
+    /// appear in it, whatever they look like.
+    pub fn route(&self) -> &'static str {
+        self.route
     }
 
     pub fn path_and_query(&self) -> String {

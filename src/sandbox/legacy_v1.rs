@@ -18,10 +18,10 @@ use serde_json::{json, Map, Value};
 
 use super::catalog::WorkerSpec;
 use super::checks::{check_input, parse_body, window, Fields, Query, ZeroLimits};
-use super::http::{json as json_resp, Body, Dropped, Req};
+use super::serve::{json as json_resp, Body, Dropped, Req};
 use super::state::{AbortError, NewRun, Origin, Run, RunView};
-use super::v2_catalog::regions_value;
-use super::v2_runs::{logs_url, wait_done};
+use super::v2::catalog::regions_value;
+use super::v2::runs::{logs_url, wait_done};
 use super::{lock, Shared};
 use crate::dialect::{Dialect, EmptyStoreSearch, MissingKeyStatus};
 

@@ -24,8 +24,9 @@
 //! Files: `config` (what can be set), `catalog` (workers and the seed), `clock`
 //! (simulated time), `state` (accounts, tasks, runs, lifecycle), `data` (deterministic
 //! rows and logs), `checks` (request contract checks shared by both surfaces), `v2`
-//! (routing and envelopes) with `v2_catalog`, `v2_runs`, `v2_tasks`, `legacy_v1`,
-//! `admin` (`/__sandbox/*`), `faults`, `exports`, `callbacks`, `http` (server helper).
+//! (routing and envelopes, with `v2::catalog`, `v2::runs`, `v2::tasks`), `legacy_v1`,
+//! `admin` (`/__sandbox/*`), `faults`, `exports`, `callbacks`, `serve` (the accept
+//! loop and body helpers; not named `http`, which would shadow the crate).
 
 mod admin;
 mod callbacks;
@@ -36,13 +37,10 @@ mod config;
 mod data;
 mod exports;
 mod faults;
-mod http;
 mod legacy_v1;
+mod serve;
 mod state;
 mod v2;
-mod v2_catalog;
-mod v2_runs;
-mod v2_tasks;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -111,11 +109,11 @@ impl Sandbox {
             v1_dialect: cfg.v1,
         });
         let s2 = shared.clone();
-        let v2_task = http::serve(v2, stop_rx.clone(), move |req, _| {
+        let v2_task = serve::serve(v2, stop_rx.clone(), move |req, _| {
             v2::handle(s2.clone(), req)
         });
         let s1 = shared.clone();
-        let v1_task = http::serve(v1, stop_rx, move |req, _| {
+        let v1_task = serve::serve(v1, stop_rx, move |req, _| {
             legacy_v1::handle(s1.clone(), req)
         });
         let cb_task = tokio::spawn(callbacks::run(shared.clone()));
