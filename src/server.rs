@@ -406,10 +406,13 @@ pub async fn serve_admin(
 /// Whether a TCP connection to the upstream opens, within a deadline short
 /// enough for a readiness probe's own timeout (one second by default).
 async fn upstream_reachable(gw: &Gateway) -> Result<(), String> {
-    let url = &gw.config.upstream.base_url;
-    let host = url.host_str().ok_or("upstream has no host")?;
-    let port = url.port_or_known_default().ok_or("upstream has no port")?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
+    // Behind HTTPS_PROXY the first hop is the proxy, not V2.
+    let upstream = &gw.config.upstream;
+    let (host, port) = upstream
+        .proxy
+        .first_hop(&upstream.base_url)
+        .ok_or("upstream has no host or port")?;
+    let host = host.as_str();
     match tokio::time::timeout(
         UPSTREAM_PROBE_TIMEOUT,
         tokio::net::TcpStream::connect((host, port)),

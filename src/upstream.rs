@@ -13,10 +13,12 @@ use http::{Method, StatusCode};
 use crate::v2::V2Path;
 
 mod client;
+mod proxy;
 mod retry;
 mod route_label;
 pub(crate) use client::{pooled_client, tls_config, HyperClient};
 pub use client::{AuthStyle, HttpUpstream, UpstreamSettings};
+pub use proxy::ProxyEnv;
 pub use retry::RetrySettings;
 
 /// A key to present upstream. Kept opaque so it cannot end up in a `{:?}`.

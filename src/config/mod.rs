@@ -73,10 +73,13 @@ pub fn load(
     let mut table: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| ConfigErrors(vec![e.to_string()]))?;
+    let env: Vec<(String, String)> = env.into_iter().collect();
+    let proxy = crate::upstream::ProxyEnv::from_vars(env.iter().map(|(k, v)| (&**k, &**v)));
     let mut problems = env::overlay(&mut table, env);
     if !problems.is_empty() {
         return Err(ConfigErrors(problems));
     }
+    problems.extend(proxy.problems());
     // Unknown keys are taken out and reported here rather than left to
     // serde, which would stop at the first one and hide every other problem.
     problems.extend(remove_unknown_keys(&mut table));
@@ -89,7 +92,10 @@ pub fn load(
         }
     };
     match validate(raw) {
-        Ok(config) if problems.is_empty() => Ok(config),
+        Ok(mut config) if problems.is_empty() => {
+            config.upstream.proxy = proxy;
+            Ok(config)
+        }
         Ok(_) => Err(ConfigErrors(problems)),
         Err(ConfigErrors(more)) => {
             problems.extend(more);

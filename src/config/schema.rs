@@ -59,6 +59,9 @@ pub struct UpstreamSection {
     pub pool_idle_timeout_ms: u64,
     pub pool_max_idle_per_host: usize,
     pub max_response_bytes: usize,
+    /// PEM file of CA certificates trusted for V2 besides the Mozilla roots
+    /// (a private CA in front of V2). Empty = none.
+    pub ca_file: String,
 }
 
 impl Default for UpstreamSection {
@@ -74,6 +77,7 @@ impl Default for UpstreamSection {
             pool_idle_timeout_ms: 90_000,
             pool_max_idle_per_host: 64,
             max_response_bytes: 16 << 20,
+            ca_file: String::new(),
         }
     }
 }

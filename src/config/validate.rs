@@ -159,6 +159,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     }
 
     let shadow = crate::shadow::config::validate(&raw.shadow, &mut p);
+    let extra_root_pem = read_ca_file(&u.ca_file, &mut p);
 
     let (Some(base_url), true) = (base_url, p.is_empty()) else {
         return Err(ConfigErrors(p));
@@ -170,6 +171,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     upstream.pool_idle_timeout = Duration::from_millis(u.pool_idle_timeout_ms);
     upstream.pool_max_idle_per_host = u.pool_max_idle_per_host;
     upstream.max_response_bytes = u.max_response_bytes;
+    upstream.extra_root_pem = extra_root_pem;
     upstream.retry = RetrySettings {
         max_attempts: r.max_attempts,
         base_backoff: Duration::from_millis(r.base_backoff_ms),
@@ -201,4 +203,25 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         grace_period: Duration::from_secs(raw.shutdown.grace_period_secs),
         shadow,
     })
+}
+
+/// Reads `upstream.ca_file` (empty = none) and proves it holds usable
+/// certificates, so a bad file stops start-up or a reload here rather than
+/// failing every V2 call later.
+fn read_ca_file(path: &str, p: &mut Vec<String>) -> Option<Vec<u8>> {
+    if path.is_empty() {
+        return None;
+    }
+    let pem = match std::fs::read(path) {
+        Ok(pem) => pem,
+        Err(e) => {
+            p.push(format!("upstream.ca_file: {path}: {e}"));
+            return None;
+        }
+    };
+    if let Err(e) = crate::upstream::tls_config(Some(&pem)) {
+        p.push(format!("upstream.ca_file: {path}: {e}"));
+        return None;
+    }
+    Some(pem)
 }

@@ -9,6 +9,8 @@ mod deploy;
 mod differential;
 mod gateway;
 mod golden;
+mod networks;
+mod pki;
 mod python_sdk;
 mod sandbox;
 mod shadow;
