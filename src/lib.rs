@@ -37,6 +37,7 @@ pub mod sandbox;
 pub mod server;
 pub mod shadow;
 pub mod telemetry;
+pub mod tls;
 pub mod upstream;
 pub mod v1;
 pub mod v2;
@@ -50,6 +51,14 @@ pub async fn run(
     upstream: Arc<dyn upstream::Upstream>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
+    let acceptor = |files: &Option<tls::TlsFiles>| {
+        files
+            .as_ref()
+            .map(tls::Acceptor::new)
+            .transpose()
+            .map_err(std::io::Error::other)
+    };
+    let (public_tls, admin_tls) = (acceptor(&config.public_tls)?, acceptor(&config.admin_tls)?);
     let gateway = Arc::new(ops::Gateway::new(upstream, Arc::new(config)));
     // Built before anything serves: a capture file that cannot be opened
     // stops start-up instead of leaving a gateway without its public side.
@@ -57,11 +66,12 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     let public = tokio::spawn(server::serve_public(
         public,
+        public_tls,
         gateway.clone(),
         mirror,
         stop_rx.clone(),
     ));
-    let admin = tokio::spawn(server::serve_admin(admin, gateway, stop_rx));
+    let admin = tokio::spawn(server::serve_admin(admin, admin_tls, gateway, stop_rx));
     shutdown.await;
     let _ = stop_tx.send(true);
     let (a, b) = tokio::join!(public, admin);

@@ -77,6 +77,7 @@ struct Public {
 /// through `shadow` when given.
 pub async fn serve_public(
     listener: TcpListener,
+    tls: Option<crate::tls::Acceptor>,
     gateway: Arc<Gateway>,
     shadow: Option<Arc<Mirror>>,
     shutdown: watch::Receiver<bool>,
@@ -114,7 +115,7 @@ pub async fn serve_public(
             let state = state.clone();
             async move { Ok::<_, Infallible>(handle_v1(&state, req).await) }
         });
-    serve(listener, service, shutdown, grace).await
+    serve(listener, tls, service, shutdown, grace).await
 }
 
 async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -349,6 +350,7 @@ fn json_response(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
 /// Serves `/healthz`, `/readyz` and `/metrics`.
 pub async fn serve_admin(
     listener: TcpListener,
+    tls: Option<crate::tls::Acceptor>,
     gateway: Arc<Gateway>,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
@@ -400,7 +402,7 @@ pub async fn serve_admin(
             Ok::<_, Infallible>(resp)
         }
     });
-    serve(listener, service, shutdown, grace).await
+    serve(listener, tls, service, shutdown, grace).await
 }
 
 /// Whether a TCP connection to the upstream opens, within a deadline short
@@ -427,10 +429,12 @@ async fn upstream_reachable(gw: &Gateway) -> Result<(), String> {
     }
 }
 
-/// Accepts connections until `shutdown` flips, then waits up to `grace` for
-/// open connections to finish their requests.
+/// Accepts connections (over TLS when `tls` is given) until `shutdown`
+/// flips, then waits up to `grace` for open connections to finish their
+/// requests.
 pub async fn serve<S, B>(
     listener: TcpListener,
+    tls: Option<crate::tls::Acceptor>,
     service: S,
     mut shutdown: watch::Receiver<bool>,
     grace: Duration,
@@ -464,10 +468,16 @@ where
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service.clone()));
-                let conn = graceful.watch(conn.into_owned());
+                // Watched from here, so a drain waits for a connection still
+                // in its TLS handshake too (bounded by the handshake timeout).
+                let (watcher, builder, service, tls) =
+                    (graceful.watcher(), builder.clone(), service.clone(), tls.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = conn.await {
+                    let Some(stream) = crate::tls::accept(tls.as_ref(), stream).await else {
+                        return;
+                    };
+                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service));
+                    if let Err(e) = watcher.watch(conn.into_owned()).await {
                         tracing::debug!(error = %e, "connection ended with an error");
                     }
                 });

@@ -29,6 +29,9 @@ pub const ENV_PREFIX: &str = "V1COMPAT_";
 pub struct Config {
     pub public_addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// TLS on the public / admin listener, when configured.
+    pub public_tls: Option<crate::tls::TlsFiles>,
+    pub admin_tls: Option<crate::tls::TlsFiles>,
     pub upstream: UpstreamSettings,
     pub service_key: Option<crate::upstream::ApiKey>,
     pub request_timeout: Duration,

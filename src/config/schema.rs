@@ -31,6 +31,12 @@ pub struct ListenSection {
     pub public: String,
     /// `/healthz`, `/readyz`, `/metrics`.
     pub admin: String,
+    /// PEM certificate chain and key for TLS on `public`; both or neither.
+    pub tls_cert_file: String,
+    pub tls_key_file: String,
+    /// The same for `admin`.
+    pub admin_tls_cert_file: String,
+    pub admin_tls_key_file: String,
 }
 
 impl Default for ListenSection {
@@ -38,6 +44,10 @@ impl Default for ListenSection {
         ListenSection {
             public: "127.0.0.1:8080".into(),
             admin: "127.0.0.1:9090".into(),
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
+            admin_tls_cert_file: String::new(),
+            admin_tls_key_file: String::new(),
         }
     }
 }

@@ -18,6 +18,14 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     };
     let public_addr = addr(&mut p, "listen.public", &raw.listen.public);
     let admin_addr = addr(&mut p, "listen.admin", &raw.listen.admin);
+    let l = &raw.listen;
+    let public_tls = tls_files(&mut p, "listen.tls", &l.tls_cert_file, &l.tls_key_file);
+    let admin_tls = tls_files(
+        &mut p,
+        "listen.admin_tls",
+        &l.admin_tls_cert_file,
+        &l.admin_tls_key_file,
+    );
     if public_addr == admin_addr && public_addr.port() != 0 {
         p.push("listen.admin: must differ from listen.public".into());
     }
@@ -184,6 +192,8 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     Ok(Config {
         public_addr,
         admin_addr,
+        public_tls,
+        admin_tls,
         upstream,
         service_key,
         request_timeout: Duration::from_millis(u.request_timeout_ms),
@@ -224,4 +234,43 @@ fn read_ca_file(path: &str, p: &mut Vec<String>) -> Option<Vec<u8>> {
         return None;
     }
     Some(pem)
+}
+
+/// A listener's TLS files (`{prefix}_cert_file`, `{prefix}_key_file`): both
+/// or neither, and usable now (a key that does not match the certificate is
+/// caught here, not at the first handshake).
+fn tls_files(
+    p: &mut Vec<String>,
+    prefix: &str,
+    cert: &str,
+    key: &str,
+) -> Option<crate::tls::TlsFiles> {
+    match (cert.is_empty(), key.is_empty()) {
+        (true, true) => None,
+        (false, false) => {
+            let files = crate::tls::TlsFiles {
+                cert: cert.into(),
+                key: key.into(),
+            };
+            match crate::tls::check(&files) {
+                Ok(()) => Some(files),
+                Err(e) => {
+                    p.push(format!("{prefix}_cert_file: {e}"));
+                    None
+                }
+            }
+        }
+        (false, true) => {
+            p.push(format!(
+                "{prefix}_key_file: required with {prefix}_cert_file"
+            ));
+            None
+        }
+        (true, false) => {
+            p.push(format!(
+                "{prefix}_cert_file: required with {prefix}_key_file"
+            ));
+            None
+        }
+    }
 }

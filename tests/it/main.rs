@@ -15,4 +15,5 @@ mod python_sdk;
 mod sandbox;
 mod shadow;
 mod support;
+mod tls;
 mod upstream;
