@@ -4,21 +4,32 @@
 //! The request path, one way through:
 //!
 //! ```text
-//! V1 client ─▶ server    listeners, tower stack (request id, sensitive headers,
-//!                        trace, catch-panic), in-flight limit, body limit
-//!           ─▶ route     V1 method + path → Operation (unknown → V1 404)
+//! V1 client ─▶ server    HTTP in: listeners, tower stack (request id,
+//!                        sensitive headers, trace, catch-panic), body read
+//!           ─▶ pipeline  one raw V1 request → one V1 answer:
+//!              admit       route (unknown → V1 404), in-flight slot (held by
+//!                          a drop guard), key header, Content-Type, body size
+//!              translate   per-operation deadline ─▶ ops
+//!              finish      envelope + diagnostic headers, request metrics
 //!           ─▶ ops       decode V1 input → pure mapping → V2 call(s) through
 //!                        Upstream → pure mapping back → V1 `data`
 //!           ─▶ error     every failure → one V1 envelope (the only place)
+//! V1 client ◀─ server    HTTP out
 //! ```
 //!
+//! Around the pipeline, never inside it: [`shadow::Mirror`] wraps
+//! `admit`/`translate` when `[shadow]` is on; `replay --upstream` and the
+//! golden tests call [`pipeline::Pipeline::answer`] in-process, so they see
+//! exactly what a live client sees.
+//!
 //! Modules: [`config`] (TOML + env → validated config), [`server`],
-//! [`route`], [`ops`] (one module per operation family), [`paging`] (V1 page
-//! windows → V2 page plans), [`upstream`] (the V2 client), [`v1`]/[`v2`] (wire
-//! types), [`error`], [`telemetry`] (logs, metric names), [`sandbox`] (an
-//! embedded V2 reference service with a native V1 surface, for demos and tests),
-//! [`shadow`] (the migration shadow tester: live mirror, diff engine, capture,
-//! replay, report — beside the request path, never on it).
+//! [`pipeline`], [`route`], [`ops`] (one module per operation family),
+//! [`paging`] (V1 page windows → V2 page plans), [`upstream`] (the V2
+//! client), [`v1`]/[`v2`] (wire types), [`error`], [`telemetry`] (logs,
+//! metric names), [`sandbox`] (an embedded V2 reference service with a native
+//! V1 surface, for demos and tests), [`shadow`] (the migration shadow tester:
+//! live mirror, diff engine, capture, replay, report — beside the request
+//! path, never on it).
 
 use std::sync::Arc;
 
@@ -31,6 +42,7 @@ pub mod demo;
 pub mod error;
 pub mod ops;
 pub mod paging;
+pub mod pipeline;
 pub mod probe;
 pub mod route;
 pub mod sandbox;
@@ -60,6 +72,7 @@ pub async fn run(
     };
     let (public_tls, admin_tls) = (acceptor(&config.public_tls)?, acceptor(&config.admin_tls)?);
     let gateway = Arc::new(ops::Gateway::new(upstream, Arc::new(config)));
+    let pipeline = Arc::new(pipeline::Pipeline::new(gateway.clone()));
     // Built before anything serves: a capture file that cannot be opened
     // stops start-up instead of leaving a gateway without its public side.
     let mirror = shadow::Mirror::new(gateway.clone())?;
@@ -67,7 +80,7 @@ pub async fn run(
     let public = tokio::spawn(server::serve_public(
         public,
         public_tls,
-        gateway.clone(),
+        pipeline,
         mirror,
         stop_rx.clone(),
     ));

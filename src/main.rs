@@ -25,7 +25,9 @@ const EXIT_BAD_CONFIG: u8 = 64;
     long_about = "v1compat accepts V1 requests (/api/v1/..., /api/store, /api/scraper, /api/proxy/region), \
 translates them into V2 calls and answers in V1 envelopes.\n\n\
 Configuration is a TOML file (see config/v1compat.toml); every key can be overridden with an \
-environment variable V1COMPAT_<SECTION>__<KEY>, e.g. V1COMPAT_UPSTREAM__BASE_URL."
+environment variable V1COMPAT_<SECTION>__<KEY>, e.g. V1COMPAT_UPSTREAM__BASE_URL, read as the \
+type of the key it sets. `v1compat check-config FILE [--print]` lists every problem, or prints the \
+effective configuration with secrets masked."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -42,10 +44,23 @@ enum Command {
         #[arg(long, short, env = "V1COMPAT_CONFIG")]
         config: Option<PathBuf>,
     },
-    /// Validate a configuration file and print every problem; exit 64 if invalid.
+    /// Validate a configuration file (with the V1COMPAT_* overrides of the environment)
+    /// and print every problem with its key and line; exit 64 if invalid.
     CheckConfig {
-        #[arg(long, short)]
-        config: PathBuf,
+        /// Configuration file (TOML).
+        #[arg(
+            value_name = "FILE",
+            required_unless_present = "config",
+            conflicts_with = "config"
+        )]
+        file: Option<PathBuf>,
+        /// The same, as a flag.
+        #[arg(long, short, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Print the effective configuration (file, defaults and environment
+        /// merged) as TOML, secrets masked.
+        #[arg(long)]
+        print: bool,
     },
     /// Run the gateway on its embedded sandbox: a V2 reference service, the gateway
     /// pointed at it and a native V1 service, in one process. Port 0 picks a free port.
@@ -69,28 +84,35 @@ Operations that start, rerun or abort runs are never replayed."
 }
 
 fn load(path: Option<&PathBuf>) -> Result<Config, String> {
+    let loaded = read(path)?;
+    for warning in &loaded.warnings {
+        eprintln!("v1compat: warning: {warning}");
+    }
+    Ok(loaded.config)
+}
+
+/// The file (or nothing) plus the process environment, validated.
+fn read(path: Option<&PathBuf>) -> Result<config::Loaded, String> {
     let text = match path {
         Some(p) => std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
         None => String::new(),
     };
-    // V1COMPAT_CONFIG names the file (the --config flag); it is not a key override.
-    let env = std::env::vars().filter(|(name, _)| name != "V1COMPAT_CONFIG");
-    config::load(&text, env).map_err(|e| e.to_string())
+    config::read(&text, std::env::vars()).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::CheckConfig { config } => match load(Some(&config)) {
-            Ok(_) => {
-                println!("{}: ok", config.display());
-                ExitCode::SUCCESS
-            }
-            Err(problems) => bad_config(
-                &format!("{}: invalid configuration:", config.display()),
-                &problems,
-            ),
-        },
+        Command::CheckConfig {
+            file,
+            config,
+            print,
+        } => {
+            let Some(config) = file.or(config) else {
+                return bad_config("check-config needs a FILE", "");
+            };
+            check_config(&config, print)
+        }
         Command::Sandbox(opts) => {
             match runtime().block_on(v1compat::demo::run(opts, server::shutdown_signal())) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -141,6 +163,28 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// `check-config`: every problem, or `ok` (and with `print` the effective
+/// configuration, secrets masked). Warnings go to stderr either way.
+fn check_config(path: &PathBuf, print: bool) -> ExitCode {
+    match read(Some(path)) {
+        Ok(loaded) => {
+            for warning in &loaded.warnings {
+                eprintln!("warning: {warning}");
+            }
+            if print {
+                print!("{}", config::print::effective_toml(&loaded.effective));
+            } else {
+                println!("{}: ok", path.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(problems) => bad_config(
+            &format!("{}: invalid configuration:", path.display()),
+            &problems,
+        ),
     }
 }
 

@@ -1,13 +1,16 @@
 //! Configuration, before anything is bound: TOML text (plus `V1COMPAT_…`
 //! environment overrides) → [`RawConfig`] (serde, unknown keys rejected) →
-//! validated [`Config`]. Validation reports every problem at once.
+//! validated [`Config`]. One pass reports every problem, type errors
+//! included, each with its key path and where it was set (file line or
+//! variable).
 //!
-//! The parts: [`schema`] (sections, keys, defaults), [`env`] (the
-//! environment overlay), [`validate`] (checks and the runtime values).
+//! The parts: [`schema`] (sections, keys, defaults), `env` (the environment
+//! overlay, values typed by their key), `keys` (unknown keys and types,
+//! key by key), `source` (lines and variables of each key), [`validate`]
+//! (checks and the runtime values), [`print`] (`check-config --print`).
 //!
 //! An environment variable `V1COMPAT_SECTION__KEY=value` overrides `key` in
-//! `[section]` (double underscore between levels, names case-insensitive);
-//! the value is read as a TOML scalar (`42`, `true`, `1.5`) or else a string.
+//! `[section]` (double underscore between levels, names case-insensitive).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -16,7 +19,10 @@ use std::time::Duration;
 use crate::upstream::UpstreamSettings;
 
 mod env;
+mod keys;
+pub mod print;
 pub mod schema;
+mod source;
 mod validate;
 
 pub use schema::*;
@@ -64,70 +70,100 @@ impl Default for Compat {
     }
 }
 
-/// Every problem found, one per line.
+/// Every problem found, one per line, each naming its key and where it was
+/// set (`line 12: …` in the file, or the environment variable).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{}", .0.join("\n"))]
 pub struct ConfigErrors(pub Vec<String>);
+
+/// A configuration that loaded, with what the operator should hear about it.
+#[derive(Debug)]
+pub struct Loaded {
+    pub config: Config,
+    /// File, defaults and environment merged: what `check-config --print` shows.
+    pub effective: RawConfig,
+    /// Things that did not stop the load (ignored `V1COMPAT_…` variables).
+    pub warnings: Vec<String>,
+}
+
 /// Reads TOML text, applies `V1COMPAT_…` overrides from `env`, validates.
 pub fn load(
     text: &str,
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<Config, ConfigErrors> {
-    let mut table: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| ConfigErrors(vec![e.to_string()]))?;
+    read(text, env).map(|loaded| loaded.config)
+}
+
+/// [`load`], keeping the effective raw configuration and the warnings.
+///
+/// One pass finds every problem: unknown keys and keys of the wrong type
+/// are named and set aside (their defaults stand in), so the rest is still
+/// typed and validated and its problems reported too.
+pub fn read(
+    text: &str,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<Loaded, ConfigErrors> {
+    let doc =
+        toml_edit::ImDocument::parse(text).map_err(|e| ConfigErrors(vec![syntax(text, &e)]))?;
+    let mut origins = source::Origins::of_file(text, &doc);
+    let mut table: toml::Table = toml::from_str(text)
+        .map_err(|e: toml::de::Error| ConfigErrors(vec![keys::plain(e.message())]))?;
+    let defaults = toml::Table::try_from(RawConfig::default()).unwrap_or_default();
+    // The proxy variables are not keys; they are read with the rest of the
+    // environment so a reload and a test see the same values as start-up.
     let env: Vec<(String, String)> = env.into_iter().collect();
     let proxy = crate::upstream::ProxyEnv::from_vars(env.iter().map(|(k, v)| (&**k, &**v)));
-    let mut problems = env::overlay(&mut table, env);
-    if !problems.is_empty() {
-        return Err(ConfigErrors(problems));
-    }
+    let env = env::overlay(&mut table, &defaults, env);
+    origins.variables.extend(env.set);
+    let mut problems = env.problems;
     problems.extend(proxy.problems());
-    // Unknown keys are taken out and reported here rather than left to
-    // serde, which would stop at the first one and hide every other problem.
-    problems.extend(remove_unknown_keys(&mut table));
+    problems.extend(keys::remove_unknown(&mut table, &defaults));
+    problems.extend(keys::remove_mistyped(&mut table));
     let raw: RawConfig = match toml::Value::Table(table).try_into() {
         Ok(raw) => raw,
+        // Every key typed on its own; a failure here is one of combination.
         Err(e) => {
             let e: toml::de::Error = e;
-            problems.push(e.message().to_owned());
+            problems.push(keys::plain(e.message()));
             return Err(ConfigErrors(problems));
         }
     };
-    match validate(raw) {
-        Ok(mut config) if problems.is_empty() => {
-            config.upstream.proxy = proxy;
-            Ok(config)
-        }
-        Ok(_) => Err(ConfigErrors(problems)),
-        Err(ConfigErrors(more)) => {
-            problems.extend(more);
-            Err(ConfigErrors(problems))
-        }
+    let effective = raw.clone();
+    if let Err(ConfigErrors(more)) = validate(raw.clone()) {
+        problems.extend(more);
     }
+    if !problems.is_empty() {
+        return Err(ConfigErrors(in_file_order(&origins, problems)));
+    }
+    let mut config = validate(raw)?;
+    config.upstream.proxy = proxy;
+    Ok(Loaded {
+        config,
+        effective,
+        warnings: env.warnings,
+    })
 }
-/// Removes the sections and section keys [`RawConfig`] does not have (the
-/// known ones are read off its defaults) and names each one.
-fn remove_unknown_keys(table: &mut toml::Table) -> Vec<String> {
-    let known = toml::Table::try_from(RawConfig::default()).unwrap_or_default();
-    let mut problems = Vec::new();
-    table.retain(|section, value| {
-        let Some(fields) = known.get(section).and_then(toml::Value::as_table) else {
-            problems.push(format!("{section}: unknown key"));
-            return false;
-        };
-        if let Some(keys) = value.as_table_mut() {
-            keys.retain(|key, _| {
-                let ok = fields.contains_key(key);
-                if !ok {
-                    problems.push(format!("{section}.{key}: unknown key"));
-                }
-                ok
-            });
+
+/// Places each problem (line or variable) and orders them as the file
+/// reads: by line, then those from the environment or defaults.
+fn in_file_order(origins: &source::Origins, problems: Vec<String>) -> Vec<String> {
+    let mut placed: Vec<(usize, String)> = problems.into_iter().map(|p| origins.place(p)).collect();
+    placed.sort_by_key(|(line, _)| *line);
+    placed.into_iter().map(|(_, p)| p).collect()
+}
+
+/// A TOML syntax error on one line: `line 3, column 9: …`.
+fn syntax(text: &str, e: &toml_edit::TomlError) -> String {
+    let message = e.message().trim().replace('\n', "; ");
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: invalid TOML: {message}")
         }
-        true
-    });
-    problems
+        None => format!("invalid TOML: {message}"),
+    }
 }
 
 #[cfg(test)]
@@ -205,6 +241,108 @@ mod tests {
 }
 
 #[cfg(test)]
+mod one_pass_tests {
+    use super::*;
+
+    /// A file with a problem of every class: each is reported, with its key
+    /// and line, in file order, in one pass.
+    #[test]
+    fn every_class_of_problem_with_key_and_line() {
+        let text = "\
+[listen]
+public = \"nope\"
+admin = 9090
+[upstream]
+base_url = \"ftp://x\"
+connect_timeout_ms = \"lots\"
+auth = \"basic\"
+bogus = 1
+[retry]
+budget_percent = 3.0
+[workers.aliases]
+old = 7
+[compat]
+aborted_status = 9
+[shadow]
+unordered_paths = [\"ok\", 2]
+[[shadow.ignore]]
+path = \"data.x\"
+compare = \"fuzzy\"
+[nope]
+x = 1
+";
+        let err = load(text, Vec::new()).unwrap_err();
+        let expected = [
+            "line 2: listen.public: \"nope\" is not an IP:port address",
+            "line 3: listen.admin: expected a string, found integer `9090`",
+            "line 5: upstream.base_url: \"ftp://x\" is not an http(s) URL",
+            "line 6: upstream.connect_timeout_ms: expected a whole number (0 or more), found string \"lots\"",
+            "line 7: upstream.auth: \"basic\" is not one of bearer, api-key",
+            "line 8: upstream.bogus: unknown key",
+            "line 10: retry.budget_percent: must be between 0.0 and 1.0",
+            "line 12: workers.aliases.old: expected a string, found integer `7`",
+            "line 14: compat.aborted_status: must be a V1 status between 1 and 5",
+            "line 16: shadow.unordered_paths[1]: expected a string, found integer `2`",
+            "line 17: shadow.ignore[0]:",
+            "line 20: nope: unknown key",
+        ];
+        assert_eq!(err.0.len(), expected.len(), "{err}");
+        for (got, want) in err.0.iter().zip(expected) {
+            assert!(
+                got.starts_with(want),
+                "{got:?} does not start with {want:?}\n{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn environment_problems_name_their_variable_beside_file_problems() {
+        let env = [
+            ("V1COMPAT_LIMITS__MAX_IN_FLIGHT", "many"),
+            ("V1COMPAT_LIMITS__FANOUT_CONCURRENCY", "0"),
+            ("V1COMPAT_BIN", "target/debug/v1compat"),
+        ]
+        .map(|(a, b)| (a.to_owned(), b.to_owned()));
+        let err = load("[upstream]\nauth = \"x\"\n", env).unwrap_err();
+        assert_eq!(
+            err.0,
+            [
+                "line 2: upstream.auth: \"x\" is not one of bearer, api-key",
+                "V1COMPAT_LIMITS__MAX_IN_FLIGHT: limits.max_in_flight takes a whole number, not \"many\"",
+                "V1COMPAT_LIMITS__FANOUT_CONCURRENCY: limits.fanout_concurrency: must be between 1 and 64",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_string_key_takes_digits_and_stray_variables_only_warn() {
+        let env = [
+            ("V1COMPAT_UPSTREAM__SERVICE_KEY", "123"),
+            ("V1COMPAT_BLESS", "1"),
+        ]
+        .map(|(a, b)| (a.to_owned(), b.to_owned()));
+        let loaded = read("", env).unwrap();
+        assert_eq!(
+            loaded
+                .config
+                .service_key
+                .map(|k| k.expose().to_owned())
+                .as_deref(),
+            Some("123")
+        );
+        assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+        assert!(loaded.warnings[0].contains("V1COMPAT_BLESS"));
+    }
+
+    #[test]
+    fn a_syntax_error_names_its_line_and_column() {
+        let err = load("[upstream]\nbase_url = \"x\n", Vec::new()).unwrap_err();
+        assert_eq!(err.0.len(), 1);
+        assert!(err.0[0].starts_with("line 2, column "), "{err}");
+    }
+}
+
+#[cfg(test)]
 mod example_tests {
     /// The documented example must load and match the built-in defaults.
     #[test]
@@ -216,5 +354,24 @@ mod example_tests {
         assert_eq!(c.compat.origin_rename, d.compat.origin_rename);
         assert_eq!(c.upstream.base_url, d.upstream.base_url);
         assert_eq!(format!("{:?}", c.shadow), format!("{:?}", d.shadow));
+    }
+
+    /// The example documents every key there is, and no key that is not.
+    #[test]
+    fn example_config_names_every_key() {
+        let text = include_str!("../../config/v1compat.toml");
+        let example: toml::Table = text.parse().unwrap();
+        let defaults = toml::Table::try_from(super::RawConfig::default()).unwrap();
+        for (section, keys) in &defaults {
+            let documented = example.get(section).and_then(toml::Value::as_table);
+            let documented =
+                documented.unwrap_or_else(|| panic!("[{section}] is not in the example"));
+            for key in keys.as_table().into_iter().flat_map(|t| t.keys()) {
+                assert!(
+                    documented.contains_key(key),
+                    "{section}.{key} is not documented in config/v1compat.toml"
+                );
+            }
+        }
     }
 }

@@ -98,7 +98,7 @@ pub struct RetrySection {
     pub max_attempts: u32,
     pub base_backoff_ms: u64,
     pub max_backoff_ms: u64,
-    pub budget_percent: f32,
+    pub budget_percent: f64,
     pub budget_min_per_sec: u32,
 }
 

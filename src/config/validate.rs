@@ -184,7 +184,8 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         max_attempts: r.max_attempts,
         base_backoff: Duration::from_millis(r.base_backoff_ms),
         max_backoff: Duration::from_millis(r.max_backoff_ms),
-        budget_percent: r.budget_percent,
+        // Checked to lie in 0..=1 above, where f32 is exact enough.
+        budget_percent: r.budget_percent as f32,
         budget_min_per_sec: r.budget_min_per_sec,
         // No retry may start after the V1 request's own deadline.
         retry_window: Duration::from_millis(u.request_timeout_ms),

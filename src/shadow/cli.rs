@@ -10,6 +10,7 @@ use super::replay::{replay, ReplayOptions, TranslatedSide};
 use super::report::Report;
 use crate::config::Config;
 use crate::ops::Gateway;
+use crate::pipeline::Pipeline;
 use crate::upstream::HttpUpstream;
 
 /// Flags of `v1compat replay`.
@@ -105,7 +106,10 @@ pub async fn replay_command(args: ReplayArgs, mut cfg: Config) -> Result<bool, S
         (None, Some(url)) => {
             cfg.upstream.base_url = url.clone();
             let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone())?);
-            TranslatedSide::InProcess(Arc::new(Gateway::new(upstream, Arc::new(cfg.clone()))))
+            TranslatedSide::InProcess(Arc::new(Pipeline::new(Arc::new(Gateway::new(
+                upstream,
+                Arc::new(cfg.clone()),
+            )))))
         }
         (None, None) => return Err("give --gateway or --upstream".into()),
     };

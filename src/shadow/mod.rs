@@ -2,9 +2,10 @@
 //! on it:
 //!
 //! ```text
-//! V1 client ─▶ server ─▶ primary (translation, or legacy with primary = "legacy") ─▶ V1 client
-//!                └─▶ Mirror::sample (before answering: cheap checks only)
-//!                └─▶ Mirror::spawn  (after answering: its own task)
+//! V1 client ─▶ server ─▶ Mirror::answer ─▶ Pipeline::admit (route, key, body checks)
+//!                          ├─▶ Mirror::sample (before answering: cheap checks only)
+//!                          ├─▶ primary: Pipeline::translate, or legacy with primary = "legacy"
+//!                          └─▶ Mirror::spawn  (after answering: its own task)
 //!                       ─▶ the other side (legacy V1, or the translation)
 //!                       ─▶ diff ─▶ metrics, capture (JSONL)
 //! ```
@@ -24,16 +25,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{Response, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http::StatusCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::GatewayError;
-use crate::ops::{self, Answer as OpsAnswer, Gateway, V1Request};
+use crate::ops::{Gateway, V1Request};
+use crate::pipeline::{self, Admitted, BodyError, Pipeline, RawV1Request, V1Response};
 use crate::route::Operation;
 use crate::telemetry;
 use crate::upstream::UpstreamFailure;
-use crate::v1::Envelope;
 
 pub mod capture;
 pub mod cli;
@@ -51,15 +51,6 @@ use legacy::{LegacyClient, Received, V1Call};
 /// Distinct `field` label values of `v1compat_shadow_differences_total`;
 /// later paths are counted as `other`.
 pub const FIELD_LABELS: usize = 200;
-
-/// A V1 request as the server read it: the decoded form for the
-/// translation and the raw form for legacy.
-pub struct ReadRequest {
-    pub v1: V1Request,
-    pub call: V1Call,
-    /// The request carried the loop guard.
-    pub guarded: bool,
-}
 
 /// A request selected for mirroring, owned by its copy task.
 pub struct ShadowCopy {
@@ -127,17 +118,6 @@ impl Drop for Slot {
     }
 }
 
-/// A V1 answer rendered the way the server renders it.
-pub fn v1_answer(result: Result<OpsAnswer, GatewayError>) -> (StatusCode, Bytes) {
-    match result {
-        Ok(answer) => (StatusCode::OK, Envelope::success(answer.data).to_bytes()),
-        Err(err) => {
-            let r = err.render();
-            (r.status, r.envelope.to_bytes())
-        }
-    }
-}
-
 /// FNV-1a: stable across processes and versions, unlike std's hasher, so a
 /// key is in or out of the sample on every replica and after restarts.
 fn stable_hash(s: &str) -> u64 {
@@ -188,12 +168,42 @@ impl Mirror {
         self.cfg.max_in_flight - self.slots.available_permits()
     }
 
+    /// Answers one request through `pipeline`, mirroring it: admission as
+    /// usual, the sampling decision, the primary side, then the copy handed
+    /// to its own task. The client's answer never waits for the copy.
+    pub async fn answer<B>(
+        self: &Arc<Self>,
+        pipeline: &Pipeline,
+        req: RawV1Request<B>,
+    ) -> V1Response
+    where
+        B: std::future::Future<Output = Result<Bytes, BodyError>>,
+    {
+        let admitted = match pipeline.admit(req).await {
+            Ok(a) => a,
+            Err(refused) => return refused,
+        };
+        let copy = self.sample(&admitted);
+        let response = match self.cfg.primary {
+            Primary::Legacy => match self.proxy(&admitted).await {
+                Ok(answer) => pipeline.relay(admitted, answer.status, answer.body),
+                Err(err) => pipeline.refuse(admitted, err),
+            },
+            Primary::Translated => pipeline.translate(admitted).await,
+        };
+        if let Some(copy) = copy {
+            self.spawn(copy, &response);
+        }
+        response
+    }
+
     /// Decides, before the primary answer, whether to mirror this request.
     /// Cheap and synchronous; counts `skipped`.
-    pub fn sample(&self, op: Operation, req: &ReadRequest) -> Option<ShadowCopy> {
-        let eligible = !req.guarded
+    fn sample(&self, req: &Admitted) -> Option<ShadowCopy> {
+        let op = req.op;
+        let eligible = !req.headers.contains_key(legacy::LOOP_GUARD)
             && op.is_read_only()
-            && req.call.body.len() <= self.cfg.max_body_bytes
+            && req.body.len() <= self.cfg.max_body_bytes
             && self.sampled(req);
         if !eligible {
             count(op, "skipped");
@@ -201,18 +211,18 @@ impl Mirror {
         }
         Some(ShadowCopy {
             op,
-            v1: req.v1.clone(),
-            call: req.call.clone(),
+            v1: req.v1_request(),
+            call: call_of(req),
             at_ms: now_ms(),
             started: Instant::now(),
         })
     }
 
-    fn sampled(&self, req: &ReadRequest) -> bool {
+    fn sampled(&self, req: &Admitted) -> bool {
         let bucket = match self.cfg.sample_by {
             SampleBy::Request => rand::random::<u64>() % 10_000,
             SampleBy::Key => {
-                let key = req.v1.key.as_ref().map_or("", |k| k.expose());
+                let key = req.key.as_ref().map_or("", |k| k.expose());
                 stable_hash(key) % 10_000
             }
         };
@@ -221,15 +231,14 @@ impl Mirror {
 
     /// Sends the client's request to legacy (`primary = "legacy"`): the
     /// request's own deadline, the upstream's answer size cap.
-    pub async fn proxy(&self, op: Operation, call: &V1Call) -> Result<Received, GatewayError> {
+    async fn proxy(&self, req: &Admitted) -> Result<Received, GatewayError> {
         let c = &self.gateway.config;
-        let deadline = if op == Operation::StartRun {
-            c.sync_run_timeout + c.request_timeout
-        } else {
-            c.request_timeout
-        };
         self.legacy
-            .send(call, deadline, c.upstream.max_response_bytes)
+            .send(
+                &call_of(req),
+                pipeline::deadline(c, req.op),
+                c.upstream.max_response_bytes,
+            )
             .await
             .map_err(GatewayError::Upstream)
     }
@@ -237,20 +246,15 @@ impl Mirror {
     /// Hands a copy over after the primary answer is built: takes a slot or
     /// drops the copy, then runs the other side in its own task. Returns at
     /// once; nothing here waits.
-    pub fn spawn(self: &Arc<Self>, copy: ShadowCopy, primary: &Response<Full<Bytes>>) {
+    fn spawn(self: &Arc<Self>, copy: ShadowCopy, primary: &V1Response) {
         let op = copy.op;
         // With legacy as primary, an error the gateway rendered itself means
         // legacy did not answer: there is nothing of legacy's to compare.
-        if self.cfg.primary == Primary::Legacy
-            && primary.headers().contains_key(crate::server::ERROR_ORIGIN)
-        {
+        if self.cfg.primary == Primary::Legacy && primary.is_gateway_error() {
             count(op, "failed");
             return;
         }
-        let too_large = http_body::Body::size_hint(primary.body())
-            .upper()
-            .map_or(true, |n| n > self.cfg.max_body_bytes as u64);
-        if too_large {
+        if primary.body.len() > self.cfg.max_body_bytes {
             count(op, "skipped");
             return;
         }
@@ -259,17 +263,12 @@ impl Mirror {
             return;
         };
         let slot = Slot::new(permit);
-        let status = primary.status();
-        let body = primary.body().clone();
+        let status = primary.status;
+        let bytes = primary.body.clone();
         let latency = copy.started.elapsed();
         let this = self.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            // A `Full` body is already in memory: this does not wait.
-            let bytes = match body.collect().await {
-                Ok(c) => c.to_bytes(),
-                Err(never) => match never {},
-            };
             let primary = side_of(copy.at_ms, Ok((status, bytes, latency)));
             this.run_copy(copy, primary).await;
         });
@@ -290,12 +289,12 @@ impl Mirror {
                     .map(|r| (r.status, r.body, r.latency)),
                 Primary::Legacy => {
                     let v1 = copy.v1.clone();
-                    match tokio::time::timeout(timeout, ops::handle(&self.gateway, v1)).await {
-                        Ok(result) => {
-                            let (status, body) = v1_answer(result);
+                    match pipeline::dispatch(&self.gateway, v1, timeout).await {
+                        Err(GatewayError::Deadline(_)) => Err(UpstreamFailure::Timeout(timeout)),
+                        result => {
+                            let (status, body) = pipeline::render(result);
                             Ok((status, body, started.elapsed()))
                         }
-                        Err(_) => Err(UpstreamFailure::Timeout(timeout)),
                     }
                 }
             };
@@ -375,6 +374,18 @@ impl Mirror {
                 baseline,
             });
         }
+    }
+}
+
+/// The request as legacy gets it: method, path, query, the forwarded
+/// headers and the body.
+fn call_of(req: &Admitted) -> V1Call {
+    V1Call {
+        method: req.method.clone(),
+        path: req.path.clone(),
+        query: req.query.clone(),
+        headers: V1Call::forwarded_headers(&req.headers),
+        body: req.body.clone(),
     }
 }
 

@@ -27,10 +27,10 @@ use tokio::sync::Semaphore;
 
 use super::capture::{now_ms, CaptureWriter, CapturedRequest, Record, Side, REDACTED};
 use super::legacy::{LegacyClient, V1Call};
-use super::{captured_request, side_of, v1_answer};
-use crate::ops::{self, Gateway, V1Request};
+use super::{captured_request, side_of};
+use crate::pipeline::{Pipeline, RawV1Request};
 use crate::route::{self, Operation};
-use crate::upstream::{ApiKey, UpstreamFailure};
+use crate::upstream::UpstreamFailure;
 
 /// Where the translated answers come from.
 #[derive(Clone)]
@@ -38,8 +38,9 @@ pub enum TranslatedSide {
     /// A running v1compat gateway (requests carry the loop guard, so it does
     /// not mirror them again).
     Gateway(url::Url),
-    /// The translation in this process, against a V2 upstream.
-    InProcess(Arc<Gateway>),
+    /// The translation in this process, against a V2 upstream: the same
+    /// pipeline the live gateway answers with.
+    InProcess(Arc<Pipeline>),
 }
 
 /// Everything `replay` needs.
@@ -163,18 +164,6 @@ fn plan(line: &str, api_key: Option<&str>) -> Result<Planned, String> {
         },
         at_ms: line.at_ms,
     })
-}
-
-/// The key the in-process translation sees, as the server would read it.
-fn key_of(headers: &HeaderMap) -> Option<ApiKey> {
-    if let Some(v) = headers.get("api-key").and_then(|v| v.to_str().ok()) {
-        return ApiKey::new(v);
-    }
-    let v = headers.get("authorization")?.to_str().ok()?;
-    ApiKey::new(
-        v.strip_prefix("Bearer ")
-            .or_else(|| v.strip_prefix("bearer "))?,
-    )
 }
 
 /// Replays `opts.input` and writes `opts.out`.
@@ -330,20 +319,17 @@ async fn one(
                     .send(&call, timeout, limit)
                     .await
                     .map(|r| (r.status, r.body, r.latency)),
-                (TranslatedSide::InProcess(gw), None) => {
+                (TranslatedSide::InProcess(pipeline), None) => {
                     let started = Instant::now();
-                    let v1 = V1Request {
-                        op: p.op,
-                        query: call.query.clone(),
-                        body: call.body.clone(),
-                        key: key_of(&call.headers),
-                        request_id: id.clone(),
-                    };
-                    match tokio::time::timeout(timeout, ops::handle(gw, v1)).await {
-                        Ok(result) => {
-                            let (status, body) = v1_answer(result);
-                            Ok((status, body, started.elapsed()))
-                        }
+                    let raw = RawV1Request::with_bytes(
+                        call.method.clone(),
+                        call.path.clone(),
+                        call.query.clone(),
+                        call.headers.clone(),
+                        call.body.clone(),
+                    );
+                    match tokio::time::timeout(timeout, pipeline.answer(raw)).await {
+                        Ok(answer) => Ok((answer.status, answer.body, started.elapsed())),
                         Err(_) => Err(UpstreamFailure::Timeout(timeout)),
                     }
                 }

@@ -70,6 +70,54 @@ fn check_config_accepts_a_valid_file() {
 }
 
 #[test]
+fn check_config_takes_the_file_as_a_positional_argument() {
+    let f = config_file("[upstream]\nconnect_timeout_ms = \"lots\"\n[limits]\nmax_in_flight = 0\n");
+    let out = v1compat(&["check-config", f.path().to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(
+        err.contains("line 2: upstream.connect_timeout_ms: expected a whole number"),
+        "{err}"
+    );
+    assert!(
+        err.contains("line 4: limits.max_in_flight: must be greater than 0"),
+        "{err}"
+    );
+}
+
+/// `--print`: file, defaults and environment merged, keys masked; a stray
+/// `V1COMPAT_` variable is a warning, not a failure.
+#[test]
+fn check_config_prints_the_effective_configuration_with_secrets_masked() {
+    let f = config_file("[upstream]\nbase_url = \"https://v2.example\"\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_v1compat"))
+        .args(["check-config", f.path().to_str().unwrap(), "--print"])
+        .env_clear()
+        .env("V1COMPAT_UPSTREAM__SERVICE_KEY", "12345")
+        .env("V1COMPAT_LIMITS__MAX_IN_FLIGHT", "77")
+        .env("V1COMPAT_BIN", "target/debug/v1compat")
+        .output()
+        .unwrap();
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let printed: toml::Table = stdout.parse().unwrap();
+    assert_eq!(
+        printed["upstream"]["base_url"].as_str(),
+        Some("https://v2.example")
+    );
+    assert_eq!(
+        printed["upstream"]["service_key"].as_str(),
+        Some("********")
+    );
+    assert_eq!(printed["limits"]["max_in_flight"].as_integer(), Some(77));
+    assert!(!stdout.contains("12345") && !err.contains("12345"));
+    assert!(
+        err.contains("V1COMPAT_BIN is not a configuration override"),
+        "{err}"
+    );
+}
+
+#[test]
 fn serve_with_an_invalid_config_exits_64_before_binding() {
     // A port that is free now: if `serve` bound it before validating, it
     // would be listening there; it must exit instead.

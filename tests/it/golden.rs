@@ -9,12 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::Method;
+use http::{HeaderMap, HeaderValue, Method};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use v1compat::ops::{self, Gateway, V1Request};
-use v1compat::upstream::{ApiKey, HttpUpstream};
+use v1compat::ops::Gateway;
+use v1compat::pipeline::{Pipeline, RawV1Request};
+use v1compat::upstream::HttpUpstream;
 
 use crate::support::{send, serve_scripted, Exchange, ScriptedV2, TestGateway};
 
@@ -87,41 +88,35 @@ fn config(case: &Case, base_url: &str) -> String {
     format!("[upstream]\nbase_url = \"{base_url}\"\n{}", case.config)
 }
 
-/// The in-process run: route, operations and error rendering, no network.
+/// The in-process run: the gateway's own pipeline (routing, checks,
+/// operations and rendering), with the same headers as the HTTP run, no
+/// network.
 async fn run_in_process(case: &Case) -> (Expect, ScriptedV2) {
     let v2 = ScriptedV2::new(case.v2.clone());
     let cfg = v1compat::config::load(&config(case, "http://v2.invalid"), Vec::new()).unwrap();
-    let gw = Gateway::new(Arc::new(v2.clone()), Arc::new(cfg));
+    let pipeline = Pipeline::new(Arc::new(Gateway::new(Arc::new(v2.clone()), Arc::new(cfg))));
     let method = Method::from_bytes(case.v1.method.as_bytes()).unwrap();
     let (path, query) = match case.v1.path.split_once('?') {
         Some((p, q)) => (p, Some(q.to_owned())),
         None => (case.v1.path.as_str(), None),
     };
-    let result = match v1compat::route::route(&method, path) {
-        None => Err(v1compat::error::GatewayError::UnknownRoute),
-        Some(op) => {
-            let req = V1Request {
-                op,
-                query,
-                body: case.v1.bytes(),
-                key: case.v1.key.as_deref().and_then(ApiKey::new),
-                request_id: "golden".into(),
-            };
-            ops::handle(&gw, req).await
-        }
+    let mut headers = HeaderMap::new();
+    headers.insert("content-type", HeaderValue::from_static("application/json"));
+    headers.insert("x-request-id", HeaderValue::from_static("golden"));
+    if let Some(k) = &case.v1.key {
+        headers.insert("api-key", HeaderValue::from_str(k).unwrap());
+    }
+    let body = if case.v1.method == "GET" {
+        Bytes::new()
+    } else {
+        case.v1.bytes()
     };
-    let expect = match result {
-        Ok(answer) => Expect {
-            status: 200,
-            body: serde_json::to_value(v1compat::v1::Envelope::success(answer.data)).unwrap(),
-        },
-        Err(e) => {
-            let r = e.render();
-            Expect {
-                status: r.status.as_u16(),
-                body: serde_json::to_value(r.envelope).unwrap(),
-            }
-        }
+    let answer = pipeline
+        .answer(RawV1Request::with_bytes(method, path, query, headers, body))
+        .await;
+    let expect = Expect {
+        status: answer.status.as_u16(),
+        body: serde_json::from_slice(&answer.body).unwrap(),
     };
     (expect, v2)
 }

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use v1compat::ops::Gateway;
+use v1compat::pipeline::Pipeline;
 use v1compat::sandbox::{Sandbox, SandboxConfig};
 use v1compat::shadow::replay::{replay, ReplayOptions, ReplayStats, TranslatedSide};
 use v1compat::shadow::report::{quantile, Report};
@@ -103,7 +104,10 @@ impl World {
         let cfg = v1compat::config::load(&self.config(extra), Vec::new()).unwrap();
         let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());
         let gw = Gateway::new(upstream, Arc::new(cfg.clone()));
-        (TranslatedSide::InProcess(Arc::new(gw)), cfg)
+        (
+            TranslatedSide::InProcess(Arc::new(Pipeline::new(Arc::new(gw)))),
+            cfg,
+        )
     }
 
     /// A request list over every read-only operation, errors included.

@@ -1,0 +1,434 @@
+//! The request pipeline: one raw V1 request in, one V1 answer out. Everything
+//! that turns what a client sent into what it gets back happens here, once:
+//!
+//! ```text
+//! RawV1Request ─▶ admit      route (unknown → 404), in-flight slot, key
+//!                            header, Content-Type, body size
+//!              ─▶ translate  per-operation deadline ─▶ ops::handle
+//!              ─▶ finish     V1 envelope + diagnostic headers, request metrics
+//!              ═▶ V1Response
+//! ```
+//!
+//! The public listener (`server`) only moves bytes between HTTP and this
+//! module; the live shadow mirror wraps [`Pipeline::admit`] and
+//! [`Pipeline::translate`] from outside; in-process `replay` and the tests
+//! call [`Pipeline::answer`], so every path answers byte for byte alike.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tracing::Instrument;
+
+use crate::config::Config;
+use crate::error::{GatewayError, Origin};
+use crate::ops::{self, Gateway, V1Request};
+use crate::route::{self, Operation};
+use crate::telemetry;
+use crate::upstream::ApiKey;
+use crate::v1::Envelope;
+
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub const V2_REQUEST_ID: HeaderName = HeaderName::from_static("x-v2-request-id");
+pub const ERROR_ORIGIN: HeaderName = HeaderName::from_static("x-v1compat-error-origin");
+pub const ERROR_CAUSE: HeaderName = HeaderName::from_static("x-v1compat-error");
+pub const UPSTREAM_CALLS: HeaderName = HeaderName::from_static("x-v1compat-upstream-calls");
+pub const API_KEY: HeaderName = HeaderName::from_static("api-key");
+
+/// Why a body could not be handed over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyError {
+    /// Longer than `limits.max_body_bytes`.
+    TooLarge,
+    /// The connection failed while the body was read.
+    Unreadable(String),
+}
+
+/// A V1 request as it came off the wire. The body is a future so that the
+/// reader (the socket, in `server`) runs only once the request is routed and
+/// admitted, as before; in-process callers hand over ready bytes.
+pub struct RawV1Request<B> {
+    pub method: Method,
+    /// `/api/v1/run/detail`, `/api/store`, … (no query).
+    pub path: String,
+    pub query: Option<String>,
+    pub headers: HeaderMap,
+    pub body: B,
+}
+
+/// A body already in memory.
+pub type ReadyBody = std::future::Ready<Result<Bytes, BodyError>>;
+
+impl RawV1Request<ReadyBody> {
+    /// A request whose body is already read (replay, tests).
+    pub fn with_bytes(
+        method: Method,
+        path: impl Into<String>,
+        query: Option<String>,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Self {
+        RawV1Request {
+            method,
+            path: path.into(),
+            query,
+            headers,
+            body: std::future::ready(Ok(body)),
+        }
+    }
+}
+
+/// The V1 answer: status, envelope bytes and headers (`content-type` and the
+/// diagnostics `x-request-id`, `x-v2-request-id`, `x-v1compat-*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct V1Response {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl V1Response {
+    /// A JSON answer with no diagnostics.
+    pub fn json(status: StatusCode, body: Bytes) -> V1Response {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        V1Response {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// Whether the gateway rendered this error itself (rather than relaying
+    /// or translating an answer).
+    pub fn is_gateway_error(&self) -> bool {
+        self.headers.contains_key(ERROR_ORIGIN)
+    }
+}
+
+/// A request that passed admission: routed, in an in-flight slot, key and
+/// body read. Dropping it (answered, the client hung up, or a panic
+/// unwinding) frees the slot and the in-flight gauge.
+pub struct Admitted {
+    pub op: Operation,
+    pub request_id: String,
+    pub method: Method,
+    pub path: String,
+    pub query: Option<String>,
+    /// Every header the client sent (keys marked sensitive by the server).
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// The client's key (`api-key` or `Authorization: Bearer`), if any.
+    pub key: Option<ApiKey>,
+    started: Instant,
+    _in_flight: InFlight,
+}
+
+impl Admitted {
+    /// The decoded request the operations take.
+    pub fn v1_request(&self) -> V1Request {
+        V1Request {
+            op: self.op,
+            query: self.query.clone(),
+            body: self.body.clone(),
+            key: self.key.clone(),
+            request_id: self.request_id.clone(),
+        }
+    }
+
+    /// When the request arrived.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+}
+
+/// One slot of `limits.max_in_flight` and one count in the
+/// `v1compat_requests_in_flight` gauge, given back on drop so no exit path
+/// (an early return, a cancelled future, a panic) can leak either.
+struct InFlight {
+    _permit: OwnedSemaphorePermit,
+}
+
+impl InFlight {
+    fn new(permit: OwnedSemaphorePermit) -> InFlight {
+        metrics::gauge!(telemetry::IN_FLIGHT).increment(1.0);
+        InFlight { _permit: permit }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        metrics::gauge!(telemetry::IN_FLIGHT).decrement(1.0);
+    }
+}
+
+/// The pipeline of one gateway: the operations and the in-flight limit.
+pub struct Pipeline {
+    gateway: Arc<Gateway>,
+    in_flight: Arc<Semaphore>,
+}
+
+impl Pipeline {
+    pub fn new(gateway: Arc<Gateway>) -> Pipeline {
+        Pipeline {
+            in_flight: Arc::new(Semaphore::new(gateway.config.limits.max_in_flight)),
+            gateway,
+        }
+    }
+
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
+    /// Requests admitted and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.gateway.config.limits.max_in_flight - self.in_flight.available_permits()
+    }
+
+    /// The whole way through: admit, translate, render.
+    pub async fn answer<B>(&self, req: RawV1Request<B>) -> V1Response
+    where
+        B: Future<Output = Result<Bytes, BodyError>>,
+    {
+        match self.admit(req).await {
+            Ok(admitted) => self.translate(admitted).await,
+            Err(refused) => refused,
+        }
+    }
+
+    /// Routing, the in-flight limit, the key header, the Content-Type and the
+    /// body, in that order; the first that fails is the answer. The body is
+    /// read last, so a request refused earlier is never read.
+    pub async fn admit<B>(&self, req: RawV1Request<B>) -> Result<Admitted, V1Response>
+    where
+        B: Future<Output = Result<Bytes, BodyError>>,
+    {
+        let started = Instant::now();
+        let request_id =
+            usable_request_id(&req.headers).unwrap_or_else(|| ulid::Ulid::new().to_string());
+        let span = tracing::Span::current();
+        span.record("request_id", request_id.as_str());
+        let Some(op) = route::route(&req.method, &req.path) else {
+            return Err(finish(
+                None,
+                Err(GatewayError::UnknownRoute),
+                &request_id,
+                started,
+            ));
+        };
+        span.record("operation", op.name());
+        let refuse = |err| finish(Some(op), Err(err), &request_id, started);
+        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
+            return Err(refuse(GatewayError::Overloaded));
+        };
+        let in_flight = InFlight::new(permit);
+        let key = client_key(&req.headers).map_err(refuse)?;
+        if req.method == Method::POST {
+            check_content_type(&req.headers).map_err(refuse)?;
+        }
+        let limit = self.gateway.config.limits.max_body_bytes;
+        let too_large = || GatewayError::BadRequest(format!("body is larger than {limit} bytes"));
+        let body = match req.body.await {
+            Ok(body) if body.len() > limit => return Err(refuse(too_large())),
+            Ok(body) => body,
+            Err(BodyError::TooLarge) => return Err(refuse(too_large())),
+            Err(BodyError::Unreadable(e)) => {
+                return Err(refuse(GatewayError::BadRequest(format!(
+                    "body could not be read ({e})"
+                ))))
+            }
+        };
+        Ok(Admitted {
+            op,
+            request_id,
+            method: req.method,
+            path: req.path,
+            query: req.query,
+            headers: req.headers,
+            body,
+            key,
+            started,
+            _in_flight: in_flight,
+        })
+    }
+
+    /// Runs the operation under its deadline and renders the V1 answer.
+    pub async fn translate(&self, req: Admitted) -> V1Response {
+        let deadline = deadline(&self.gateway.config, req.op);
+        let result = dispatch(&self.gateway, req.v1_request(), deadline).await;
+        finish(Some(req.op), result, &req.request_id, req.started)
+    }
+
+    /// An answer that came from elsewhere (the legacy service, with
+    /// `shadow.primary = "legacy"`), relayed as it came and counted.
+    pub fn relay(&self, req: Admitted, status: StatusCode, body: Bytes) -> V1Response {
+        let name = req.op.name();
+        metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status.as_u16().to_string())
+            .increment(1);
+        metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name)
+            .record(req.started.elapsed().as_secs_f64());
+        V1Response::json(status, body)
+    }
+
+    /// An admitted request the gateway could not serve, rendered and counted.
+    pub fn refuse(&self, req: Admitted, err: GatewayError) -> V1Response {
+        finish(Some(req.op), Err(err), &req.request_id, req.started)
+    }
+}
+
+/// How long one operation may take: a synchronous run waits for the run too.
+pub fn deadline(config: &Config, op: Operation) -> Duration {
+    if op == Operation::StartRun {
+        config.sync_run_timeout + config.request_timeout
+    } else {
+        config.request_timeout
+    }
+}
+
+/// Runs one decoded V1 request under `deadline`.
+pub async fn dispatch(
+    gw: &Gateway,
+    v1: V1Request,
+    deadline: Duration,
+) -> Result<ops::Answer, GatewayError> {
+    match tokio::time::timeout(deadline, ops::handle(gw, v1).in_current_span()).await {
+        Ok(result) => result,
+        Err(_) => Err(GatewayError::Deadline(deadline)),
+    }
+}
+
+/// A client-sent id is kept only if it is short and printable; otherwise it
+/// is replaced, so it cannot smuggle anything into logs or upstream headers.
+pub fn usable_request_id(headers: &HeaderMap) -> Option<String> {
+    let v = headers.get(&REQUEST_ID)?.to_str().ok()?;
+    let ok = !v.is_empty()
+        && v.len() <= 128
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    ok.then(|| v.to_owned())
+}
+
+/// The client's key from `api-key` or `Authorization: Bearer`. A header that
+/// is present but unusable is an error rather than silently ignored.
+fn client_key(headers: &HeaderMap) -> Result<Option<ApiKey>, GatewayError> {
+    let malformed = || GatewayError::Unauthorized("the key header is malformed".into());
+    if let Some(v) = headers.get(&API_KEY) {
+        return ApiKey::new(v.to_str().map_err(|_| malformed())?)
+            .map(Some)
+            .ok_or_else(malformed);
+    }
+    if let Some(v) = headers.get(header::AUTHORIZATION) {
+        let v = v.to_str().map_err(|_| malformed())?;
+        let token = v
+            .strip_prefix("Bearer ")
+            .or_else(|| v.strip_prefix("bearer "))
+            .ok_or_else(malformed)?;
+        return ApiKey::new(token).map(Some).ok_or_else(malformed);
+    }
+    Ok(None)
+}
+
+fn check_content_type(headers: &HeaderMap) -> Result<(), GatewayError> {
+    match headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or(""))
+    {
+        None => Ok(()),
+        Some(ct) if ct.to_ascii_lowercase().contains("json") => Ok(()),
+        Some(_) => Err(GatewayError::bad(
+            "Content-Type",
+            "must be application/json",
+        )),
+    }
+}
+
+/// Renders an operation's outcome and records the request's metrics.
+fn finish(
+    op: Option<Operation>,
+    result: Result<ops::Answer, GatewayError>,
+    request_id: &str,
+    started: Instant,
+) -> V1Response {
+    let name = op.map_or("unknown", Operation::name);
+    let (mut response, calls) = match result {
+        Ok(answer) => {
+            let mut resp =
+                V1Response::json(StatusCode::OK, Envelope::success(answer.data).to_bytes());
+            if let Some(v) = HeaderValue::from_str(&answer.v2_request_ids.join(", "))
+                .ok()
+                .filter(|v| !v.is_empty())
+            {
+                resp.headers.insert(V2_REQUEST_ID, v);
+            }
+            resp.headers
+                .insert(UPSTREAM_CALLS, HeaderValue::from(answer.upstream_calls));
+            (resp, answer.upstream_calls)
+        }
+        Err(err) => {
+            let resp = error_response(&err);
+            let rendered = err.render();
+            match rendered.origin {
+                Origin::Client => {
+                    tracing::info!(error = %err, status = rendered.status.as_u16(), "request refused")
+                }
+                _ => {
+                    tracing::warn!(error = %err, status = rendered.status.as_u16(), cause = rendered.cause, "request failed")
+                }
+            }
+            metrics::counter!(telemetry::ERRORS, "operation" => name, "origin" => rendered.origin.as_str(), "cause" => rendered.cause).increment(1);
+            (resp, 0)
+        }
+    };
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        response.headers.insert(REQUEST_ID, v);
+    }
+    let status = response.status.as_u16().to_string();
+    metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status).increment(1);
+    metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name)
+        .record(started.elapsed().as_secs_f64());
+    if op.is_some() {
+        metrics::histogram!(telemetry::UPSTREAM_CALLS_PER_REQUEST, "operation" => name)
+            .record(f64::from(calls));
+    }
+    response
+}
+
+/// A V1 error envelope with its diagnostic headers; nothing is recorded.
+pub fn error_response(err: &GatewayError) -> V1Response {
+    let rendered = err.render();
+    let mut resp = V1Response::json(rendered.status, rendered.envelope.to_bytes());
+    let h = &mut resp.headers;
+    h.insert(
+        ERROR_ORIGIN,
+        HeaderValue::from_static(rendered.origin.as_str()),
+    );
+    h.insert(ERROR_CAUSE, HeaderValue::from_static(rendered.cause));
+    if let GatewayError::Refused {
+        v2_request_id: Some(id),
+        ..
+    } = err
+    {
+        if let Ok(v) = HeaderValue::from_str(id) {
+            h.insert(V2_REQUEST_ID, v);
+        }
+    }
+    resp
+}
+
+/// The status and envelope bytes of an operation's outcome, without
+/// diagnostics or metrics (a shadow copy's translated side).
+pub fn render(result: Result<ops::Answer, GatewayError>) -> (StatusCode, Bytes) {
+    match result {
+        Ok(answer) => (StatusCode::OK, Envelope::success(answer.data).to_bytes()),
+        Err(err) => {
+            let r = err.render();
+            (r.status, r.envelope.to_bytes())
+        }
+    }
+}
