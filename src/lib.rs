@@ -17,6 +17,11 @@
 //! V1 client ◀─ server    HTTP out
 //! ```
 //!
+//! Before it: [`tls`] wraps an accepted connection when its listener has
+//! TLS. Beside it: [`reload`] swaps the configuration the pipeline reads
+//! (each request keeps the snapshot it was admitted with); [`probe`] is the
+//! container healthcheck; [`bind`] explains a port collision.
+//!
 //! Around the pipeline, never inside it: [`shadow::Mirror`] wraps
 //! `admit`/`translate` when `[shadow]` is on; `replay --upstream` and the
 //! golden tests call [`pipeline::Pipeline::answer`] in-process, so they see
@@ -44,6 +49,7 @@ pub mod ops;
 pub mod paging;
 pub mod pipeline;
 pub mod probe;
+pub mod reload;
 pub mod route;
 pub mod sandbox;
 pub mod server;
@@ -55,7 +61,8 @@ pub mod v1;
 pub mod v2;
 
 /// Runs the gateway on already-bound listeners until `shutdown` resolves,
-/// then drains in-flight requests within the configured grace period.
+/// then drains in-flight requests within the configured grace period. The
+/// configuration is fixed; [`run_reloading`] follows changes to its file.
 pub async fn run(
     public: TcpListener,
     admin: TcpListener,
@@ -70,13 +77,49 @@ pub async fn run(
             .transpose()
             .map_err(std::io::Error::other)
     };
-    let (public_tls, admin_tls) = (acceptor(&config.public_tls)?, acceptor(&config.admin_tls)?);
-    let gateway = Arc::new(ops::Gateway::new(upstream, Arc::new(config)));
-    let pipeline = Arc::new(pipeline::Pipeline::new(gateway.clone()));
+    let tls = (acceptor(&config.public_tls)?, acceptor(&config.admin_tls)?);
+    let live = reload::Live::new(Arc::new(ops::Gateway::new(upstream, Arc::new(config))));
+    serve_live(public, admin, live, tls, None, shutdown).await
+}
+
+/// [`run`] for a configuration that reloads: on SIGHUP and when its file
+/// (or a file it names) changes. The triggers are installed before anything
+/// is served.
+pub async fn run_reloading(
+    public: TcpListener,
+    admin: TcpListener,
+    reloader: Arc<reload::Reloader>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let triggers = reload::triggers::Triggers::install(reloader.clone());
+    let live = reloader.live().clone();
+    serve_live(
+        public,
+        admin,
+        live,
+        reloader.tls(),
+        Some(triggers),
+        shutdown,
+    )
+    .await
+}
+
+async fn serve_live(
+    public: TcpListener,
+    admin: TcpListener,
+    live: Arc<reload::Live>,
+    (public_tls, admin_tls): (Option<tls::Acceptor>, Option<tls::Acceptor>),
+    triggers: Option<reload::triggers::Triggers>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let pipeline = Arc::new(pipeline::Pipeline::live(live.clone()));
     // Built before anything serves: a capture file that cannot be opened
     // stops start-up instead of leaving a gateway without its public side.
-    let mirror = shadow::Mirror::new(gateway.clone())?;
+    let mirror = shadow::Mirror::new(live.load())?;
     let (stop_tx, stop_rx) = watch::channel(false);
+    if let Some(triggers) = triggers {
+        tokio::spawn(triggers.run(stop_rx.clone()));
+    }
     let public = tokio::spawn(server::serve_public(
         public,
         public_tls,
@@ -84,7 +127,7 @@ pub async fn run(
         mirror,
         stop_rx.clone(),
     ));
-    let admin = tokio::spawn(server::serve_admin(admin, admin_tls, gateway, stop_rx));
+    let admin = tokio::spawn(server::serve_admin(admin, admin_tls, live, stop_rx));
     shutdown.await;
     let _ = stop_tx.send(true);
     let (a, b) = tokio::join!(public, admin);

@@ -4,15 +4,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
 use v1compat::bind::bind;
 use v1compat::config::{self, Config};
 use v1compat::shadow::cli::{self, ReplayArgs, ReportArgs};
-use v1compat::upstream::HttpUpstream;
-use v1compat::{probe, server, telemetry};
+use v1compat::{probe, reload, server, telemetry};
 
 /// sysexits EX_USAGE / EX_CONFIG-style code for a configuration that does not validate.
 const EXIT_BAD_CONFIG: u8 = 64;
@@ -155,7 +153,7 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(problems) => return bad_config("invalid configuration:", &problems),
             };
-            match runtime().block_on(serve(cfg)) {
+            match runtime().block_on(serve(config, cfg)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("v1compat: {e}");
@@ -217,10 +215,16 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap_or_else(|e| panic!("cannot start the async runtime: {e}"))
 }
 
-async fn serve(cfg: Config) -> Result<(), String> {
+async fn serve(path: Option<PathBuf>, cfg: Config) -> Result<(), String> {
     telemetry::init_logging(&cfg.log.format, &cfg.log.level);
     telemetry::prometheus();
-    let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone())?);
+    // The reloader reads the same file and environment again; `cfg` has
+    // already shown them valid (and its warnings are printed).
+    let source = reload::Source {
+        path,
+        env: std::env::vars().collect(),
+    };
+    let reloader = reload::Reloader::start(source, reload::http_upstream())?;
     let public = bind(cfg.public_addr, "listen.public", "V1COMPAT_LISTEN__PUBLIC").await?;
     let admin = bind(cfg.admin_addr, "listen.admin", "V1COMPAT_LISTEN__ADMIN").await?;
     tracing::info!(
@@ -229,7 +233,7 @@ async fn serve(cfg: Config) -> Result<(), String> {
         upstream = %cfg.upstream.base_url,
         "v1compat listening"
     );
-    v1compat::run(public, admin, cfg, upstream, server::shutdown_signal())
+    v1compat::run_reloading(public, admin, reloader, server::shutdown_signal())
         .await
         .map_err(|e| e.to_string())
 }

@@ -26,6 +26,7 @@ use tracing::Instrument;
 use crate::config::Config;
 use crate::error::{GatewayError, Origin};
 use crate::ops::{self, Gateway, V1Request};
+use crate::reload::Live;
 use crate::route::{self, Operation};
 use crate::telemetry;
 use crate::upstream::ApiKey;
@@ -126,6 +127,9 @@ pub struct Admitted {
     pub body: Bytes,
     /// The client's key (`api-key` or `Authorization: Bearer`), if any.
     pub key: Option<ApiKey>,
+    /// The configuration (and V2 client) this request started with and
+    /// finishes on, whatever a reload does meanwhile.
+    pub gateway: Arc<Gateway>,
     started: Instant,
     _in_flight: InFlight,
 }
@@ -168,27 +172,37 @@ impl Drop for InFlight {
     }
 }
 
-/// The pipeline of one gateway: the operations and the in-flight limit.
+/// The pipeline of one gateway: the operations (as the live configuration
+/// has them now) and the in-flight limit (fixed at start).
 pub struct Pipeline {
-    gateway: Arc<Gateway>,
+    live: Arc<Live>,
     in_flight: Arc<Semaphore>,
+    max_in_flight: usize,
 }
 
 impl Pipeline {
     pub fn new(gateway: Arc<Gateway>) -> Pipeline {
+        Pipeline::live(Live::new(gateway))
+    }
+
+    /// A pipeline that follows reloads of `live`.
+    pub fn live(live: Arc<Live>) -> Pipeline {
+        let max_in_flight = live.load().config.limits.max_in_flight;
         Pipeline {
-            in_flight: Arc::new(Semaphore::new(gateway.config.limits.max_in_flight)),
-            gateway,
+            live,
+            in_flight: Arc::new(Semaphore::new(max_in_flight)),
+            max_in_flight,
         }
     }
 
-    pub fn gateway(&self) -> &Arc<Gateway> {
-        &self.gateway
+    /// The gateway as configured now.
+    pub fn gateway(&self) -> Arc<Gateway> {
+        self.live.load()
     }
 
     /// Requests admitted and not yet answered.
     pub fn in_flight(&self) -> usize {
-        self.gateway.config.limits.max_in_flight - self.in_flight.available_permits()
+        self.max_in_flight - self.in_flight.available_permits()
     }
 
     /// The whole way through: admit, translate, render.
@@ -210,6 +224,7 @@ impl Pipeline {
         B: Future<Output = Result<Bytes, BodyError>>,
     {
         let started = Instant::now();
+        let gateway = self.live.load();
         let request_id =
             usable_request_id(&req.headers).unwrap_or_else(|| ulid::Ulid::new().to_string());
         let span = tracing::Span::current();
@@ -232,7 +247,7 @@ impl Pipeline {
         if req.method == Method::POST {
             check_content_type(&req.headers).map_err(refuse)?;
         }
-        let limit = self.gateway.config.limits.max_body_bytes;
+        let limit = gateway.config.limits.max_body_bytes;
         let too_large = || GatewayError::BadRequest(format!("body is larger than {limit} bytes"));
         let body = match req.body.await {
             Ok(body) if body.len() > limit => return Err(refuse(too_large())),
@@ -253,6 +268,7 @@ impl Pipeline {
             headers: req.headers,
             body,
             key,
+            gateway,
             started,
             _in_flight: in_flight,
         })
@@ -260,8 +276,8 @@ impl Pipeline {
 
     /// Runs the operation under its deadline and renders the V1 answer.
     pub async fn translate(&self, req: Admitted) -> V1Response {
-        let deadline = deadline(&self.gateway.config, req.op);
-        let result = dispatch(&self.gateway, req.v1_request(), deadline).await;
+        let deadline = deadline(&req.gateway.config, req.op);
+        let result = dispatch(&req.gateway, req.v1_request(), deadline).await;
         finish(Some(req.op), result, &req.request_id, req.started)
     }
 

@@ -135,13 +135,13 @@ fn to_http(answer: V1Response) -> Response<Full<Bytes>> {
 pub async fn serve_admin(
     listener: TcpListener,
     tls: Option<crate::tls::Acceptor>,
-    gateway: Arc<Gateway>,
+    live: Arc<crate::reload::Live>,
     shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    let grace = gateway.config.grace_period;
+    let grace = live.load().config.grace_period;
     let prometheus = telemetry::prometheus();
     let service = tower::service_fn(move |req: Request<Incoming>| {
-        let gateway = gateway.clone();
+        let gateway = live.load();
         let prometheus = prometheus.clone();
         async move {
             let text = |status: StatusCode, body: String| {

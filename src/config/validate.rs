@@ -180,6 +180,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     upstream.pool_max_idle_per_host = u.pool_max_idle_per_host;
     upstream.max_response_bytes = u.max_response_bytes;
     upstream.extra_root_pem = extra_root_pem;
+    upstream.ca_file = (!u.ca_file.is_empty()).then(|| u.ca_file.clone().into());
     upstream.retry = RetrySettings {
         max_attempts: r.max_attempts,
         base_backoff: Duration::from_millis(r.base_backoff_ms),

@@ -68,6 +68,8 @@ pub struct UpstreamSettings {
     /// PEM certificates trusted in addition to the Mozilla roots (a private
     /// CA in front of V2, or a test server).
     pub extra_root_pem: Option<Vec<u8>>,
+    /// Where `extra_root_pem` was read from (`upstream.ca_file`), if a file.
+    pub ca_file: Option<std::path::PathBuf>,
     /// `HTTPS_PROXY` / `HTTP_PROXY` / `ALL_PROXY` / `NO_PROXY`, as loaded.
     pub proxy: ProxyEnv,
 }
@@ -86,6 +88,7 @@ impl UpstreamSettings {
             retry: RetrySettings::default(),
             user_agent: concat!("v1compat/", env!("CARGO_PKG_VERSION")).to_owned(),
             extra_root_pem: None,
+            ca_file: None,
             proxy: ProxyEnv::default(),
         }
     }
@@ -115,6 +118,7 @@ impl std::fmt::Debug for UpstreamSettings {
                     .as_ref()
                     .map(|p| format!("{} bytes", p.len())),
             )
+            .field("ca_file", &self.ca_file)
             .field("proxy", &self.proxy)
             .finish()
     }

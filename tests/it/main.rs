@@ -13,6 +13,7 @@ mod networks;
 mod pipeline;
 mod pki;
 mod python_sdk;
+mod reload;
 mod sandbox;
 mod shadow;
 mod support;
