@@ -3,6 +3,8 @@
 //! (the V1 client, the V2 upstream, or the gateway itself); [`GatewayError::render`]
 //! turns it into the HTTP status and V1 envelope a legacy client expects, plus
 //! diagnostic headers for operators.
+//!
+//! V1↔V2 differences here (see `COMPATIBILITY.md`): [`error_message_detail`](crate::differences::ERROR_MESSAGE_DETAIL).
 
 use http::StatusCode;
 
@@ -64,16 +66,25 @@ pub enum GatewayError {
         message: String,
         /// V2's `request_id`, returned to the client for troubleshooting.
         v2_request_id: Option<String>,
+        /// V2's `Retry-After` (delta-seconds), passed on with a 429.
+        retry_after: Option<u64>,
     },
     /// No answer from V2 at all.
     #[error(transparent)]
     Upstream(#[from] UpstreamFailure),
+    /// No answer from V2 to an abort: V1 reported every failed abort as
+    /// 500 / 70002, a transport failure included.
+    #[error("abort not confirmed: {0}")]
+    AbortUnconfirmed(UpstreamFailure),
     /// V2 answered, but not with something the gateway can read.
     #[error("unreadable upstream answer: {0}")]
     Garbled(String),
     /// The whole V1 request ran out of time.
     #[error("request deadline of {0:?} exceeded")]
     Deadline(std::time::Duration),
+    /// Still in progress when the shutdown grace period ended.
+    #[error("the gateway is shutting down; the request was not completed")]
+    ShuttingDown,
     /// A translation gap or a panic: our bug.
     #[error("internal error: {0}")]
     Internal(String),
@@ -106,6 +117,21 @@ impl GatewayError {
                 ..
             } => map_refusal(*subject, *status, *code).1 .0 == code::SCRIPT_NOT_FOUND.0,
             _ => false,
+        }
+    }
+
+    /// Seconds a client should wait before trying again, for answers that
+    /// render as 429: V2's own `Retry-After` when it sent one, else 1 s for
+    /// the gateway's overload refusal.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            GatewayError::Overloaded => Some(1),
+            GatewayError::Refused { retry_after, .. }
+                if self.render().status == StatusCode::TOO_MANY_REQUESTS =>
+            {
+                Some(retry_after.unwrap_or(1))
+            }
+            _ => None,
         }
     }
 
@@ -165,6 +191,12 @@ impl GatewayError {
                 Origin::Upstream,
                 failure.kind(),
             ),
+            AbortUnconfirmed(failure) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                code::ABORT_FAILED,
+                Origin::Upstream,
+                failure.kind(),
+            ),
             Garbled(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 code::INTERNAL,
@@ -176,6 +208,15 @@ impl GatewayError {
                 code::INTERNAL,
                 Origin::Gateway,
                 "deadline",
+            ),
+            ShuttingDown => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                (
+                    code::INTERNAL.0,
+                    "Shutting down: the request was not completed, please retry",
+                ),
+                Origin::Gateway,
+                "shutdown",
             ),
             Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -293,6 +334,7 @@ mod tests {
             code,
             message: String::new(),
             v2_request_id: None,
+            retry_after: None,
         };
         assert!(refused(404, Some(50001)).is_unknown_worker());
         assert!(refused(404, Some(11004)).is_unknown_worker());
@@ -300,6 +342,14 @@ mod tests {
         assert!(GatewayError::NotFound(Subject::Worker).is_unknown_worker());
         assert!(!refused(500, Some(10000)).is_unknown_worker());
         assert!(!GatewayError::NotFound(Subject::Run).is_unknown_worker());
+    }
+
+    #[test]
+    fn an_abort_without_an_answer_is_70002() {
+        let r =
+            GatewayError::AbortUnconfirmed(UpstreamFailure::Unreachable("refused".into())).render();
+        assert_eq!((r.status.as_u16(), r.envelope.code), (500, 70002));
+        assert_eq!((r.origin, r.cause), (Origin::Upstream, "unreachable"));
     }
 
     #[test]

@@ -34,16 +34,18 @@
 //! metric names), [`sandbox`] (an embedded V2 reference service with a native
 //! V1 surface, for demos and tests), [`shadow`] (the migration shadow tester:
 //! live mirror, diff engine, capture, replay, report — beside the request
-//! path, never on it).
+//! path, never on it), [`differences`] (every V1↔V2 difference, once, as
+//! data: feeds shadow defaults, the differential test and `COMPATIBILITY.md`).
 
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 pub mod bind;
 pub mod config;
+pub mod conn;
 pub mod demo;
+pub mod differences;
 pub mod error;
 pub mod ops;
 pub mod paging;
@@ -93,15 +95,8 @@ pub async fn run_reloading(
 ) -> std::io::Result<()> {
     let triggers = reload::triggers::Triggers::install(reloader.clone());
     let live = reloader.live().clone();
-    serve_live(
-        public,
-        admin,
-        live,
-        reloader.tls(),
-        Some(triggers),
-        shutdown,
-    )
-    .await
+    let tls = reloader.tls();
+    serve_live(public, admin, live, tls, Some(triggers), shutdown).await
 }
 
 async fn serve_live(
@@ -112,25 +107,53 @@ async fn serve_live(
     triggers: Option<reload::triggers::Triggers>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
+    let gateway = live.load();
     let pipeline = Arc::new(pipeline::Pipeline::live(live.clone()));
     // Built before anything serves: a capture file that cannot be opened
     // stops start-up instead of leaving a gateway without its public side.
-    let mirror = shadow::Mirror::new(live.load())?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    if let Some(triggers) = triggers {
-        tokio::spawn(triggers.run(stop_rx.clone()));
-    }
+    let mirror = shadow::Mirror::new(gateway.clone())?;
+    // The drain sequence (see `conn::drain`): readiness false, then after
+    // `shutdown.drain_delay_ms` the public listener stops and drains within
+    // the grace period; the admin listener stays up until it is done, so
+    // probes see "draining" rather than a refused connection.
+    let public_drain = conn::Drain::new();
+    let admin_drain = conn::Drain::new();
+    let drain_delay = gateway.config.drain_delay;
+    // Reloads run until the admin listener is done.
+    let reloads = triggers.map(|t| {
+        let admin_drain = admin_drain.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = t.run() => {}
+                () = admin_drain.stopped() => {}
+            }
+        })
+    });
     let public = tokio::spawn(server::serve_public(
         public,
         public_tls,
         pipeline,
         mirror,
-        stop_rx.clone(),
+        public_drain.clone(),
     ));
-    let admin = tokio::spawn(server::serve_admin(admin, admin_tls, live, stop_rx));
+    let admin = tokio::spawn(server::serve_admin(
+        admin,
+        admin_tls,
+        live,
+        public_drain.clone(),
+        admin_drain.clone(),
+    ));
     shutdown.await;
-    let _ = stop_tx.send(true);
-    let (a, b) = tokio::join!(public, admin);
+    public_drain.begin();
+    tracing::info!(?drain_delay, "shutting down: readiness is false");
+    tokio::time::sleep(drain_delay).await;
+    public_drain.stop();
+    let a = public.await;
+    admin_drain.stop();
+    let b = admin.await;
+    if let Some(reloads) = reloads {
+        let _ = reloads.await;
+    }
     a.map_err(std::io::Error::other)??;
     b.map_err(std::io::Error::other)??;
     Ok(())

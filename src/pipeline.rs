@@ -2,8 +2,8 @@
 //! that turns what a client sent into what it gets back happens here, once:
 //!
 //! ```text
-//! RawV1Request ─▶ admit      route (unknown → 404), in-flight slot, key
-//!                            header, Content-Type, body size
+//! RawV1Request ─▶ admit      route (unknown → 404), key header,
+//!                            Content-Type, body (size, deadline), in-flight slot
 //!              ─▶ translate  per-operation deadline ─▶ ops::handle
 //!              ─▶ finish     V1 envelope + diagnostic headers, request metrics
 //!              ═▶ V1Response
@@ -46,11 +46,13 @@ pub enum BodyError {
     TooLarge,
     /// The connection failed while the body was read.
     Unreadable(String),
+    /// Not all of it arrived within `connections.body_read_timeout_ms`.
+    Timeout(Duration),
 }
 
 /// A V1 request as it came off the wire. The body is a future so that the
 /// reader (the socket, in `server`) runs only once the request is routed and
-/// admitted, as before; in-process callers hand over ready bytes.
+/// its headers checked; in-process callers hand over ready bytes.
 pub struct RawV1Request<B> {
     pub method: Method,
     /// `/api/v1/run/detail`, `/api/store`, … (no query).
@@ -216,9 +218,10 @@ impl Pipeline {
         }
     }
 
-    /// Routing, the in-flight limit, the key header, the Content-Type and the
-    /// body, in that order; the first that fails is the answer. The body is
-    /// read last, so a request refused earlier is never read.
+    /// Routing, the key header, the Content-Type, the body and the
+    /// in-flight limit, in that order; the first that fails is the answer. A
+    /// request refused before its body is never read; the in-flight slot is
+    /// taken last, so slow senders cannot hold the slots of others.
     pub async fn admit<B>(&self, req: RawV1Request<B>) -> Result<Admitted, V1Response>
     where
         B: Future<Output = Result<Bytes, BodyError>>,
@@ -239,10 +242,6 @@ impl Pipeline {
         };
         span.record("operation", op.name());
         let refuse = |err| finish(Some(op), Err(err), &request_id, started);
-        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
-            return Err(refuse(GatewayError::Overloaded));
-        };
-        let in_flight = InFlight::new(permit);
         let key = client_key(&req.headers).map_err(refuse)?;
         if req.method == Method::POST {
             check_content_type(&req.headers).map_err(refuse)?;
@@ -258,7 +257,19 @@ impl Pipeline {
                     "body could not be read ({e})"
                 ))))
             }
+            Err(BodyError::Timeout(d)) => {
+                return Err(refuse(GatewayError::BadRequest(format!(
+                    "body was not received within {} ms",
+                    d.as_millis()
+                ))))
+            }
         };
+        // The slot is taken only once the body is in: a client sending it
+        // slowly holds a connection, never capacity other clients need.
+        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
+            return Err(refuse(GatewayError::Overloaded));
+        };
+        let in_flight = InFlight::new(permit);
         Ok(Admitted {
             op,
             request_id,
@@ -425,6 +436,9 @@ pub fn error_response(err: &GatewayError) -> V1Response {
         HeaderValue::from_static(rendered.origin.as_str()),
     );
     h.insert(ERROR_CAUSE, HeaderValue::from_static(rendered.cause));
+    if let Some(secs) = err.retry_after() {
+        h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
     if let GatewayError::Refused {
         v2_request_id: Some(id),
         ..

@@ -2,29 +2,25 @@
 //! [`pipeline`](crate::pipeline). The public listener reads a V1 request off
 //! the socket, hands it to the pipeline (or to the shadow mirror wrapped
 //! around it) and writes the answer back; the admin listener serves
-//! `/healthz`, `/readyz` and `/metrics`. Both shut down gracefully: stop
-//! accepting, let in-flight requests finish within the grace period.
+//! `/healthz`, `/readyz` and `/metrics`. Connections, their deadlines and
+//! the drain on shutdown belong to the connection layer ([`crate::conn`]).
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestId, RequestId, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::conn::{self, BodyReader, Drain};
 use crate::error::GatewayError;
 use crate::ops::Gateway;
 use crate::pipeline::{
@@ -63,9 +59,28 @@ pub async fn serve_public(
     tls: Option<crate::tls::Acceptor>,
     pipeline: Arc<Pipeline>,
     shadow: Option<Arc<Mirror>>,
-    shutdown: watch::Receiver<bool>,
+    drain: Drain,
 ) -> std::io::Result<()> {
-    let grace = pipeline.gateway().config.grace_period;
+    // Connection settings are read once: they need a restart to change.
+    let gateway = pipeline.gateway();
+    let config = &gateway.config;
+    let listener_conf = conn::Listener {
+        name: "public",
+        tls,
+        settings: config.connections.clone(),
+        grace: config.grace_period,
+        answers: conn::Answers {
+            cut: || to_http(pipeline::error_response(&GatewayError::ShuttingDown)),
+            shed: || {
+                let mut resp = pipeline::error_response(&GatewayError::Overloaded);
+                resp.headers.insert(
+                    pipeline::ERROR_CAUSE,
+                    HeaderValue::from_static("connection_limit"),
+                );
+                to_http(resp)
+            },
+        },
+    };
     let state = Arc::new(Public { pipeline, shadow });
     // The stack, outermost first. Each layer's reason:
     let service = ServiceBuilder::new()
@@ -94,19 +109,22 @@ pub async fn serve_public(
             let state = state.clone();
             async move { Ok::<_, Infallible>(handle_v1(&state, req).await) }
         });
-    serve(listener, tls, service, shutdown, grace).await
+    conn::serve(listener, service, listener_conf, drain).await
 }
 
 /// HTTP in, HTTP out: the pipeline (or the mirror around it) does the rest.
 async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let (parts, body) = req.into_parts();
-    let limit = state.pipeline.gateway().config.limits.max_body_bytes;
+    let gateway = state.pipeline.gateway();
+    let config = &gateway.config;
+    let limit = config.limits.max_body_bytes;
+    let reader = BodyReader::new(&parts, &config.connections);
     let raw = RawV1Request {
         method: parts.method,
         path: parts.uri.path().to_owned(),
         query: parts.uri.query().map(str::to_owned),
         headers: parts.headers,
-        body: read_body(body, limit),
+        body: read_body(reader, body, limit),
     };
     let answer = match &state.shadow {
         Some(mirror) => mirror.answer(&state.pipeline, raw).await,
@@ -115,13 +133,14 @@ async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Byte
     to_http(answer)
 }
 
-/// Reads the request body from the socket, at most `limit` bytes.
-async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, BodyError> {
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
-        Err(e) => Err(BodyError::Unreadable(e.to_string())),
-    }
+/// Reads the request body from the socket, at most `limit` bytes, within
+/// `connections.body_read_timeout_ms`.
+async fn read_body(reader: BodyReader, body: Incoming, limit: usize) -> Result<Bytes, BodyError> {
+    reader.read(body, limit).await.map_err(|e| match e {
+        conn::BodyError::TooLarge(_) => BodyError::TooLarge,
+        conn::BodyError::Timeout(d) => BodyError::Timeout(d),
+        conn::BodyError::Broken(e) => BodyError::Unreadable(e),
+    })
 }
 
 fn to_http(answer: V1Response) -> Response<Full<Bytes>> {
@@ -136,25 +155,40 @@ pub async fn serve_admin(
     listener: TcpListener,
     tls: Option<crate::tls::Acceptor>,
     live: Arc<crate::reload::Live>,
-    shutdown: watch::Receiver<bool>,
+    readiness: Drain,
+    drain: Drain,
 ) -> std::io::Result<()> {
-    let grace = live.load().config.grace_period;
+    let gateway = live.load();
+    let listener_conf = conn::Listener {
+        name: "admin",
+        tls,
+        settings: gateway.config.connections.clone(),
+        grace: gateway.config.grace_period,
+        answers: conn::Answers {
+            cut: || admin_text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into()),
+            shed: || {
+                admin_text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many connections\n".into(),
+                )
+            },
+        },
+    };
     let prometheus = telemetry::prometheus();
     let service = tower::service_fn(move |req: Request<Incoming>| {
         let gateway = live.load();
         let prometheus = prometheus.clone();
+        let readiness = readiness.clone();
         async move {
-            let text = |status: StatusCode, body: String| {
-                let mut r = Response::new(Full::new(Bytes::from(body)));
-                *r.status_mut() = status;
-                r.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; version=0.0.4"),
-                );
-                r
-            };
+            let text = admin_text;
             let resp = match (req.method(), req.uri().path()) {
                 (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into()),
+                // Draining comes first: a load balancer must stop sending
+                // before the public listener stops accepting.
+                (&Method::GET, "/readyz") if readiness.is_draining() => text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not ready: draining\n".into(),
+                ),
                 // Ready means "this replica can serve V1": it is running with a
                 // valid configuration and accepting. V2 reachability is
                 // reported (body and gauge) but does not fail the probe: V2
@@ -186,7 +220,17 @@ pub async fn serve_admin(
             Ok::<_, Infallible>(resp)
         }
     });
-    serve(listener, tls, service, shutdown, grace).await
+    conn::serve(listener, service, listener_conf, drain).await
+}
+
+fn admin_text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
 }
 
 /// Whether a TCP connection to the upstream opens, within a deadline short
@@ -211,72 +255,6 @@ async fn upstream_reachable(gw: &Gateway) -> Result<(), String> {
             "upstream {host}:{port} did not accept within {UPSTREAM_PROBE_TIMEOUT:?}"
         )),
     }
-}
-
-/// Accepts connections (over TLS when `tls` is given) until `shutdown`
-/// flips, then waits up to `grace` for open connections to finish their
-/// requests.
-pub async fn serve<S, B>(
-    listener: TcpListener,
-    tls: Option<crate::tls::Acceptor>,
-    service: S,
-    mut shutdown: watch::Receiver<bool>,
-    grace: Duration,
-) -> std::io::Result<()>
-where
-    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
-    let stop = async move {
-        let _ = shutdown.wait_for(|stop| *stop).await;
-    };
-    tokio::pin!(stop);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, _peer): (_, SocketAddr) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        // Out of file descriptors and the like: back off briefly.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                // Watched from here, so a drain waits for a connection still
-                // in its TLS handshake too (bounded by the handshake timeout).
-                let (watcher, builder, service, tls) =
-                    (graceful.watcher(), builder.clone(), service.clone(), tls.clone());
-                tokio::spawn(async move {
-                    let Some(stream) = crate::tls::accept(tls.as_ref(), stream).await else {
-                        return;
-                    };
-                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service));
-                    if let Err(e) = watcher.watch(conn.into_owned()).await {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                    }
-                });
-            }
-            _ = &mut stop => break,
-        }
-    }
-    drop(listener);
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(?grace, "grace period over; closing remaining connections");
-    }
-    Ok(())
 }
 
 /// Resolves when the process is asked to stop (SIGTERM or ctrl-c).

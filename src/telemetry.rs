@@ -20,6 +20,10 @@ pub const ERRORS: &str = "v1compat_errors_total";
 pub const TRANSLATION_GAPS: &str = "v1compat_translation_gaps_total";
 /// V1 requests in flight.
 pub const IN_FLIGHT: &str = "v1compat_requests_in_flight";
+/// Open client connections, by `listener` (public, admin).
+pub const OPEN_CONNECTIONS: &str = "v1compat_open_connections";
+/// Connections refused at `connections.max_connections`, by `listener`.
+pub const SHED_CONNECTIONS: &str = "v1compat_connections_shed_total";
 /// V2 attempts by `route` and `status_class` (2xx … 5xx, or `error` when no
 /// status came back); per attempt, so retries show here too.
 pub const UPSTREAM_REQUESTS_TOTAL: &str = "v1compat_upstream_requests_total";

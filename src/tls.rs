@@ -19,7 +19,6 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 
 /// A client that has not finished its handshake by then is dropped, so a
 /// silent connection cannot hold a task forever.
@@ -149,7 +148,10 @@ impl Acceptor {
     }
 
     /// The TLS handshake on an accepted connection, bounded in time.
-    async fn handshake(&self, stream: TcpStream) -> io::Result<Stream> {
+    async fn handshake<IO>(&self, stream: IO) -> io::Result<Stream<IO>>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin,
+    {
         match tokio::time::timeout(HANDSHAKE_TIMEOUT, self.inner.accept(stream)).await {
             Ok(Ok(tls)) => Ok(Stream::Tls(Box::new(tls))),
             Ok(Err(e)) => Err(e),
@@ -162,15 +164,18 @@ impl Acceptor {
 }
 
 /// An accepted connection as the HTTP stack sees it.
-pub enum Stream {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+pub enum Stream<IO> {
+    Plain(IO),
+    Tls(Box<tokio_rustls::server::TlsStream<IO>>),
 }
 
 /// Wraps an accepted connection in TLS when the listener has it. `None`
 /// when the handshake failed (logged at debug: scanners and wrong-scheme
 /// clients are routine, not the operator's problem).
-pub async fn accept(tls: Option<&Acceptor>, stream: TcpStream) -> Option<Stream> {
+pub async fn accept<IO>(tls: Option<&Acceptor>, stream: IO) -> Option<Stream<IO>>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
     let Some(acceptor) = tls else {
         return Some(Stream::Plain(stream));
     };
@@ -183,7 +188,7 @@ pub async fn accept(tls: Option<&Acceptor>, stream: TcpStream) -> Option<Stream>
     }
 }
 
-impl AsyncRead for Stream {
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for Stream<IO> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -196,7 +201,7 @@ impl AsyncRead for Stream {
     }
 }
 
-impl AsyncWrite for Stream {
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Stream<IO> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

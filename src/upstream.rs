@@ -108,6 +108,8 @@ pub struct V2Reply {
     pub body: Bytes,
     /// Number of attempts it took (1 when not retried).
     pub attempts: u32,
+    /// V2's `Retry-After`, when it sent one.
+    pub retry_after: Option<Duration>,
 }
 
 /// Why no answer came back from V2 at all.

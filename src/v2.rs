@@ -41,7 +41,18 @@ pub enum SegmentError {
     Control,
     #[error("contains a character not allowed in an identifier")]
     Forbidden,
+    /// A word V2 reads as a shortcut in that position (`worker-runs/last`
+    /// is the account's newest run), never an identifier.
+    #[error("is a reserved word, not an identifier")]
+    Reserved,
 }
+
+/// Words V2 reads as shortcuts where a run id stands: `worker-runs/last…`
+/// acts on the account's newest run (facts §2, operations 17-22; the
+/// worker-scoped `workers/{id}/runs/last…` forms are never built from a run
+/// id). Compared without regard to case, since a case-insensitive router
+/// upstream would read `LAST` the same way.
+pub const RESERVED_RUN_WORDS: &[&str] = &["last"];
 
 pub const MAX_ID_LEN: usize = 200;
 
@@ -65,6 +76,20 @@ impl Segment {
             return Err(SegmentError::Forbidden);
         }
         Ok(Segment(raw.to_owned()))
+    }
+
+    /// A run identifier: a [`Segment::new`] that is also not one of V2's
+    /// shortcut words ([`RESERVED_RUN_WORDS`]), so `worker-runs/{runId}/…`
+    /// always names the run the client named.
+    pub fn run(raw: &str) -> Result<Segment, SegmentError> {
+        let seg = Segment::new(raw)?;
+        if RESERVED_RUN_WORDS
+            .iter()
+            .any(|w| seg.0.eq_ignore_ascii_case(w))
+        {
+            return Err(SegmentError::Reserved);
+        }
+        Ok(seg)
     }
 
     /// A V1 worker id (`ULID` or `owner/name`) as a V2 `workerId`

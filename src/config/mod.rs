@@ -47,6 +47,8 @@ pub struct Config {
     pub compat: Compat,
     pub log: LogSection,
     pub grace_period: Duration,
+    pub drain_delay: Duration,
+    pub connections: crate::conn::ConnSettings,
     pub shadow: crate::shadow::ShadowConfig,
 }
 
@@ -354,6 +356,14 @@ mod example_tests {
         assert_eq!(c.compat.origin_rename, d.compat.origin_rename);
         assert_eq!(c.upstream.base_url, d.upstream.base_url);
         assert_eq!(format!("{:?}", c.shadow), format!("{:?}", d.shadow));
+        assert_eq!(
+            format!("{:?}", c.connections),
+            format!("{:?}", d.connections)
+        );
+        assert_eq!(
+            (c.grace_period, c.drain_delay),
+            (d.grace_period, d.drain_delay)
+        );
     }
 
     /// The example documents every key there is, and no key that is not.

@@ -21,6 +21,7 @@ pub struct RawConfig {
     pub compat: CompatSection,
     pub log: LogSection,
     pub shutdown: ShutdownSection,
+    pub connections: crate::conn::ConnectionSection,
     pub shadow: crate::shadow::ShadowSection,
 }
 
@@ -220,13 +221,20 @@ impl Default for LogSection {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ShutdownSection {
+    /// From the stop of the listener until requests still in progress are
+    /// cut (answered with a V1 envelope).
     pub grace_period_secs: u64,
+    /// From SIGTERM (readiness false) until the listener stops accepting,
+    /// so a load balancer has seen `/readyz` fail before connections are
+    /// refused. 0 stops at once.
+    pub drain_delay_ms: u64,
 }
 
 impl Default for ShutdownSection {
     fn default() -> Self {
         ShutdownSection {
             grace_period_secs: 30,
+            drain_delay_ms: 0,
         }
     }
 }

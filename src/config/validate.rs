@@ -168,6 +168,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
 
     let shadow = crate::shadow::config::validate(&raw.shadow, &mut p);
     let extra_root_pem = read_ca_file(&u.ca_file, &mut p);
+    let connections = crate::conn::settings::validate(&raw.connections, &mut p);
 
     let (Some(base_url), true) = (base_url, p.is_empty()) else {
         return Err(ConfigErrors(p));
@@ -213,6 +214,8 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         },
         log: raw.log,
         grace_period: Duration::from_secs(raw.shutdown.grace_period_secs),
+        drain_delay: Duration::from_millis(raw.shutdown.drain_delay_ms),
+        connections,
         shadow,
     })
 }

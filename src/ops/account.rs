@@ -5,6 +5,8 @@
 //! | `balance` (decimal string) | `balance` | a number is written as a string; `"0"` when absent |
 //! | `traffic` | — (removed in V2) | `compat.account_traffic` (default 0) |
 //! | `traffic_expiration_at` | `balance_expiration_at` | per `compat.traffic_expiration`: `balance_expiration_at` (default) or `zero` |
+//!
+//! V1↔V2 differences here (see `COMPATIBILITY.md`): [`account_traffic`](crate::differences::ACCOUNT_TRAFFIC), [`traffic_expiration`](crate::differences::TRAFFIC_EXPIRATION).
 
 use serde_json::{json, Value};
 

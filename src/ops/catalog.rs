@@ -13,6 +13,8 @@
 //! | `data.parameters.system` | worker detail `parameters.system` | `cpus`, `memory_bytes` (or `memory`, per `compat.worker_memory_field`; read from either V2 name), `max_total_charge`, `max_total_traffic`, `execute_limit_time_seconds`; the shipped defaults (0.125, 512, 0, 0, 1800) when V2 omits one |
 //! | `data.parameters.custom` | `input_schema` | `properties` as a V1 array whether V2 sends an array of property objects or a JSON-schema map; other descriptor keys kept; `description` `""` when absent. Falls back to the detail's `parameters.custom` when the schema call fails with anything but not-found |
 //! | `GET /api/proxy/region` | `GET /api/v2/proxy/region` | `language` passed when given; `data` untouched |
+//!
+//! V1↔V2 differences here (see `COMPATIBILITY.md`): [`public_catalog_key`](crate::differences::PUBLIC_CATALOG_KEY), [`worker_memory_field`](crate::differences::WORKER_MEMORY_FIELD).
 
 use serde_json::{json, Map, Value};
 

@@ -3,9 +3,9 @@
 
 use serde_json::{Map, Value};
 
-use crate::error::GatewayError;
+use crate::error::{GatewayError, Subject};
 use crate::paging::Window;
-use crate::v2::Segment;
+use crate::v2::{Segment, SegmentError};
 
 /// A V1 JSON body: an object, or absent/empty where V1 allowed that.
 pub struct Body(Map<String, Value>);
@@ -89,9 +89,16 @@ impl Body {
         }
     }
 
-    /// A required run identifier, checked to be one safe path segment.
+    /// A required run identifier, checked to be one safe path segment. A
+    /// V2 shortcut word (`last`) is well-formed but names no run: it is
+    /// answered as the native V1 service answers an unknown run, 404 / 70001.
     pub fn run_slug(&self) -> Result<Segment, GatewayError> {
-        id(self.req_str("run_slug")?, "run_slug")
+        let raw = self.req_str("run_slug")?;
+        match Segment::run(raw.trim()) {
+            Ok(seg) => Ok(seg),
+            Err(SegmentError::Reserved) => Err(GatewayError::NotFound(Subject::Run)),
+            Err(e) => Err(GatewayError::bad("run_slug", e)),
+        }
     }
 
     /// The V1 page window, with V1's defaults and the configured maximum.
@@ -184,6 +191,13 @@ pub fn callback_url(body: &Body, required: bool) -> Result<Option<String>, Gatew
     };
     match raw {
         None => Ok(None),
+        // The URL parser silently drops tabs, CR and LF, so a URL carrying
+        // them would be checked in one form and forwarded in another (and
+        // CR/LF could split a header where V2 echoes it): refused outright.
+        Some(s) if s.chars().any(char::is_control) => Err(GatewayError::bad(
+            "callback_url",
+            "must not contain control characters (CR, LF, tab, ...)",
+        )),
         Some(s) => match url::Url::parse(s.trim()) {
             Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
                 Ok(Some(s.trim().to_owned()))
@@ -227,6 +241,25 @@ mod tests {
     }
 
     #[test]
+    fn v2_shortcut_words_are_unknown_runs() {
+        for word in ["last", "LAST", " Last "] {
+            let b = Body::from_map(
+                [("run_slug".to_owned(), Value::String(word.into()))]
+                    .into_iter()
+                    .collect(),
+            );
+            let r = b.run_slug().unwrap_err().render();
+            assert_eq!(
+                (r.status.as_u16(), r.envelope.code),
+                (404, 70001),
+                "{word:?}"
+            );
+        }
+        assert!(body(r#"{"run_slug": "last1"}"#).run_slug().is_ok());
+        assert!(body(r#"{"run_slug": "lastrun"}"#).run_slug().is_ok());
+    }
+
+    #[test]
     fn windows_have_defaults_and_bounds() {
         let w = body("{}").window(10, 1000).unwrap();
         assert_eq!((w.page_index, w.page_size), (1, 10));
@@ -259,5 +292,14 @@ mod tests {
         assert!(callback_url(&body("{}"), true).is_err());
         assert!(callback_url(&body(r#"{"callback_url": "ftp://x"}"#), false).is_err());
         assert!(callback_url(&body(r#"{"callback_url": "not a url"}"#), false).is_err());
+        for bad in [
+            r#"{"callback_url": "https://h.example/c\r\nb"}"#,
+            r#"{"callback_url": "https://h.exa\nmple/cb"}"#,
+            r#"{"callback_url": "https://h.example/cb\r\n"}"#,
+            r#"{"callback_url": "https://h.example/\tcb"}"#,
+        ] {
+            let err = callback_url(&body(bad), false).unwrap_err();
+            assert!(msg(err).contains("control characters"), "{bad}");
+        }
     }
 }

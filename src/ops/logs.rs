@@ -8,6 +8,8 @@
 //! | `data.list[]` objects `{type, group, content, timestamp}` | objects | passed through; missing fields filled (`type` 2, `group` `""`, `content` `""`, `timestamp` as below) |
 //! | | strings | parsed: an RFC 3339 timestamp at the start → `timestamp` in ms; then a level word (`DEBUG`/`TRACE` 1, `INFO` 2, `WARN`/`WARNING` 3, `ERROR`/`FATAL`/`CRITICAL` 4, optionally in brackets or followed by `:`) → `type`, default 2; `group` = the digits in `Subtask-[…]` if present, else `""`; `content` = the rest |
 //! | | | an entry without a timestamp takes the previous entry's (0 for the first), so V1 clients sorting by time keep the order |
+//!
+//! V1↔V2 differences here (see `COMPATIBILITY.md`): [`log_group`](crate::differences::LOG_GROUP).
 
 use serde_json::{json, Map, Value};
 

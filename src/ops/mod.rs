@@ -134,6 +134,10 @@ impl<'a> Exchange<'a> {
                 code,
                 message: envelope.message.unwrap_or_default(),
                 v2_request_id,
+                // Rounded up, so a client never comes back too early.
+                retry_after: reply
+                    .retry_after
+                    .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0)),
             }),
         }
     }
@@ -275,6 +279,7 @@ mod tests {
                     status,
                     body: Bytes::from(body.to_string()),
                     attempts: 1,
+                    retry_after: None,
                 })
             })
         }

@@ -14,6 +14,8 @@
 //! | request `scraper_slug` | `worker_id` | `owner/name` → `owner~name`; `""` omits the filter |
 //!
 //! V1 run list `count` is V2's `count`. V2 fields V1 did not have are dropped.
+//!
+//! V1↔V2 differences here (see `COMPATIBILITY.md`): [`aborted_status`](crate::differences::ABORTED_STATUS), [`unknown_status`](crate::differences::UNKNOWN_STATUS), [`origin_rename`](crate::differences::ORIGIN_RENAME), [`run_list_month`](crate::differences::RUN_LIST_MONTH).
 
 use serde_json::{json, Map, Value};
 
@@ -39,7 +41,7 @@ pub fn v1_status(v2: Option<&Value>, compat: &Compat) -> i64 {
                 "aborted" | "cancelled" | "canceled" => compat.aborted_status,
                 _ => {
                     tracing::warn!(status = %s, "unknown V2 run status");
-                    metrics::counter!(crate::telemetry::TRANSLATION_GAPS, "kind" => "unknown_status").increment(1);
+                    metrics::counter!(crate::telemetry::TRANSLATION_GAPS, "kind" => crate::differences::UNKNOWN_STATUS.id).increment(1);
                     compat.unknown_status
                 }
             },

@@ -12,6 +12,8 @@
 //! | `POST /api/v1/task/run` | `POST /api/v2/worker-tasks/{workerTaskId}/runs` | `task_slug` → path; `callback_url` required; `is_async: true`; unknown → 404/60001 |
 //! | `POST /api/v1/rerun` | `POST /api/v2/worker-runs/{runId}/rerun` | `callback_url` required; `is_async: true`; `data.run_slug` of the new run |
 //! | `POST /api/v1/scraper/abort` | `POST /api/v2/worker-runs/{runId}/abort` | no body; success `data: null`; failure → 500/70002 |
+//!
+//! V1↔V2 differences here (see `COMPATIBILITY.md`): [`run_callbacks`](crate::differences::RUN_CALLBACKS), [`result_header_format`](crate::differences::RESULT_HEADER_FORMAT).
 
 use serde_json::{json, Map, Value};
 
@@ -230,7 +232,11 @@ pub async fn abort(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError
         V2Call::post(path, None).with_key(Some(ex.key()?)),
         Subject::Abort,
     )
-    .await?;
+    .await
+    .map_err(|e| match e {
+        GatewayError::Upstream(failure) => GatewayError::AbortUnconfirmed(failure),
+        other => other,
+    })?;
     Ok(Value::Null)
 }
 

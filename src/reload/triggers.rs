@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use notify::event::{AccessKind, AccessMode};
 use notify::{Event, EventKind, RecursiveMode, Watcher};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use super::Reloader;
 
@@ -66,15 +66,10 @@ impl Triggers {
         }
     }
 
-    /// Reloads on every trigger until `stop` flips.
-    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
-        let stopped = async move {
-            let _ = stop.wait_for(|s| *s).await;
-        };
-        tokio::pin!(stopped);
+    /// Reloads on every trigger, until dropped.
+    pub async fn run(mut self) {
         loop {
             tokio::select! {
-                () = &mut stopped => return,
                 event = self.events.recv() => {
                     if event.is_none() {
                         // The watcher is gone; SIGHUP still works.

@@ -90,40 +90,63 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Replaces the value of every `token=` query parameter (also inside URLs
-/// in answers) with [`REDACTED`].
+/// Query parameter names whose values are keys: V2 accepts `token=`, and
+/// clients and answers also carry `api-key=`, `apikey=` and `key=`.
+const SECRET_PARAMS: [&str; 4] = ["token", "api-key", "apikey", "key"];
+
+/// Whether `s` may hold a secret query parameter (cheap pre-check).
+fn may_hold_secret(lower: &str) -> bool {
+    SECRET_PARAMS
+        .iter()
+        .any(|name| lower.contains(&format!("{name}=")))
+}
+
+/// Replaces the value of every `token=`, `api-key=`, `apikey=` and `key=`
+/// query parameter (also inside URLs in answers) with [`REDACTED`]. A name
+/// counts only as a whole parameter name: at the start, or after `?`, `&`,
+/// `;`, so `mytoken=` or `monkey=` are left alone.
 pub fn redact_text(s: &str) -> String {
-    const NEEDLE: &str = "token=";
-    if !s.to_ascii_lowercase().contains(NEEDLE) {
+    let lower = s.to_ascii_lowercase();
+    if !may_hold_secret(&lower) {
         return s.to_owned();
     }
-    let lower = s.to_ascii_lowercase();
+    let bytes = s.as_bytes();
     let mut out = String::with_capacity(s.len());
     let mut i = 0;
-    while let Some(found) = lower[i..].find(NEEDLE) {
-        let start = i + found;
-        // Only a parameter name: at the start, or after `?`, `&`, `;`.
-        let is_param = start == 0 || matches!(s.as_bytes()[start - 1], b'?' | b'&' | b';');
-        let value_start = start + NEEDLE.len();
-        out.push_str(&s[i..value_start]);
-        if is_param {
-            let end = s[value_start..]
-                .find(['&', '#', ' ', '"', '\'', ';'])
-                .map_or(s.len(), |e| value_start + e);
-            out.push_str(REDACTED);
-            i = end;
-        } else {
-            i = value_start;
+    let mut copied = 0;
+    while i < s.len() {
+        let at_param_start = i == 0 || matches!(bytes[i - 1], b'?' | b'&' | b';');
+        let name_len = at_param_start
+            .then(|| {
+                SECRET_PARAMS.iter().find_map(|name| {
+                    let rest = lower.get(i..)?;
+                    (rest.starts_with(name) && rest[name.len()..].starts_with('='))
+                        .then_some(name.len() + 1)
+                })
+            })
+            .flatten();
+        match name_len {
+            Some(len) => {
+                let value_start = i + len;
+                out.push_str(&s[copied..value_start]);
+                let end = s[value_start..]
+                    .find(['&', '#', ' ', '"', '\'', ';'])
+                    .map_or(s.len(), |e| value_start + e);
+                out.push_str(REDACTED);
+                copied = end;
+                i = end;
+            }
+            None => i += s[i..].chars().next().map_or(1, char::len_utf8),
         }
     }
-    out.push_str(&s[i..]);
+    out.push_str(&s[copied..]);
     out
 }
 
-/// Redacts `token=` values in every string of a JSON value.
+/// Redacts secret query values in every string of a JSON value.
 pub fn redact_value(v: &mut Value) {
     match v {
-        Value::String(s) if s.to_ascii_lowercase().contains("token=") => *s = redact_text(s),
+        Value::String(s) if may_hold_secret(&s.to_ascii_lowercase()) => *s = redact_text(s),
         Value::Array(a) => a.iter_mut().for_each(redact_value),
         Value::Object(m) => m.values_mut().for_each(redact_value),
         _ => {}
@@ -238,6 +261,22 @@ mod tests {
         let mut v = json!({"data": {"all_logs_url": "http://h/l?token=zzz", "n": 1}});
         redact_value(&mut v);
         assert_eq!(v["data"]["all_logs_url"], "http://h/l?token=<redacted>");
+    }
+
+    #[test]
+    fn key_query_values_are_redacted_too() {
+        assert_eq!(
+            redact_text("scraper_slug=a&api-key=s1&apikey=s2;key=s3&KEY=s4#x"),
+            "scraper_slug=a&api-key=<redacted>&apikey=<redacted>;key=<redacted>&KEY=<redacted>#x"
+        );
+        assert_eq!(redact_text("?key="), "?key=<redacted>");
+        // Names that merely end in `key` are not keys.
+        assert_eq!(redact_text("?monkey=1&keys=2"), "?monkey=1&keys=2");
+        // Multi-byte text around a parameter stays intact.
+        assert_eq!(redact_text("é?key=ü&ß=1"), "é?key=<redacted>&ß=1");
+        let mut v = json!(["http://h/x?apikey=zzz"]);
+        redact_value(&mut v);
+        assert_eq!(v[0], "http://h/x?apikey=<redacted>");
     }
 
     #[test]

@@ -63,7 +63,8 @@ pub struct ReplayArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
-    /// Exit 1 when any difference is reported (for CI).
+    /// Exit 1 unless the verdict is a pass: a difference, a request a side
+    /// did not answer, an unreadable line, or nothing compared fails (for CI).
     #[arg(long)]
     pub fail_on_diff: bool,
 }
@@ -79,13 +80,16 @@ pub struct ReportArgs {
     /// Write the HTML report here.
     #[arg(long)]
     pub html: Option<PathBuf>,
-    /// Exit 1 when any difference is reported (for CI).
+    /// Exit 1 unless the verdict is a pass: a difference, a request a side
+    /// did not answer, an unreadable line, or nothing compared fails (for CI).
     #[arg(long)]
     pub fail_on_diff: bool,
 }
 
 /// Prints the report of `args.file`, writes its HTML if asked. Returns
-/// whether the command should fail (`--fail-on-diff` and a difference).
+/// whether the command should fail: `--fail-on-diff` and anything but a
+/// clean verdict (differences, failed requests, unreadable lines, or
+/// nothing compared).
 pub fn report(args: &ReportArgs, cfg: &Config) -> Result<bool, String> {
     let shadow = &cfg.shadow;
     let report = Report::load(&args.file, shadow.rules.clone(), shadow.thresholds)
@@ -95,7 +99,7 @@ pub fn report(args: &ReportArgs, cfg: &Config) -> Result<bool, String> {
         std::fs::write(out, report.html()).map_err(|e| format!("{}: {e}", out.display()))?;
         println!("\nHTML report: {}", out.display());
     }
-    Ok(args.fail_on_diff && !report.real_fields().is_empty())
+    Ok(args.fail_on_diff && !report.verdict().passes())
 }
 
 /// Replays, then prints the report of what it captured. Returns whether

@@ -72,15 +72,29 @@ impl Default for ShadowSection {
             baseline_min_count: th.min_count,
             baseline_relative: th.relative,
             baseline_absolute: th.absolute,
-            ignore: vec![IgnoreSection {
-                operation: Some("result_export".into()),
-                path: "data.download_url".into(),
-                compare: Compare::Shape,
-                reason: "signed download URL, new on every call: compared by shape only".into(),
-            }],
+            ignore: default_ignore(),
             unordered_paths: Vec::new(),
         }
     }
+}
+
+/// One rule per field the registry of differences does not compare plainly
+/// ([`crate::differences::shadow_rules`]), so a fresh replay reports only
+/// what nobody has written down yet.
+fn default_ignore() -> Vec<IgnoreSection> {
+    use crate::differences::Shadow;
+    crate::differences::shadow_rules()
+        .into_iter()
+        .map(|r| IgnoreSection {
+            operation: r.operation.map(str::to_owned),
+            path: r.path.to_owned(),
+            compare: match r.shadow {
+                Shadow::Shape => Compare::Shape,
+                Shadow::Skip | Shadow::Compared => Compare::Skip,
+            },
+            reason: r.reason,
+        })
+        .collect()
 }
 
 /// Which side answers the client.
@@ -274,8 +288,17 @@ mod tests {
         assert!(p.is_empty(), "{p:?}");
         assert!(!c.enabled);
         assert_eq!(c.max_in_flight, 100);
-        assert_eq!(c.rules.ignore.len(), 1);
-        assert_eq!(c.rules.ignore[0].compare, Compare::Shape);
+        assert_eq!(
+            c.rules.ignore.len(),
+            crate::differences::shadow_rules().len()
+        );
+        let url = c
+            .rules
+            .ignore
+            .iter()
+            .find(|r| r.path == "data.download_url")
+            .unwrap();
+        assert_eq!(url.compare, Compare::Shape);
     }
 
     #[test]

@@ -269,7 +269,7 @@ impl Mirror {
         let this = self.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            let primary = side_of(copy.at_ms, Ok((status, bytes, latency)));
+            let primary = side_of(copy.at_ms, Ok((status, bytes, latency)), "");
             this.run_copy(copy, primary).await;
         });
     }
@@ -298,7 +298,11 @@ impl Mirror {
                     }
                 }
             };
-            side_of(at, result)
+            let who = match self.cfg.primary {
+                Primary::Translated => LEGACY,
+                Primary::Legacy => TRANSLATION,
+            };
+            side_of(at, result, who)
         };
         let baseline = async {
             if !self.cfg.baseline {
@@ -306,7 +310,11 @@ impl Mirror {
             }
             let at = now_ms();
             let r = self.legacy.send(&copy.call, timeout, limit).await;
-            Some(side_of(at, r.map(|r| (r.status, r.body, r.latency))))
+            Some(side_of(
+                at,
+                r.map(|r| (r.status, r.body, r.latency)),
+                LEGACY,
+            ))
         };
         let (other, baseline) = tokio::join!(other, baseline);
         let (legacy, translated) = match self.cfg.primary {
@@ -389,8 +397,28 @@ fn call_of(req: &Admitted) -> V1Call {
     }
 }
 
-/// One side's [`Side`] from what came back.
-fn side_of(at_ms: i64, result: Result<(StatusCode, Bytes, Duration), UpstreamFailure>) -> Side {
+/// Names of the sides in failure reasons: a report must say which side did
+/// not answer, not "upstream" for both.
+pub(crate) const LEGACY: &str = "legacy V1 service";
+pub(crate) const TRANSLATION: &str = "translation";
+
+/// A side's failure in words that name the side.
+fn failure_text(who: &str, e: &UpstreamFailure) -> String {
+    match e {
+        UpstreamFailure::Unreachable(why) => format!("{who} unreachable: {why}"),
+        UpstreamFailure::Timeout(d) => format!("{who} did not answer within {d:?}"),
+        UpstreamFailure::Broken(why) => format!("{who} connection failed mid-answer: {why}"),
+        UpstreamFailure::TooLarge(n) => format!("{who} answer larger than {n} bytes"),
+    }
+}
+
+/// One side's [`Side`] from what came back; `who` names the side in a
+/// failure.
+fn side_of(
+    at_ms: i64,
+    result: Result<(StatusCode, Bytes, Duration), UpstreamFailure>,
+    who: &str,
+) -> Side {
     match result {
         Ok((status, body, latency)) => Side {
             at_ms,
@@ -404,7 +432,7 @@ fn side_of(at_ms: i64, result: Result<(StatusCode, Bytes, Duration), UpstreamFai
             latency_ms: (now_ms() - at_ms) as f64,
             status: None,
             body: serde_json::Value::Null,
-            error: Some(e.to_string()),
+            error: Some(failure_text(who, &e)),
         },
     }
 }
@@ -434,6 +462,28 @@ mod tests {
         assert!((2_000..3_000).contains(&inside), "{inside}");
         assert!(in_sample(9_999, 100.0));
         assert!(!in_sample(0, 0.0));
+    }
+
+    #[test]
+    fn a_failed_side_is_named_not_called_the_upstream() {
+        let side = side_of(
+            0,
+            Err(UpstreamFailure::Unreachable("connection refused".into())),
+            LEGACY,
+        );
+        assert_eq!(
+            side.error.as_deref(),
+            Some("legacy V1 service unreachable: connection refused")
+        );
+        let side = side_of(
+            0,
+            Err(UpstreamFailure::Timeout(Duration::from_secs(5))),
+            TRANSLATION,
+        );
+        assert_eq!(
+            side.error.as_deref(),
+            Some("translation did not answer within 5s")
+        );
     }
 
     #[test]

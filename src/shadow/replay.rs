@@ -27,7 +27,7 @@ use tokio::sync::Semaphore;
 
 use super::capture::{now_ms, CaptureWriter, CapturedRequest, Record, Side, REDACTED};
 use super::legacy::{LegacyClient, V1Call};
-use super::{captured_request, side_of};
+use super::{captured_request, side_of, LEGACY, TRANSLATION};
 use crate::pipeline::{Pipeline, RawV1Request};
 use crate::route::{self, Operation};
 use crate::upstream::UpstreamFailure;
@@ -196,8 +196,18 @@ pub async fn replay(opts: ReplayOptions) -> Result<ReplayStats, String> {
     };
     bar.set_style(
         indicatif::ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} ({per_sec}, eta {eta}) {msg}",
+            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} ({rate}, eta {eta}) {msg}",
         )
+        .map(|style| {
+            // Whole requests per second: indicatif's own `per_sec` prints
+            // four decimals.
+            style.with_key(
+                "rate",
+                |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{:.0}/s", state.per_sec());
+                },
+            )
+        })
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
 
@@ -269,7 +279,9 @@ pub async fn replay(opts: ReplayOptions) -> Result<ReplayStats, String> {
     while let Some(done) = tasks.join_next().await {
         count(&mut stats, done, &bar);
     }
-    bar.finish_with_message(format!("{} sent, {} failed", stats.sent, stats.failed));
+    // Cleared rather than left drawn: the caller prints the totals on a line
+    // of its own, and a bar left on screen ran into that summary.
+    bar.finish_and_clear();
     let writer = Arc::try_unwrap(writer).map_err(|_| "capture writer still in use".to_owned())?;
     writer
         .finish()
@@ -309,7 +321,7 @@ async fn one(
     let send_legacy = || async {
         let at = now_ms();
         let r = legacy.send(&call, timeout, limit).await;
-        side_of(at, r.map(|r| (r.status, r.body, r.latency)))
+        side_of(at, r.map(|r| (r.status, r.body, r.latency)), LEGACY)
     };
     let translated = async {
         let at = now_ms();
@@ -337,7 +349,11 @@ async fn one(
                     Err(UpstreamFailure::Unreachable("no gateway client".into()))
                 }
             };
-        side_of(at, result)
+        let who = match opts.translated {
+            TranslatedSide::Gateway(_) => "gateway",
+            TranslatedSide::InProcess(_) => TRANSLATION,
+        };
+        side_of(at, result, who)
     };
     let baseline = async {
         if opts.baseline {

@@ -17,6 +17,37 @@ use super::diff::{Answer, Compare, Rules, Tally, Thresholds};
 /// Field paths shown in "top differing".
 const TOP: usize = 20;
 
+/// What a report concludes. Only `Clean` passes `--fail-on-diff`: a report
+/// that compared nothing, or left requests or lines unjudged, cannot pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Something was compared, every request was, and nothing differs.
+    Clean { compared: u64 },
+    /// Real differences in this many field paths.
+    Differences { fields: usize },
+    /// Nothing or not everything was compared; says what.
+    Incomplete { why: String },
+}
+
+impl Verdict {
+    pub fn passes(&self) -> bool {
+        matches!(self, Verdict::Clean { .. })
+    }
+
+    /// One line for the top of the report.
+    pub fn line(&self) -> String {
+        match self {
+            Verdict::Clean { compared } => {
+                format!("PASS: {compared} requests compared, no differences")
+            }
+            Verdict::Differences { fields } => {
+                format!("FAIL: differences in {fields} field paths")
+            }
+            Verdict::Incomplete { why } => format!("FAIL: {why}"),
+        }
+    }
+}
+
 /// Latencies of one operation, in milliseconds.
 #[derive(Debug, Clone, Default)]
 pub struct Latencies {
@@ -130,6 +161,52 @@ impl Report {
         }
     }
 
+    /// Requests compared (both sides answered).
+    pub fn compared(&self) -> u64 {
+        self.tally.ops.values().map(|o| o.compared).sum()
+    }
+
+    /// Requests not compared because a side gave no answer.
+    pub fn failed(&self) -> u64 {
+        self.tally.ops.values().map(|o| o.failed).sum()
+    }
+
+    /// The report's conclusion.
+    pub fn verdict(&self) -> Verdict {
+        let (compared, failed) = (self.compared(), self.failed());
+        let real = self.real_fields();
+        let mut unjudged = Vec::new();
+        if failed > 0 {
+            unjudged.push(format!(
+                "{failed} requests not compared (a side gave no answer)"
+            ));
+        }
+        if self.unreadable > 0 {
+            unjudged.push(format!("{} unreadable lines", self.unreadable));
+        }
+        if compared == 0 {
+            let mut why = format!("nothing compared ({} records", self.records);
+            for u in &unjudged {
+                why.push_str(", ");
+                why.push_str(u);
+            }
+            why.push(')');
+            return Verdict::Incomplete { why };
+        }
+        if !real.is_empty() {
+            return Verdict::Differences { fields: real.len() };
+        }
+        if !unjudged.is_empty() {
+            return Verdict::Incomplete {
+                why: format!(
+                    "{compared} compared without differences, but {}",
+                    unjudged.join(", ")
+                ),
+            };
+        }
+        Verdict::Clean { compared }
+    }
+
     /// Real differences: `(operation, field, requests)`.
     pub fn real_fields(&self) -> Vec<(String, String, u64)> {
         self.tally.real_fields(&self.thresholds)
@@ -146,6 +223,7 @@ impl Report {
             self.records,
             self.tally.ops.len()
         );
+        let _ = writeln!(o, "Verdict: {}", self.verdict().line());
         if self.unreadable > 0 {
             let _ = writeln!(o, "({} unreadable lines skipped)", self.unreadable);
         }
@@ -186,7 +264,9 @@ impl Report {
         }
         let _ = writeln!(o);
         let real = self.real_fields();
-        if real.is_empty() {
+        if self.compared() == 0 {
+            let _ = writeln!(o, "Differences: nothing was compared");
+        } else if real.is_empty() {
             let _ = writeln!(o, "Differences: none");
         } else {
             let _ = writeln!(o, "Differences ({} field paths):", real.len());
@@ -269,7 +349,8 @@ impl Report {
             "th{background:#f5f5f7}td.n{text-align:right;font-variant-numeric:tabular-nums}",
             ".ok{color:#1a7f37;font-weight:600}.bad{color:#c62828;font-weight:600}.muted{color:#6e6e73}",
             ".cards{display:flex;gap:1rem;flex-wrap:wrap}.card{border:1px solid #ddd;border-radius:8px;padding:.6rem 1rem;min-width:9rem}",
-            ".card b{display:block;font-size:1.4rem}",
+            ".card b{display:block;font-size:1.4rem}.card.bad{border-color:#c62828}",
+            ".verdict{font-size:1.2rem;font-weight:700;padding:.6rem 1rem;border-radius:8px}.verdict.pass{background:#e6f4ea;color:#1a7f37}.verdict.fail{background:#fdecea;color:#c62828}",
             "pre{margin:0;white-space:pre-wrap;word-break:break-all;font:12px/1.4 ui-monospace,monospace}",
             ".side{width:50%}.legacy{background:#fff8e1}.translated{background:#e8f4fd}code{font:13px ui-monospace,monospace}",
             "</style></head><body>"
@@ -280,22 +361,30 @@ impl Report {
             esc(&self.source),
             esc(&self.baseline_line())
         );
-        let compared: u64 = self.tally.ops.values().map(|o| o.compared).sum();
-        let failed: u64 = self.tally.ops.values().map(|o| o.failed).sum();
+        let compared = self.compared();
+        let failed = self.failed();
+        let verdict = self.verdict();
+        let _ = write!(
+            h,
+            "<p class=\"verdict {}\">{}</p>",
+            if verdict.passes() { "pass" } else { "fail" },
+            esc(&verdict.line())
+        );
         let differing: u64 = self
             .tally
             .ops
             .keys()
             .map(|op| self.tally.differing_requests(op, th))
             .sum();
-        let verdict = if real.is_empty() {
+        let fields = if real.is_empty() && compared > 0 {
             "<b class=\"ok\">0</b>".to_owned()
         } else {
             format!("<b class=\"bad\">{}</b>", real.len())
         };
+        let failed_class = if failed > 0 { " bad" } else { "" };
         let _ = write!(
             h,
-            "<div class=\"cards\"><div class=\"card\"><b>{}</b>requests</div><div class=\"card\"><b>{compared}</b>compared</div><div class=\"card\"><b>{failed}</b>failed</div><div class=\"card\"><b>{differing}</b>differing requests</div><div class=\"card\">{verdict}differing field paths</div></div>",
+            "<div class=\"cards\"><div class=\"card\"><b>{}</b>requests</div><div class=\"card\"><b>{compared}</b>compared</div><div class=\"card{failed_class}\"><b>{failed}</b>failed</div><div class=\"card\"><b>{differing}</b>differing requests</div><div class=\"card\">{fields}differing field paths</div></div>",
             self.records
         );
 
@@ -321,7 +410,9 @@ impl Report {
         h.push_str("</table>");
 
         h.push_str("<h2>Top differing field paths</h2>");
-        if real.is_empty() {
+        if compared == 0 {
+            h.push_str("<p class=\"bad\">Nothing was compared.</p>");
+        } else if real.is_empty() {
             h.push_str("<p class=\"ok\">No differences.</p>");
         } else {
             h.push_str("<table><tr><th>requests</th><th>operation</th><th>field path</th><th>share of compared</th></tr>");
@@ -577,5 +668,79 @@ mod tests {
         ));
         assert!(r.text().contains("Differences: none"));
         assert!(r.html().contains("No differences."));
+    }
+
+    fn failed_record(op: &str, legacy_error: &str) -> Record {
+        let mut r = record(op, json!(null), json!({"code": 0}));
+        if let Some(l) = r.legacy.as_mut() {
+            l.status = None;
+            l.error = Some(legacy_error.into());
+        }
+        r
+    }
+
+    #[test]
+    fn an_empty_capture_does_not_pass() {
+        let report = Report::new("empty", Rules::default(), Thresholds::default());
+        let v = report.verdict();
+        assert!(!v.passes());
+        assert_eq!(v.line(), "FAIL: nothing compared (0 records)");
+        assert!(report.text().contains("Verdict: FAIL: nothing compared"));
+        assert!(report.text().contains("Differences: nothing was compared"));
+        let html = report.html();
+        assert!(!html.contains("No differences."), "green on nothing");
+        assert!(html.contains("Nothing was compared."));
+        assert!(html.contains("verdict fail"));
+    }
+
+    #[test]
+    fn every_request_failing_does_not_pass_and_names_the_failed_side() {
+        let mut report = Report::new("down", Rules::default(), Thresholds::default());
+        for _ in 0..3 {
+            report.add(&failed_record(
+                "run_detail",
+                "legacy V1 service unreachable: connection refused",
+            ));
+        }
+        let v = report.verdict();
+        assert!(!v.passes());
+        assert_eq!(
+            v.line(),
+            "FAIL: nothing compared (3 records, 3 requests not compared (a side gave no answer))"
+        );
+        let text = report.text();
+        assert!(
+            text.contains("run_detail       legacy     legacy V1 service unreachable"),
+            "{text}"
+        );
+        let html = report.html();
+        assert!(html.contains("<td>legacy</td><td>legacy V1 service unreachable"));
+        assert!(!html.contains("No differences."));
+    }
+
+    #[test]
+    fn unreadable_lines_or_some_failures_do_not_pass_either() {
+        let same = || record("run_detail", json!({"code": 0}), json!({"code": 0}));
+        let mut report = Report::new("mixed", Rules::default(), Thresholds::default());
+        report.add(&same());
+        assert_eq!(report.verdict(), Verdict::Clean { compared: 1 });
+        assert_eq!(
+            report.verdict().line(),
+            "PASS: 1 requests compared, no differences"
+        );
+        report.unreadable = 2;
+        assert_eq!(
+            report.verdict().line(),
+            "FAIL: 1 compared without differences, but 2 unreadable lines"
+        );
+        report.unreadable = 0;
+        report.add(&failed_record("run_detail", "translation did not answer"));
+        assert!(!report.verdict().passes());
+        report.add(&record(
+            "run_detail",
+            json!({"code": 0}),
+            json!({"code": 1}),
+        ));
+        assert_eq!(report.verdict(), Verdict::Differences { fields: 1 });
     }
 }

@@ -406,7 +406,13 @@ impl Inner {
             let retry_after = outcome.as_ref().ok().and_then(|a| a.retry_after);
             let planned =
                 plan_wait(attempt, retry, retry_after, &mut rand::thread_rng()).and_then(|wait| {
-                    if started.elapsed().saturating_add(wait) > retry.retry_window {
+                    // A retry that could not finish inside the V1 request's
+                    // window would only make V2 do work nobody waits for.
+                    let finish_by = started
+                        .elapsed()
+                        .saturating_add(wait)
+                        .saturating_add(prepared.timeout);
+                    if finish_by > retry.retry_window {
                         Err(GiveUp::Deadline)
                     } else if !self.budget.withdraw() {
                         // Withdrawn last so a refused retry does not spend budget.
@@ -539,6 +545,7 @@ fn finish(
         status: answer.status,
         body: answer.body,
         attempts,
+        retry_after: answer.retry_after,
     })
 }
 

@@ -110,7 +110,6 @@ impl std::fmt::Debug for RetryBudget {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RetryReason {
     Unreachable,
-    Timeout,
     Broken,
     TooManyRequests,
     ServerError,
@@ -120,7 +119,6 @@ impl RetryReason {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             RetryReason::Unreachable => "unreachable",
-            RetryReason::Timeout => "timeout",
             RetryReason::Broken => "broken",
             RetryReason::TooManyRequests => "429",
             RetryReason::ServerError => "5xx",
@@ -136,7 +134,10 @@ pub(crate) fn retry_reason(outcome: Result<StatusCode, &UpstreamFailure>) -> Opt
         Ok(status) if status.is_server_error() => Some(RetryReason::ServerError),
         Ok(_) => None,
         Err(UpstreamFailure::Unreachable(_)) => Some(RetryReason::Unreachable),
-        Err(UpstreamFailure::Timeout(_)) => Some(RetryReason::Timeout),
+        // V2 took the whole attempt deadline: it is slow, not flaky, and
+        // the first attempt may still be running there. Asking again would
+        // triple both the wait of the V1 client and the load on V2.
+        Err(UpstreamFailure::Timeout(_)) => None,
         Err(UpstreamFailure::Broken(_)) => Some(RetryReason::Broken),
         Err(UpstreamFailure::TooLarge(_)) => None,
     }
@@ -302,6 +303,8 @@ mod tests {
             Some(RetryReason::Unreachable)
         );
         assert_eq!(retry_reason(Err(&UpstreamFailure::TooLarge(10))), None);
+        let slow = UpstreamFailure::Timeout(Duration::from_secs(10));
+        assert_eq!(retry_reason(Err(&slow)), None);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Differential test: the same V1 requests go to the sandbox's native V1 surface
 //! (the reference for what the retired V1 service answered) and through the gateway
 //! to the sandbox's V2 service, both on the same state. Status, envelope and data
-//! must be identical, except for the fields in [`VOLATILE`], each with its reason.
+//! must be identical, except for the fields the registry of differences
+//! (`v1compat::differences`, `COMPATIBILITY.md`) lets differ and the fields in
+//! [`VOLATILE`] that only this test's own steps make differ, each with its reason.
 //!
 //! A seeded generator builds more than 1,000 requests over all 13 V1 operations:
 //! valid ones, edge cases (page sizes around the V2 limit of 100 and the V1 limit of
@@ -44,31 +46,16 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
+// How a field allowed to differ is compared: the registry's treatments.
+use v1compat::differences::Differential as Rule;
 use v1compat::sandbox::{Sandbox, SandboxConfig};
 use v1compat::upstream::HttpUpstream;
 
 use crate::support::{send, send_json, TestGateway};
 
-/// How a volatile field is compared.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Rule {
-    /// Not compared at all (still required on both sides or on neither).
-    Ignore,
-    /// For error codes 4000 and 20001 only the text up to the first `:` is compared.
-    MessageHead,
-    /// Not compared when the gateway's page has no rows (the `list` next to the
-    /// headers is empty).
-    NoRows,
-    /// Not compared when the whole result is empty (the `count` next to the
-    /// headers is 0).
-    NoResults,
-    /// Not compared when the gateway answers `""`: it had nothing to recover the
-    /// value from. A non-empty gateway value must still match.
-    EmptyOnGateway,
-}
-
-/// The one list of fields allowed to differ: (operation or `*`, path pattern with
-/// `[*]` for any index, rule, reason).
+/// The fields this test's own steps make differ (not V1↔V2 differences, which
+/// come from the registry): (operation or `*`, path pattern with `[*]` for any
+/// index, rule, reason).
 const VOLATILE: &[(&str, &str, Rule, &str)] = &[
     (
         "start_run",
@@ -101,58 +88,6 @@ const VOLATILE: &[(&str, &str, Rule, &str)] = &[
         "data.run_slug",
         Rule::Ignore,
         "each side starts its own run, and every run gets a new ULID",
-    ),
-    (
-        "result_export",
-        "data.download_url",
-        Rule::Ignore,
-        "every export call writes a new file with its own name and signature; the \
-         downloaded files are compared instead (path `$file`)",
-    ),
-    (
-        "result_list",
-        "data.headers[*].format",
-        Rule::NoResults,
-        "V2 result headers carry no `format`; the gateway infers it from the rows \
-         (for a page past the end, from the run's first row), so a run that has \
-         produced nothing yet says `text` for every column",
-    ),
-    (
-        "start_run",
-        "data.results.headers[*].format",
-        Rule::NoRows,
-        "the result window of a synchronous run: as for result_list",
-    ),
-    (
-        "run_log",
-        "data.list[*].group",
-        Rule::EmptyOnGateway,
-        "V2 log entries are strings without the subtask group; the gateway recovers \
-         it from `Subtask-[id]` in the text, and a line without one (the closing \
-         `All subtasks have completed` line) gets `\"\"`",
-    ),
-    (
-        "account_info",
-        "data.traffic",
-        Rule::Ignore,
-        "V2 removed the traffic fields; the gateway answers the configured \
-         compat.account_traffic instead of the account's real quota",
-    ),
-    (
-        "account_info",
-        "data.traffic_expiration_at",
-        Rule::Ignore,
-        "V2 removed the traffic fields; the gateway answers the balance expiry \
-         (compat.traffic_expiration), which is the traffic expiry only when the two \
-         happen to be equal (the demo account; not the second account)",
-    ),
-    (
-        "*",
-        "message",
-        Rule::MessageHead,
-        "on 4000 and 20001 errors the gateway appends the field at fault or the fix \
-         after a colon (`Invalid request parameters: run_slug is required`); code \
-         and the text before the colon must match",
     ),
 ];
 
@@ -1319,10 +1254,15 @@ fn flatten(v: &Value, prefix: &str, out: &mut BTreeMap<String, Value>) {
 
 fn rule_for(op: &str, path: &str) -> Option<Rule> {
     let general = v1compat::shadow::diff::normalise(path);
+    let registry = v1compat::differences::differential_rules()
+        .into_iter()
+        .map(|(o, p, r, _id)| (o, p, r));
     VOLATILE
         .iter()
-        .find(|(o, p, _, _)| (*o == "*" || *o == op) && (*p == path || *p == general))
-        .map(|(_, _, r, _)| *r)
+        .map(|(o, p, r, _why)| (*o, *p, *r))
+        .chain(registry)
+        .find(|(o, p, _)| (*o == "*" || *o == op) && (*p == path || *p == general))
+        .map(|(_, _, r)| r)
 }
 
 /// `data.results.headers[2].format` → `data.results.list`.

@@ -454,8 +454,10 @@ async fn upstream_500_is_retried_for_reads_until_it_succeeds() {
     assert_eq!(v2.count("GET", RUN_PATH), 1);
 }
 
+/// A V2 slower than the attempt deadline costs the V1 client one attempt
+/// deadline and V2 one request, however many attempts retries allow.
 #[tokio::test]
-async fn request_deadline_bounds_retries_of_a_hanging_v2() {
+async fn a_hanging_v2_costs_one_attempt() {
     let v2 = MockV2::start(|_| Reply::Hang).await;
     let gw = gateway(
         &v2,
@@ -465,10 +467,9 @@ async fn request_deadline_bounds_retries_of_a_hanging_v2() {
     let started = std::time::Instant::now();
     let r = post(&gw, "/api/v1/run/detail", json!({"run_slug": RUN})).await;
     r.assert_error(500, 5000, "Internal server error");
-    assert_eq!(r.header("x-v1compat-error"), Some("deadline"));
-    assert!(started.elapsed() < Duration::from_secs(3));
-    let attempts = v2.count("GET", RUN_PATH);
-    assert!((2..=3).contains(&attempts), "{attempts} attempts");
+    assert_eq!(r.header("x-v1compat-error"), Some("timeout"));
+    assert!(started.elapsed() < Duration::from_millis(390));
+    assert_eq!(v2.count("GET", RUN_PATH), 1);
 }
 
 #[tokio::test]

@@ -124,6 +124,7 @@ impl Upstream for ScriptedV2 {
                 status: StatusCode::from_u16(status).unwrap(),
                 body,
                 attempts: 1,
+                retry_after: None,
             })
         })
     }

@@ -290,8 +290,10 @@ async fn a_silent_server_times_out_within_the_attempt_timeout() {
     assert_eq!(server.hits(), 1);
 }
 
+/// A V2 that is slow past the attempt deadline is not asked again: the V1
+/// client waits one attempt, not three, and V2 gets one request.
 #[tokio::test]
-async fn a_read_that_timed_out_is_retried() {
+async fn a_read_that_timed_out_is_not_retried() {
     let server = serve(|n| async move {
         if n == 0 {
             std::future::pending::<()>().await;
@@ -302,9 +304,27 @@ async fn a_read_that_timed_out_is_retried() {
     let mut s = settings(server.url());
     s.attempt_timeout = Duration::from_millis(200);
     let up = HttpUpstream::new(s).unwrap();
+    let started = Instant::now();
+    let err = up
+        .call(V2Call::get(store_path()), "req-1")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, UpstreamFailure::Timeout(_)), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(server.hits(), 1);
+}
+
+/// No retry starts that could not finish inside the retry window.
+#[tokio::test]
+async fn no_retry_starts_that_would_outlive_the_window() {
+    let server = serve(|_| async { reply(StatusCode::SERVICE_UNAVAILABLE, OK_BODY) }).await;
+    let mut s = settings(server.url());
+    s.attempt_timeout = Duration::from_secs(5);
+    s.retry.retry_window = Duration::from_secs(4);
+    let up = HttpUpstream::new(s).unwrap();
     let reply = up.call(V2Call::get(store_path()), "req-1").await.unwrap();
-    assert_eq!(reply.status, StatusCode::OK);
-    assert_eq!(reply.attempts, 2);
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(reply.attempts, 1);
 }
 
 #[tokio::test]

@@ -1,0 +1,130 @@
+//! What one client connection is doing, shared by its task, its IO and its
+//! requests: how many requests (or body discards) are in progress, how many
+//! bytes have been read, and since when nothing has happened. The
+//! connection task uses it for the idle timeout and to decide, while
+//! draining, whether closing now could lose a request the client has sent.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+#[derive(Default)]
+pub struct Activity {
+    state: Mutex<State>,
+    changed: Notify,
+    /// Bytes read from the socket so far (kept by the connection's IO).
+    read: AtomicU64,
+    /// The connection carried an HTTP/2 request.
+    http2: AtomicBool,
+}
+
+struct State {
+    active: usize,
+    /// `read` when the last request or discard ended: more than this means
+    /// the client has sent something not yet turned into a request.
+    mark: u64,
+    since: Instant,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            active: 0,
+            mark: 0,
+            since: Instant::now(),
+        }
+    }
+}
+
+/// Keeps the connection busy while alive: a request being served, or the
+/// rest of a refused body being read and thrown away.
+pub struct Busy(Arc<Activity>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let mut s = self.0.lock();
+        s.active -= 1;
+        s.mark = self.0.read.load(Ordering::Acquire);
+        s.since = Instant::now();
+        drop(s);
+        self.0.changed.notify_waiters();
+    }
+}
+
+impl Activity {
+    pub fn new() -> Arc<Activity> {
+        Arc::new(Activity::default())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state is a pair of counters; a panic elsewhere cannot leave
+        // it half-written, so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn begin(self: &Arc<Self>) -> Busy {
+        let mut s = self.lock();
+        s.active += 1;
+        s.since = Instant::now();
+        drop(s);
+        self.changed.notify_waiters();
+        Busy(self.clone())
+    }
+
+    pub fn add_read(&self, n: usize) {
+        self.read.fetch_add(n as u64, Ordering::AcqRel);
+    }
+
+    pub fn saw_http2(&self) {
+        self.http2.store(true, Ordering::Release);
+    }
+
+    pub fn is_http2(&self) -> bool {
+        self.http2.load(Ordering::Acquire)
+    }
+
+    pub fn active(&self) -> usize {
+        self.lock().active
+    }
+
+    /// Nothing in progress and every byte read so far was part of a
+    /// finished request.
+    pub fn is_clean(&self) -> bool {
+        let s = self.lock();
+        s.active == 0 && s.mark == self.read.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the connection has had nothing in progress for `idle`.
+    pub async fn idle_for(&self, idle: Duration) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (active, since) = {
+                let s = self.lock();
+                (s.active, s.since)
+            };
+            if active > 0 {
+                notified.await;
+                continue;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(since + idle) => {
+                    let s = self.lock();
+                    if s.active == 0 && s.since == since {
+                        return;
+                    }
+                }
+                _ = notified => {}
+            }
+        }
+    }
+
+    /// Resolves on the next change of the in-progress count.
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+}

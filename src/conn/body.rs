@@ -1,0 +1,127 @@
+//! Reading a request body off the connection, before any in-flight slot is
+//! taken: a declared `Content-Length` over the limit is refused without
+//! reading (so no `100 Continue` is sent for it), the whole body must arrive
+//! within `connections.body_read_timeout_ms`, and the rest of an oversized
+//! body is read and thrown away in the background, bounded in bytes and
+//! time, so a client that writes its whole body before reading still
+//! receives the 400 envelope instead of a reset.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::{header, request::Parts, Version};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+
+use super::activity::Activity;
+use super::settings::ConnSettings;
+
+/// Why a body was not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BodyError {
+    #[error("body is larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("body was not received within {0:?}")]
+    Timeout(Duration),
+    #[error("body could not be read ({0})")]
+    Broken(String),
+}
+
+/// The connection a request came on, put into its extensions by the
+/// connection layer so a body discard keeps the connection counted busy.
+#[derive(Clone)]
+pub struct ConnHandle(pub(crate) Arc<Activity>);
+
+/// What reading one request's body needs to know of its head, taken before
+/// the head is handed on.
+pub struct BodyReader {
+    declared: Option<u64>,
+    expects_continue: bool,
+    http2: bool,
+    conn: Option<ConnHandle>,
+    settings: ConnSettings,
+}
+
+impl BodyReader {
+    pub fn new(parts: &Parts, settings: &ConnSettings) -> BodyReader {
+        BodyReader {
+            declared: parts
+                .headers
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok()),
+            expects_continue: parts
+                .headers
+                .get(header::EXPECT)
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue")),
+            http2: parts.version == Version::HTTP_2,
+            conn: parts.extensions.get::<ConnHandle>().cloned(),
+            settings: settings.clone(),
+        }
+    }
+
+    /// Reads the whole body, at most `limit` bytes.
+    pub async fn read(self, mut body: Incoming, limit: usize) -> Result<Bytes, BodyError> {
+        if self.declared.is_some_and(|len| len > limit as u64) {
+            // A client that asked for `100 Continue` has not sent the body
+            // and will not: polling it would send the `100`, so it is dropped.
+            if !self.expects_continue {
+                self.discard(body);
+            }
+            return Err(BodyError::TooLarge(limit));
+        }
+        let declared = self.declared;
+        let read = async {
+            let capacity = declared.map_or(0, |n| n as usize);
+            let mut buf = BytesMut::with_capacity(capacity);
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| BodyError::Broken(e.to_string()))?;
+                if let Ok(data) = frame.into_data() {
+                    if buf.len() + data.len() > limit {
+                        return Err(BodyError::TooLarge(limit));
+                    }
+                    buf.extend_from_slice(&data);
+                }
+            }
+            Ok(buf.freeze())
+        };
+        let outcome = tokio::time::timeout(self.settings.body_read_timeout, read).await;
+        match outcome {
+            Ok(Err(BodyError::TooLarge(limit))) => {
+                self.discard(body);
+                Err(BodyError::TooLarge(limit))
+            }
+            Ok(result) => result,
+            // Dropping the body makes hyper close the connection after the
+            // answer: a client this slow does not keep it.
+            Err(_) => Err(BodyError::Timeout(self.settings.body_read_timeout)),
+        }
+    }
+
+    /// Reads and drops the rest of `body` in its own task. HTTP/2 needs
+    /// none: dropping the body resets only that stream.
+    fn discard(&self, mut body: Incoming) {
+        if self.http2 {
+            return;
+        }
+        let busy = self.conn.as_ref().map(|h| h.0.begin());
+        let (max, deadline) = (
+            self.settings.max_discard_bytes,
+            self.settings.discard_timeout,
+        );
+        tokio::spawn(async move {
+            let _busy = busy;
+            let drain = async {
+                let mut seen = 0usize;
+                while let Some(Ok(frame)) = body.frame().await {
+                    seen += frame.data_ref().map_or(0, Bytes::len);
+                    if seen > max {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(deadline, drain).await;
+        });
+    }
+}

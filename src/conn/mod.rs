@@ -1,0 +1,322 @@
+//! The connection layer, in front of the tower stack on both listeners: the
+//! accept loop with its cap on open connections, hyper's HTTP/1 and HTTP/2
+//! settings (head-read deadline, stream limit), the idle timeout, reading
+//! request bodies under a deadline ([`body`]), and the drain sequence on
+//! shutdown ([`drain`]).
+//!
+//! ```text
+//! accept ─▶ cap (full: 429 envelope, close) ─▶ connection task
+//!   connection task: hyper auto (h1 | h2) over SharedStream
+//!     ├─ ConnService: busy count, HEAD without body, cut envelope, close after stop
+//!     ├─ idle for idle_timeout → graceful close
+//!     └─ stop → close now if idle and nothing unread, else after the request
+//! ```
+//!
+//! Protocol-level refusals that hyper writes itself (a request line or
+//! header it cannot parse → 400, a URI over its limit → 414, too many or
+//! too large headers → 431) have an empty body: hyper offers no hook to
+//! replace them. The README lists these cases.
+
+pub mod activity;
+pub mod body;
+pub mod drain;
+mod service;
+pub mod settings;
+mod stream;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+
+pub use body::{BodyError, BodyReader, ConnHandle};
+pub use drain::Drain;
+pub use service::CutAnswer;
+pub use settings::{ConnSettings, ConnectionSection};
+
+use crate::telemetry::{OPEN_CONNECTIONS, SHED_CONNECTIONS};
+use activity::Activity;
+use service::ConnService;
+use stream::SharedStream;
+
+/// File descriptors kept for everything that is not a client connection:
+/// upstream pool, listeners, capture files, the runtime.
+const FD_RESERVE: u64 = 256;
+/// Refusals written at the cap at once; past this a connection is just closed.
+const MAX_SHEDDING: usize = 64;
+/// How long a refusal at the cap may take to write and linger.
+const SHED_TIMEOUT: Duration = Duration::from_secs(1);
+/// After the cut, how long answers already produced get to be written.
+const CUT_WRITE_BOUND: Duration = Duration::from_secs(2);
+
+/// What a listener answers in the cases the connection layer handles alone.
+#[derive(Clone, Copy)]
+pub struct Answers {
+    /// A request still in progress at the grace deadline.
+    pub cut: CutAnswer,
+    /// A connection over the cap (written as raw HTTP/1.1 before closing).
+    pub shed: fn() -> Response<Full<Bytes>>,
+}
+
+/// One listener's connection handling.
+pub struct Listener {
+    pub name: &'static str,
+    /// TLS on this listener, when configured.
+    pub tls: Option<crate::tls::Acceptor>,
+    pub settings: ConnSettings,
+    pub grace: Duration,
+    pub answers: Answers,
+}
+
+/// The connection cap that the process's open-file limit allows, after
+/// raising the soft limit as far as the hard one permits.
+pub fn effective_cap(wanted: usize) -> usize {
+    #[cfg(unix)]
+    {
+        let limit = rlimit::increase_nofile_limit(u64::MAX).unwrap_or(0);
+        if limit > 0 {
+            let room =
+                usize::try_from(limit.saturating_sub(FD_RESERVE).max(1)).unwrap_or(usize::MAX);
+            if room < wanted {
+                tracing::warn!(
+                    wanted,
+                    allowed = room,
+                    open_file_limit = limit,
+                    "connections.max_connections lowered to fit the open-file limit"
+                );
+                return room;
+            }
+        }
+    }
+    wanted
+}
+
+/// Serves `listener` until `drain` is stopped, then drains: see [`drain`].
+pub async fn serve<S, B>(
+    listener: TcpListener,
+    service: S,
+    conf: Listener,
+    drain: Drain,
+) -> std::io::Result<()>
+where
+    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<service::BoxError>,
+{
+    let settings = &conf.settings;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(settings.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(settings.http2_max_concurrent_streams)
+        // A peer that stops answering pings is gone; its streams are freed.
+        .keep_alive_interval(Some(settings.idle_timeout.min(Duration::from_secs(30))))
+        .keep_alive_timeout(Duration::from_secs(20));
+    let builder = Arc::new(builder);
+    let cap = Arc::new(Semaphore::new(effective_cap(settings.max_connections)));
+    let shedding = Arc::new(Semaphore::new(MAX_SHEDDING));
+    let mut tasks = JoinSet::new();
+    let spawn = |tasks: &mut JoinSet<()>, stream: TcpStream| match cap.clone().try_acquire_owned() {
+        Ok(permit) => {
+            tasks.spawn(connection(
+                stream,
+                builder.clone(),
+                service.clone(),
+                conf.settings.clone(),
+                drain.clone(),
+                conf.answers.cut,
+                (conf.name, conf.tls.clone(), permit),
+            ));
+        }
+        Err(_) => {
+            metrics::counter!(SHED_CONNECTIONS, "listener" => conf.name).increment(1);
+            if let Ok(slot) = shedding.clone().try_acquire_owned() {
+                let answer = http1_bytes((conf.answers.shed)());
+                tokio::spawn(shed(stream, answer, slot));
+            }
+        }
+    };
+    loop {
+        tokio::select! {
+            biased;
+            _ = drain.stopped() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => spawn(&mut tasks, stream),
+                Err(e) => {
+                    // Out of file descriptors and the like: back off briefly.
+                    tracing::warn!(error = %e, listener = conf.name, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+    }
+    // Connections the kernel completed before the stop hold requests their
+    // clients consider sent: take them before closing the listener.
+    let listener = listener.into_std()?;
+    while let Ok((stream, _)) = listener.accept() {
+        match stream
+            .set_nonblocking(true)
+            .and_then(|()| TcpStream::from_std(stream))
+        {
+            Ok(stream) => spawn(&mut tasks, stream),
+            Err(e) => tracing::debug!(error = %e, "backlog connection unusable"),
+        }
+    }
+    drop(listener);
+    let all_done = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(conf.grace, all_done).await.is_err() {
+        tracing::warn!(grace = ?conf.grace, listener = conf.name, open = tasks.len(), "grace period over; answering what is left and closing");
+        drain.cut();
+        let written = async { while tasks.join_next().await.is_some() {} };
+        let _ = tokio::time::timeout(CUT_WRITE_BOUND, written).await;
+        tasks.shutdown().await;
+    }
+    Ok(())
+}
+
+/// One client connection, from accept to close.
+async fn connection<S, B>(
+    socket: TcpStream,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    service: S,
+    settings: ConnSettings,
+    drain: Drain,
+    cut: CutAnswer,
+    (listener, tls, _permit): (
+        &'static str,
+        Option<crate::tls::Acceptor>,
+        OwnedSemaphorePermit,
+    ),
+) where
+    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<service::BoxError>,
+{
+    let gauge = metrics::gauge!(OPEN_CONNECTIONS, "listener" => listener);
+    gauge.increment(1.0);
+    let _ = socket.set_nodelay(true);
+    let socket = Arc::new(socket);
+    let activity = Activity::new();
+    let shared = SharedStream::new(socket.clone(), activity.clone());
+    // TLS, when the listener has it, sits between the socket and hyper; a
+    // failed handshake ends the connection here.
+    let Some(stream) = crate::tls::accept(tls.as_ref(), shared).await else {
+        gauge.decrement(1.0);
+        return;
+    };
+    let io = TokioIo::new(stream);
+    let service = ConnService {
+        inner: service,
+        activity: activity.clone(),
+        drain: drain.clone(),
+        cut,
+    };
+    let conn = builder.serve_connection(io, TowerToHyperService::new(service));
+    tokio::pin!(conn);
+    let (mut stopping, mut closing) = (false, false);
+    loop {
+        tokio::select! {
+            biased;
+            ended = conn.as_mut() => {
+                if let Err(e) = ended {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                break;
+            }
+            _ = drain.stopped(), if !stopping => stopping = true,
+            _ = activity.idle_for(settings.idle_timeout), if !closing => {
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+            }
+            // While stopping, look again whenever a request starts or ends,
+            // and now and then for bytes that have arrived unread.
+            _ = activity.changed(), if stopping && !closing => {}
+            _ = tokio::time::sleep(Duration::from_millis(20)), if stopping && !closing => {}
+        }
+        if stopping && !closing {
+            // HTTP/2 stops with GOAWAY, which tells the client which streams
+            // were taken. HTTP/1 keeps the connection while a request is in
+            // progress (hyper then closes after it) or while the client has
+            // sent bytes not yet read as a request.
+            let idle_and_clean = activity.is_clean() && !stream::has_unread_bytes(&socket);
+            if activity.is_http2() || activity.active() > 0 || idle_and_clean {
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+            }
+        }
+    }
+    gauge.decrement(1.0);
+}
+
+/// Writes the refusal of a connection over the cap, then lingers briefly
+/// reading what the client sent, so closing does not reset the answer away.
+async fn shed(mut stream: TcpStream, answer: Bytes, _slot: OwnedSemaphorePermit) {
+    let linger = async {
+        stream.write_all(&answer).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        let mut seen = 0usize;
+        while seen < 64 * 1024 {
+            match stream.read(&mut sink).await? {
+                0 => break,
+                n => seen += n,
+            }
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    let _ = tokio::time::timeout(SHED_TIMEOUT, linger).await;
+}
+
+/// A complete response as HTTP/1.1 bytes, for the few answers written
+/// without hyper. Always `Connection: close`.
+fn http1_bytes(resp: Response<Full<Bytes>>) -> Bytes {
+    use http_body::Body as _;
+    let (parts, body) = resp.into_parts();
+    let len = body.size_hint().exact().unwrap_or(0);
+    let body = futures_util::FutureExt::now_or_never(http_body_util::BodyExt::collect(body))
+        .and_then(Result::ok)
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let mut out = format!(
+        "HTTP/1.1 {} {}\r\n",
+        parts.status.as_u16(),
+        parts.status.canonical_reason().unwrap_or("")
+    )
+    .into_bytes();
+    for (name, value) in &parts.headers {
+        if name == http::header::CONNECTION || name == http::header::CONTENT_LENGTH {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(format!("content-length: {len}\r\nconnection: close\r\n\r\n").as_bytes());
+    out.extend_from_slice(&body);
+    Bytes::from(out)
+}

@@ -1,0 +1,98 @@
+//! The `[connections]` section: deadlines and caps of the connection layer
+//! (see [`super`]), read before anything is bound and validated with the
+//! rest of the configuration.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// `[connections]` as written in the TOML file.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionSection {
+    /// Open client connections on the public listener; one more is answered
+    /// with a 429 envelope and closed. Lowered at start-up to what the
+    /// process's open-file limit allows.
+    pub max_connections: usize,
+    /// A request head (request line and headers) must arrive within this,
+    /// counted from the moment the connection is ready for it. For HTTP/1.1
+    /// this is also the longest a keep-alive connection waits idle.
+    pub header_read_timeout_ms: u64,
+    /// The whole request body must arrive within this, counted from the head.
+    pub body_read_timeout_ms: u64,
+    /// A connection with no request in progress for this long is closed
+    /// (HTTP/2: GOAWAY, then close).
+    pub idle_timeout_ms: u64,
+    /// Concurrent streams one HTTP/2 connection may open.
+    pub http2_max_concurrent_streams: u32,
+    /// After refusing an oversized body, at most this much of it is read and
+    /// thrown away so the client, still writing, gets to read the refusal.
+    pub max_discard_bytes: usize,
+    /// ... and for at most this long.
+    pub discard_timeout_ms: u64,
+}
+
+impl Default for ConnectionSection {
+    fn default() -> Self {
+        ConnectionSection {
+            max_connections: 4096,
+            header_read_timeout_ms: 30_000,
+            body_read_timeout_ms: 30_000,
+            idle_timeout_ms: 60_000,
+            http2_max_concurrent_streams: 100,
+            max_discard_bytes: 16 << 20,
+            discard_timeout_ms: 10_000,
+        }
+    }
+}
+
+/// [`ConnectionSection`] checked and in [`Duration`]s.
+#[derive(Debug, Clone)]
+pub struct ConnSettings {
+    pub max_connections: usize,
+    pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub http2_max_concurrent_streams: u32,
+    pub max_discard_bytes: usize,
+    pub discard_timeout: Duration,
+}
+
+impl Default for ConnSettings {
+    fn default() -> Self {
+        let mut problems = Vec::new();
+        validate(&ConnectionSection::default(), &mut problems)
+    }
+}
+
+/// Checks the section, adding one line per problem to `problems`.
+pub fn validate(s: &ConnectionSection, problems: &mut Vec<String>) -> ConnSettings {
+    if s.max_connections == 0 {
+        problems.push("connections.max_connections: must be greater than 0".into());
+    }
+    for (key, v) in [
+        (
+            "connections.header_read_timeout_ms",
+            s.header_read_timeout_ms,
+        ),
+        ("connections.body_read_timeout_ms", s.body_read_timeout_ms),
+        ("connections.idle_timeout_ms", s.idle_timeout_ms),
+        ("connections.discard_timeout_ms", s.discard_timeout_ms),
+    ] {
+        if v == 0 {
+            problems.push(format!("{key}: must be greater than 0"));
+        }
+    }
+    if s.http2_max_concurrent_streams == 0 {
+        problems.push("connections.http2_max_concurrent_streams: must be greater than 0".into());
+    }
+    ConnSettings {
+        max_connections: s.max_connections,
+        header_read_timeout: Duration::from_millis(s.header_read_timeout_ms),
+        body_read_timeout: Duration::from_millis(s.body_read_timeout_ms),
+        idle_timeout: Duration::from_millis(s.idle_timeout_ms),
+        http2_max_concurrent_streams: s.http2_max_concurrent_streams,
+        max_discard_bytes: s.max_discard_bytes,
+        discard_timeout: Duration::from_millis(s.discard_timeout_ms),
+    }
+}

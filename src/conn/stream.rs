@@ -1,0 +1,103 @@
+//! A client socket shared between hyper (which reads and writes it) and the
+//! connection task (which peeks at it while draining, to see whether the
+//! client has sent a request hyper has not read yet). Reads are counted in
+//! the connection's [`Activity`].
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use super::activity::Activity;
+
+pub struct SharedStream {
+    socket: Arc<TcpStream>,
+    activity: Arc<Activity>,
+}
+
+impl SharedStream {
+    pub fn new(socket: Arc<TcpStream>, activity: Arc<Activity>) -> SharedStream {
+        SharedStream { socket, activity }
+    }
+}
+
+/// Whether the client has sent bytes that are still in the kernel's
+/// receive buffer. End of stream counts as nothing pending.
+pub fn has_unread_bytes(socket: &TcpStream) -> bool {
+    let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    // Tokio sockets are non-blocking, so the peek never waits.
+    matches!(socket2::SockRef::from(socket).peek(&mut probe), Ok(n) if n > 0)
+}
+
+impl AsyncRead for SharedStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            ready!(self.socket.poll_read_ready(cx))?;
+            let unfilled = buf.initialize_unfilled();
+            match self.socket.try_read(unfilled) {
+                Ok(n) => {
+                    buf.advance(n);
+                    self.activity.add_read(n);
+                    return Poll::Ready(Ok(()));
+                }
+                // Readiness was stale; poll again so the waker is registered.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for SharedStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.socket.poll_write_ready(cx))?;
+            match self.socket.try_write(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.socket.poll_write_ready(cx))?;
+            match self.socket.try_write_vectored(bufs) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Writes go straight to the socket; there is nothing to flush.
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let sock = socket2::SockRef::from(&*self.socket);
+        match sock.shutdown(std::net::Shutdown::Write) {
+            Err(e) if e.kind() != io::ErrorKind::NotConnected => Poll::Ready(Err(e)),
+            _ => Poll::Ready(Ok(())),
+        }
+    }
+}
