@@ -12,7 +12,8 @@
 //! `[limits]` except `max_in_flight`, `[workers]` (a new cache when it
 //! changed), `[compat]`, `upstream.ca_file` and the listeners' certificate
 //! files' contents. Restart: `listen.*` addresses and which TLS files,
-//! `limits.max_in_flight`, `[log]`, `[shutdown]`, `[shadow]`; a reload that
+//! `limits.max_in_flight`, `[connections]`, `[log]`, `[shutdown]`,
+//! `[shadow]` (all read once when the listeners start); a reload that
 //! changes them applies the rest and warns which ones wait for a restart.
 //!
 //! What triggers a reload lives in [`triggers`]: SIGHUP, and a watch on the
@@ -332,8 +333,12 @@ fn keep_restart_only(old: &Config, mut new: Config) -> (Config, Vec<&'static str
         old.log.format != new.log.format || old.log.level != new.log.level,
     );
     keep(
-        "shutdown.grace_period_secs",
-        old.grace_period != new.grace_period,
+        "shutdown",
+        old.grace_period != new.grace_period || old.drain_delay != new.drain_delay,
+    );
+    keep(
+        "connections",
+        format!("{:?}", old.connections) != format!("{:?}", new.connections),
     );
     keep(
         "shadow",
@@ -346,6 +351,57 @@ fn keep_restart_only(old: &Config, mut new: Config) -> (Config, Vec<&'static str
     new.limits.max_in_flight = old.limits.max_in_flight;
     new.log = old.log.clone();
     new.grace_period = old.grace_period;
+    new.drain_delay = old.drain_delay;
+    new.connections = old.connections.clone();
     new.shadow = old.shadow.clone();
     (new, differ)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Config {
+        config::load(text, Vec::new()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn restart_only_keys_keep_their_running_value_and_are_named() {
+        let old = load("");
+        let new = load(
+            "[listen]\npublic = \"127.0.0.1:1\"\n[limits]\nmax_in_flight = 3\nmax_page_size = 50\n\
+             [connections]\nmax_connections = 9\n[shutdown]\ngrace_period_secs = 1\n\
+             [log]\nlevel = \"debug\"\n",
+        );
+        let (kept, named) = keep_restart_only(&old, new);
+        assert_eq!(
+            named,
+            [
+                "listen.public",
+                "limits.max_in_flight",
+                "log",
+                "shutdown",
+                "connections"
+            ]
+        );
+        assert_eq!(kept.public_addr, old.public_addr);
+        assert_eq!(kept.limits.max_in_flight, old.limits.max_in_flight);
+        assert_eq!(kept.grace_period, old.grace_period);
+        assert_eq!(kept.log.level, old.log.level);
+        // Live keys take the new value.
+        assert_eq!(kept.limits.max_page_size, 50);
+    }
+
+    #[test]
+    fn an_unchanged_upstream_keeps_its_client() {
+        let a = load("[upstream]\nbase_url = \"http://a.example\"\n");
+        let same =
+            load("[upstream]\nbase_url = \"http://a.example\"\n[compat]\naccount_traffic = 3\n");
+        let other = load("[upstream]\nbase_url = \"http://a.example\"\nattempt_timeout_ms = 999\n");
+        assert!(same_upstream(&a, &same));
+        assert!(!same_upstream(&a, &other));
+        let mut proxied = a.clone();
+        proxied.upstream.proxy.https = "http://p.example:3128".into();
+        assert!(!same_upstream(&a, &proxied));
+    }
 }
