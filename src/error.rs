@@ -23,6 +23,17 @@ pub enum Subject {
     Other,
 }
 
+impl Subject {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Subject::Worker => "worker",
+            Subject::Task => "task",
+            Subject::Run | Subject::Abort => "run",
+            Subject::Other => "resource",
+        }
+    }
+}
+
 /// Who is to blame, reported in `x-v1compat-error-origin` and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -51,14 +62,14 @@ pub enum GatewayError {
     Unauthorized(String),
     /// The gateway itself knows the thing does not exist (e.g. the cached
     /// result of a worker verification).
-    #[error("{0:?} not found")]
+    #[error("{} not found", .0.as_str())]
     NotFound(Subject),
     #[error("no V1 operation at this method and path")]
     UnknownRoute,
     #[error("too many requests in flight")]
     Overloaded,
     /// V2 answered with an error envelope (or a non-zero code).
-    #[error("upstream refused: HTTP {status}, code {code:?}: {message}")]
+    #[error("V2 refused: HTTP {}{}: {message}", status.as_u16(), code.map(|c| format!(", code {c}")).unwrap_or_default())]
     Refused {
         subject: Subject,
         status: StatusCode,
@@ -80,7 +91,7 @@ pub enum GatewayError {
     #[error("unreadable upstream answer: {0}")]
     Garbled(String),
     /// The whole V1 request ran out of time.
-    #[error("request deadline of {0:?} exceeded")]
+    #[error("request deadline of {} exceeded", humantime::format_duration(*.0))]
     Deadline(std::time::Duration),
     /// Still in progress when the shutdown grace period ended.
     #[error("the gateway is shutting down; the request was not completed")]
@@ -183,7 +194,8 @@ impl GatewayError {
                 ..
             } => {
                 let (s, c) = map_refusal(*subject, *status, *code);
-                (s, c, Origin::Upstream, "refused")
+                let (origin, cause) = refusal_origin(*status, s);
+                (s, c, origin, cause)
             }
             Upstream(failure) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -232,6 +244,26 @@ impl GatewayError {
             cause,
         }
     }
+}
+
+/// Whose fault a V2 refusal is. V2 answering 4xx (or a business code that
+/// V1 answers with 4xx) refused what the client sent — its input, its key,
+/// an id that does not exist, its plan's rate — so the client is to blame,
+/// and the upstream alerts stay quiet. A V2 5xx is V2's.
+fn refusal_origin(v2_status: StatusCode, v1_status: StatusCode) -> (Origin, &'static str) {
+    let client_caused = v2_status.is_client_error()
+        || (!v2_status.is_server_error() && v1_status.is_client_error());
+    if !client_caused {
+        return (Origin::Upstream, "refused");
+    }
+    let cause = match v1_status.as_u16() {
+        400 => "invalid_request",
+        401 => "unauthorized",
+        404 => "not_found",
+        429 => "rate_limited",
+        _ => "refused",
+    };
+    (Origin::Client, cause)
 }
 
 fn not_found(subject: Subject) -> (i64, &'static str) {
@@ -350,6 +382,65 @@ mod tests {
             GatewayError::AbortUnconfirmed(UpstreamFailure::Unreachable("refused".into())).render();
         assert_eq!((r.status.as_u16(), r.envelope.code), (500, 70002));
         assert_eq!((r.origin, r.cause), (Origin::Upstream, "unreachable"));
+    }
+
+    #[test]
+    fn refusals_caused_by_the_client_are_the_clients() {
+        let refused = |status: u16, code: Option<i64>| {
+            GatewayError::Refused {
+                subject: Subject::Run,
+                status: StatusCode::from_u16(status).unwrap(),
+                code,
+                message: "no".into(),
+                v2_request_id: None,
+                retry_after: None,
+            }
+            .render()
+        };
+        for (status, code, cause) in [
+            (401, Some(12002), "unauthorized"),
+            (404, Some(70001), "not_found"),
+            (400, Some(11000), "invalid_request"),
+            (429, Some(13000), "rate_limited"),
+            (200, Some(70001), "not_found"),
+        ] {
+            let r = refused(status, code);
+            assert_eq!(
+                (r.origin, r.cause),
+                (Origin::Client, cause),
+                "{status} {code:?}"
+            );
+        }
+        for (status, code) in [(500, Some(10000)), (503, None), (200, Some(50002))] {
+            let r = refused(status, code);
+            assert_eq!(
+                (r.origin, r.cause),
+                (Origin::Upstream, "refused"),
+                "{status}"
+            );
+        }
+    }
+
+    #[test]
+    fn messages_read_as_words_not_rust_values() {
+        let e = GatewayError::Refused {
+            subject: Subject::Run,
+            status: StatusCode::UNAUTHORIZED,
+            code: Some(12002),
+            message: "key revoked".into(),
+            v2_request_id: None,
+            retry_after: None,
+        };
+        assert_eq!(
+            e.to_string(),
+            "V2 refused: HTTP 401, code 12002: key revoked"
+        );
+        assert_eq!(
+            GatewayError::NotFound(Subject::Worker).to_string(),
+            "worker not found"
+        );
+        let d = GatewayError::Deadline(std::time::Duration::from_secs(30));
+        assert_eq!(d.to_string(), "request deadline of 30s exceeded");
     }
 
     #[test]

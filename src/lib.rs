@@ -109,6 +109,7 @@ async fn serve_live(
 ) -> std::io::Result<()> {
     let gateway = live.load();
     let pipeline = Arc::new(pipeline::Pipeline::live(live.clone()));
+    let in_flight = pipeline.clone();
     // Built before anything serves: a capture file that cannot be opened
     // stops start-up instead of leaving a gateway without its public side.
     let mirror = shadow::Mirror::new(gateway.clone())?;
@@ -136,6 +137,7 @@ async fn serve_live(
         mirror,
         public_drain.clone(),
     ));
+    let grace = gateway.config.grace_period;
     let admin = tokio::spawn(server::serve_admin(
         admin,
         admin_tls,
@@ -145,7 +147,13 @@ async fn serve_live(
     ));
     shutdown.await;
     public_drain.begin();
-    tracing::info!(?drain_delay, "shutting down: readiness is false");
+    let draining = std::time::Instant::now();
+    tracing::info!(
+        in_flight = in_flight.in_flight(),
+        drain_delay = %humantime::format_duration(drain_delay),
+        grace_period = %humantime::format_duration(grace),
+        "shutting down: readiness is false; draining after the drain delay"
+    );
     tokio::time::sleep(drain_delay).await;
     public_drain.stop();
     let a = public.await;
@@ -154,6 +162,11 @@ async fn serve_live(
     if let Some(reloads) = reloads {
         let _ = reloads.await;
     }
+    tracing::info!(
+        took_ms = draining.elapsed().as_millis() as u64,
+        left_in_flight = in_flight.in_flight(),
+        "drained; stopped"
+    );
     a.map_err(std::io::Error::other)??;
     b.map_err(std::io::Error::other)??;
     Ok(())

@@ -149,11 +149,11 @@ fn main() -> ExitCode {
             }
         },
         Command::Serve { config } => {
-            let cfg = match load(config.as_ref()) {
-                Ok(c) => c,
+            let loaded = match read(config.as_ref()) {
+                Ok(loaded) => loaded,
                 Err(problems) => return bad_config("invalid configuration:", &problems),
             };
-            match runtime().block_on(serve(config, cfg)) {
+            match runtime().block_on(serve(loaded, config)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("v1compat: {e}");
@@ -215,25 +215,66 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap_or_else(|e| panic!("cannot start the async runtime: {e}"))
 }
 
-async fn serve(path: Option<PathBuf>, cfg: Config) -> Result<(), String> {
-    telemetry::init_logging(&cfg.log.format, &cfg.log.level);
-    telemetry::prometheus();
-    // The reloader reads the same file and environment again; `cfg` has
-    // already shown them valid (and its warnings are printed).
-    let source = reload::Source {
-        path,
-        env: std::env::vars().collect(),
+async fn serve(loaded: config::Loaded, path: Option<PathBuf>) -> Result<(), String> {
+    let cfg = loaded.config;
+    let source = match &path {
+        Some(path) => path.display().to_string(),
+        None => "defaults".to_owned(),
     };
-    let reloader = reload::Reloader::start(source, reload::http_upstream())?;
+    // Listening for SIGTERM starts here, before the start-up line: a stop
+    // that follows that line at once is still a graceful one.
+    let stop = stop_signal();
+    telemetry::init_logging(&cfg.log.format, &cfg.log.level);
+    for warning in &loaded.warnings {
+        tracing::warn!("{warning}");
+    }
+    telemetry::prometheus();
+    // The reloader reads the same file and environment again (`loaded` has
+    // shown them valid) and keeps them for every reload.
+    let reloader = reload::Reloader::start(
+        reload::Source {
+            path,
+            env: std::env::vars().collect(),
+        },
+        reload::http_upstream(),
+    )?;
     let public = bind(cfg.public_addr, "listen.public", "V1COMPAT_LISTEN__PUBLIC").await?;
     let admin = bind(cfg.admin_addr, "listen.admin", "V1COMPAT_LISTEN__ADMIN").await?;
     tracing::info!(
+        version = %env!("CARGO_PKG_VERSION"),
         public = %public.local_addr().map_err(|e| e.to_string())?,
         admin = %admin.local_addr().map_err(|e| e.to_string())?,
         upstream = %cfg.upstream.base_url,
+        config = %source,
+        access_log = cfg.log.access,
         "v1compat listening"
     );
-    v1compat::run_reloading(public, admin, reloader, server::shutdown_signal())
+    v1compat::run_reloading(public, admin, reloader, stop)
         .await
         .map_err(|e| e.to_string())
+}
+
+/// Resolves on SIGTERM or ctrl-c received from the moment it is called (the
+/// handlers are installed now, not on first poll).
+fn stop_signal() -> impl std::future::Future<Output = ()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(mut term), Ok(mut int)) => futures_util::future::Either::Left(async move {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }),
+            _ => futures_util::future::Either::Right(server::shutdown_signal()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        server::shutdown_signal()
+    }
 }

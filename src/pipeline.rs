@@ -15,6 +15,7 @@
 //! call [`Pipeline::answer`], so every path answers byte for byte alike.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,8 +24,11 @@ use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
+mod access;
+pub use access::TARGET as ACCESS_LOG_TARGET;
+
 use crate::config::Config;
-use crate::error::{GatewayError, Origin};
+use crate::error::GatewayError;
 use crate::ops::{self, Gateway, V1Request};
 use crate::reload::Live;
 use crate::route::{self, Operation};
@@ -232,16 +236,19 @@ impl Pipeline {
             usable_request_id(&req.headers).unwrap_or_else(|| ulid::Ulid::new().to_string());
         let span = tracing::Span::current();
         span.record("request_id", request_id.as_str());
+        let mut cx = access::Context {
+            method: &req.method,
+            op: None,
+            request_id: &request_id,
+            started,
+            every_request: gateway.config.log.access,
+        };
         let Some(op) = route::route(&req.method, &req.path) else {
-            return Err(finish(
-                None,
-                Err(GatewayError::UnknownRoute),
-                &request_id,
-                started,
-            ));
+            return Err(finish(&cx, Err(GatewayError::UnknownRoute), 0));
         };
         span.record("operation", op.name());
-        let refuse = |err| finish(Some(op), Err(err), &request_id, started);
+        cx.op = Some(op);
+        let refuse = |err| finish(&cx, Err(err), 0);
         let key = client_key(&req.headers).map_err(refuse)?;
         if req.method == Method::POST {
             check_content_type(&req.headers).map_err(refuse)?;
@@ -288,8 +295,19 @@ impl Pipeline {
     /// Runs the operation under its deadline and renders the V1 answer.
     pub async fn translate(&self, req: Admitted) -> V1Response {
         let deadline = deadline(&req.gateway.config, req.op);
-        let result = dispatch(&req.gateway, req.v1_request(), deadline).await;
-        finish(Some(req.op), result, &req.request_id, req.started)
+        let calls = AtomicU32::new(0);
+        let result = dispatch_counting(&req.gateway, req.v1_request(), deadline, &calls).await;
+        finish(&self.context(&req), result, calls.load(Ordering::Relaxed))
+    }
+
+    fn context<'a>(&self, req: &'a Admitted) -> access::Context<'a> {
+        access::Context {
+            method: &req.method,
+            op: Some(req.op),
+            request_id: &req.request_id,
+            started: req.started,
+            every_request: req.gateway.config.log.access,
+        }
     }
 
     /// An answer that came from elsewhere (the legacy service, with
@@ -300,12 +318,20 @@ impl Pipeline {
             .increment(1);
         metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name)
             .record(req.started.elapsed().as_secs_f64());
+        let outcome = access::Outcome {
+            status,
+            code: None,
+            upstream_calls: 0,
+            v2_request_id: None,
+            error: None,
+        };
+        access::log(&self.context(&req), &outcome);
         V1Response::json(status, body)
     }
 
     /// An admitted request the gateway could not serve, rendered and counted.
     pub fn refuse(&self, req: Admitted, err: GatewayError) -> V1Response {
-        finish(Some(req.op), Err(err), &req.request_id, req.started)
+        finish(&self.context(&req), Err(err), 0)
     }
 }
 
@@ -324,7 +350,19 @@ pub async fn dispatch(
     v1: V1Request,
     deadline: Duration,
 ) -> Result<ops::Answer, GatewayError> {
-    match tokio::time::timeout(deadline, ops::handle(gw, v1).in_current_span()).await {
+    dispatch_counting(gw, v1, deadline, &AtomicU32::new(0)).await
+}
+
+/// [`dispatch`], counting the V2 calls made in `calls` (kept on an error or
+/// at the deadline, for the access line).
+async fn dispatch_counting(
+    gw: &Gateway,
+    v1: V1Request,
+    deadline: Duration,
+    calls: &AtomicU32,
+) -> Result<ops::Answer, GatewayError> {
+    let handled = ops::handle_counting(gw, v1, calls).in_current_span();
+    match tokio::time::timeout(deadline, handled).await {
         Ok(result) => result,
         Err(_) => Err(GatewayError::Deadline(deadline)),
     }
@@ -376,18 +414,20 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), GatewayError> {
 }
 
 /// Renders an operation's outcome and records the request's metrics.
+/// Renders an outcome as the V1 answer, counts it and writes its access
+/// line. `calls` is the number of V2 calls made (an answer carries its own).
 fn finish(
-    op: Option<Operation>,
+    cx: &access::Context<'_>,
     result: Result<ops::Answer, GatewayError>,
-    request_id: &str,
-    started: Instant,
+    calls: u32,
 ) -> V1Response {
-    let name = op.map_or("unknown", Operation::name);
+    let name = cx.op.map_or("unknown", Operation::name);
     let (mut response, calls) = match result {
         Ok(answer) => {
             let mut resp =
                 V1Response::json(StatusCode::OK, Envelope::success(answer.data).to_bytes());
-            if let Some(v) = HeaderValue::from_str(&answer.v2_request_ids.join(", "))
+            let v2_ids = answer.v2_request_ids.join(", ");
+            if let Some(v) = HeaderValue::from_str(&v2_ids)
                 .ok()
                 .filter(|v| !v.is_empty())
             {
@@ -395,31 +435,43 @@ fn finish(
             }
             resp.headers
                 .insert(UPSTREAM_CALLS, HeaderValue::from(answer.upstream_calls));
+            let outcome = access::Outcome {
+                status: StatusCode::OK,
+                code: Some(0),
+                upstream_calls: answer.upstream_calls,
+                v2_request_id: Some(v2_ids.as_str()).filter(|s| !s.is_empty()),
+                error: None,
+            };
+            access::log(cx, &outcome);
             (resp, answer.upstream_calls)
         }
         Err(err) => {
             let resp = error_response(&err);
             let rendered = err.render();
-            match rendered.origin {
-                Origin::Client => {
-                    tracing::info!(error = %err, status = rendered.status.as_u16(), "request refused")
-                }
-                _ => {
-                    tracing::warn!(error = %err, status = rendered.status.as_u16(), cause = rendered.cause, "request failed")
-                }
-            }
+            let v2_request_id = match &err {
+                GatewayError::Refused { v2_request_id, .. } => v2_request_id.as_deref(),
+                _ => None,
+            };
+            let outcome = access::Outcome {
+                status: rendered.status,
+                code: Some(rendered.envelope.code),
+                upstream_calls: calls,
+                v2_request_id,
+                error: Some((&err, &rendered)),
+            };
+            access::log(cx, &outcome);
             metrics::counter!(telemetry::ERRORS, "operation" => name, "origin" => rendered.origin.as_str(), "cause" => rendered.cause).increment(1);
-            (resp, 0)
+            (resp, calls)
         }
     };
-    if let Ok(v) = HeaderValue::from_str(request_id) {
+    if let Ok(v) = HeaderValue::from_str(cx.request_id) {
         response.headers.insert(REQUEST_ID, v);
     }
     let status = response.status.as_u16().to_string();
     metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status).increment(1);
     metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name)
-        .record(started.elapsed().as_secs_f64());
-    if op.is_some() {
+        .record(cx.started.elapsed().as_secs_f64());
+    if cx.op.is_some() {
         metrics::histogram!(telemetry::UPSTREAM_CALLS_PER_REQUEST, "operation" => name)
             .record(f64::from(calls));
     }

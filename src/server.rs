@@ -97,9 +97,11 @@ pub async fn serve_public(
         })
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeUlid))
         // One span per request; the path is logged without its query.
+        // Its failure log is off: the pipeline's access line is the one
+        // line a failure gets (a 5xx here would be logged a second time).
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<Incoming>| {
             tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = tracing::field::Empty, operation = tracing::field::Empty)
-        }))
+        }).on_failure(()))
         // A panic in an operation becomes a V1 500 envelope, not a reset.
         .layer(CatchPanicLayer::custom(|_| {
             tracing::error!("operation panicked");

@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
+mod series;
+pub use series::BUILD_INFO;
+
 /// V1 requests by `operation` and V1 `status`.
 pub const REQUESTS: &str = "v1compat_requests_total";
 /// V1 request latency by `operation`.
@@ -73,13 +76,19 @@ pub fn prometheus() -> Option<PrometheusHandle> {
             let handle = recorder.handle();
             metrics::set_global_recorder(recorder).ok()?;
             describe();
-            spawn_upkeep(handle.clone());
+            series::register_all();
+            let process = metrics_process::Collector::default();
+            process.describe();
+            process.collect();
+            spawn_upkeep(handle.clone(), process);
             Some(handle)
         })
         .clone()
 }
 
-/// How often recorded histogram samples are folded into their buckets.
+/// How often recorded histogram samples are folded into their buckets, and
+/// the process metrics (`process_cpu_seconds_total`,
+/// `process_resident_memory_bytes`, `process_open_fds`, …) read.
 const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The recorder keeps every histogram sample (three per request) until they are
@@ -87,12 +96,16 @@ const UPKEEP_EVERY: Duration = Duration::from_secs(5);
 /// without this thread a gateway nobody scrapes grows by about 24 bytes per
 /// request, and a scrape after a busy hour walks millions of samples. A plain
 /// thread, so it runs whichever runtime (or none) first asked for the recorder.
-fn spawn_upkeep(handle: PrometheusHandle) {
+///
+/// The same thread reads the process metrics, so a scrape never waits on
+/// `/proc` and they are at most [`UPKEEP_EVERY`] old.
+fn spawn_upkeep(handle: PrometheusHandle, process: metrics_process::Collector) {
     let spawned = std::thread::Builder::new()
         .name("metrics-upkeep".into())
         .spawn(move || loop {
             std::thread::sleep(UPKEEP_EVERY);
             handle.run_upkeep();
+            process.collect();
         });
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "cannot start the metrics upkeep thread; histograms drain only on scrape");
@@ -162,11 +175,14 @@ fn describe() {
 
 /// Sets up structured logging. `format` is `json` or `text`; `level` a
 /// tracing filter. Calling it twice is harmless (the second is ignored).
+/// Text is coloured only when stderr is a terminal (and `NO_COLOR` is
+/// unset): escape codes in a file or a log collector are noise.
 pub fn init_logging(format: &str, level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour(std::io::IsTerminal::is_terminal(&std::io::stderr())))
         .with_writer(std::io::stderr);
     let _ = if format == "json" {
         builder
@@ -178,4 +194,10 @@ pub fn init_logging(format: &str, level: &str) {
     } else {
         builder.try_init()
     };
+}
+
+/// Whether text logs may carry colour codes: only on a terminal, and never
+/// when `NO_COLOR` is set (<https://no-color.org>).
+fn colour(terminal: bool) -> bool {
+    terminal && std::env::var_os("NO_COLOR").map_or(true, |v| v.is_empty())
 }

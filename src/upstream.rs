@@ -20,6 +20,7 @@ pub(crate) use client::{pooled_client, tls_config, HyperClient};
 pub use client::{AuthStyle, HttpUpstream, UpstreamSettings};
 pub use proxy::ProxyEnv;
 pub use retry::RetrySettings;
+pub use route_label::V2_ROUTES;
 
 /// A key to present upstream. Kept opaque so it cannot end up in a `{:?}`.
 #[derive(Clone, PartialEq, Eq)]

@@ -207,6 +207,9 @@ pub struct LogSection {
     pub format: String,
     /// A tracing filter, e.g. `info` or `v1compat=debug`.
     pub level: String,
+    /// One `info` access line per V1 request. Off, only failures (origin
+    /// upstream or gateway) are logged, still once each.
+    pub access: bool,
 }
 
 impl Default for LogSection {
@@ -214,6 +217,7 @@ impl Default for LogSection {
         LogSection {
             format: "json".into(),
             level: "info".into(),
+            access: true,
         }
     }
 }

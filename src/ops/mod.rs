@@ -73,7 +73,8 @@ pub struct Exchange<'a> {
     /// key on these operations, so a stale one must not turn them into 401s.
     fallback_key: Option<ApiKey>,
     v2_ids: Mutex<Vec<String>>,
-    calls: AtomicU32,
+    /// Outside the exchange, so the count survives an error or a deadline.
+    calls: &'a AtomicU32,
 }
 
 impl<'a> Exchange<'a> {
@@ -164,6 +165,16 @@ impl<'a> Exchange<'a> {
 
 /// Runs one V1 operation.
 pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError> {
+    handle_counting(gw, req, &AtomicU32::new(0)).await
+}
+
+/// [`handle`], counting the V2 calls made in `calls` as they are sent, so
+/// that a failed or timed-out request can still say how many it made.
+pub async fn handle_counting(
+    gw: &Gateway,
+    req: V1Request,
+    calls: &AtomicU32,
+) -> Result<Answer, GatewayError> {
     let fallback_key = match &req.key {
         Some(_) if req.op.is_public() => gw.config.service_key.clone(),
         _ => None,
@@ -183,7 +194,7 @@ pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError
         key,
         fallback_key,
         v2_ids: Mutex::new(Vec::new()),
-        calls: AtomicU32::new(0),
+        calls,
     };
     let query = input::Query::parse(req.query.as_deref());
     let body = || input::Body::parse(&req.body);
@@ -205,7 +216,7 @@ pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError
     Ok(Answer {
         data,
         v2_request_ids: ex.v2_ids.into_inner().unwrap_or_default(),
-        upstream_calls: ex.calls.into_inner(),
+        upstream_calls: ex.calls.load(Ordering::Relaxed),
     })
 }
 

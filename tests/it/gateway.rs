@@ -1178,3 +1178,43 @@ async fn shutdown_does_not_wait_for_idle_connections() {
         .unwrap();
     drop((h1, h2));
 }
+
+/// A V2 refusal of what the client sent (its key, an unknown run) is the
+/// client's error, not the upstream's: the upstream alerts must not fire on
+/// client mistakes. A V2 5xx stays the upstream's.
+#[tokio::test]
+async fn refusals_of_the_clients_key_or_input_have_client_origin() {
+    for (reply, status, origin, cause) in [
+        (
+            (|_: &Seen| Reply::error(401, 12002, "invalid key")) as fn(&Seen) -> Reply,
+            401,
+            "client",
+            "unauthorized",
+        ),
+        (
+            |_: &Seen| Reply::error(404, 70001, "run not found"),
+            404,
+            "client",
+            "not_found",
+        ),
+        (
+            |_: &Seen| Reply::error(400, 11000, "bad params"),
+            400,
+            "client",
+            "invalid_request",
+        ),
+        (
+            |_: &Seen| Reply::error(500, 10000, "internal"),
+            500,
+            "upstream",
+            "refused",
+        ),
+    ] {
+        let v2 = MockV2::start(reply).await;
+        let gw = gateway(&v2, "[retry]\nmax_attempts = 1\n").await;
+        let r = post(&gw, "/api/v1/run/detail", json!({"run_slug": RUN})).await;
+        assert_eq!(r.status, status, "{}", r.body);
+        assert_eq!(r.header("x-v1compat-error-origin"), Some(origin), "{cause}");
+        assert_eq!(r.header("x-v1compat-error"), Some(cause));
+    }
+}

@@ -10,6 +10,7 @@ mod differential;
 mod gateway;
 mod golden;
 mod networks;
+mod operations;
 mod pipeline;
 mod pki;
 mod python_sdk;

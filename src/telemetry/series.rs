@@ -1,0 +1,91 @@
+//! The series `/metrics` shows from the first scrape: build info, process
+//! metrics, and every label set the gateway knows in advance at zero. A
+//! series that appears only after its first event makes `rate()` and
+//! `increase()` blind to that event and leaves dashboards saying "no data"
+//! where the truth is 0.
+
+use crate::error::Origin;
+use crate::route::Operation;
+
+use super::*;
+
+/// V1 HTTP statuses the gateway answers with.
+const V1_STATUSES: &[&str] = &["200", "400", "401", "404", "429", "500"];
+
+/// `(origin, cause)` of every V1 error the gateway renders
+/// ([`GatewayError::render`](crate::error::GatewayError::render)), except the
+/// unknown route, which has no operation.
+const ERROR_KINDS: &[(Origin, &str)] = &[
+    (Origin::Client, "invalid_request"),
+    (Origin::Client, "unauthorized"),
+    (Origin::Client, "not_found"),
+    (Origin::Client, "rate_limited"),
+    (Origin::Client, "refused"),
+    (Origin::Upstream, "refused"),
+    (Origin::Upstream, "unreachable"),
+    (Origin::Upstream, "timeout"),
+    (Origin::Upstream, "broken"),
+    (Origin::Upstream, "too_large"),
+    (Origin::Upstream, "garbled"),
+    (Origin::Gateway, "overloaded"),
+    (Origin::Gateway, "deadline"),
+    (Origin::Gateway, "internal"),
+];
+
+const STATUS_CLASSES: &[&str] = &["2xx", "3xx", "4xx", "5xx", "error"];
+const RETRY_REASONS: &[&str] = &["unreachable", "timeout", "broken", "429", "5xx"];
+const RETRY_SKIPS: &[&str] = &["budget", "deadline", "retry_after"];
+const SHADOW_OUTCOMES: &[&str] = &["sent", "skipped", "dropped", "failed"];
+
+/// `v1compat_build_info{version}` = 1.
+pub const BUILD_INFO: &str = "v1compat_build_info";
+
+/// Registers build info and every known series at zero.
+pub(super) fn register_all() {
+    metrics::describe_gauge!(
+        BUILD_INFO,
+        "Always 1; the labels say which build of v1compat is running"
+    );
+    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    for op in Operation::ALL {
+        let name = op.name();
+        for status in V1_STATUSES {
+            metrics::counter!(REQUESTS, "operation" => name, "status" => *status).increment(0);
+        }
+        for (origin, cause) in ERROR_KINDS {
+            metrics::counter!(ERRORS, "operation" => name, "origin" => origin.as_str(), "cause" => *cause)
+                .increment(0);
+        }
+        let _ = metrics::histogram!(REQUEST_DURATION, "operation" => name);
+        let _ = metrics::histogram!(UPSTREAM_CALLS_PER_REQUEST, "operation" => name);
+        for outcome in SHADOW_OUTCOMES {
+            metrics::counter!(SHADOW_COPIES, "operation" => name, "outcome" => *outcome)
+                .increment(0);
+        }
+    }
+    metrics::counter!(REQUESTS, "operation" => "unknown", "status" => "404").increment(0);
+    metrics::counter!(ERRORS, "operation" => "unknown", "origin" => "client", "cause" => "unknown_route")
+        .increment(0);
+    for route in crate::upstream::V2_ROUTES {
+        for class in STATUS_CLASSES {
+            metrics::counter!(UPSTREAM_REQUESTS_TOTAL, "route" => *route, "status_class" => *class)
+                .increment(0);
+        }
+        for reason in RETRY_REASONS {
+            metrics::counter!(UPSTREAM_RETRIES_TOTAL, "route" => *route, "reason" => *reason)
+                .increment(0);
+        }
+        for cause in RETRY_SKIPS {
+            metrics::counter!(UPSTREAM_RETRIES_SKIPPED_TOTAL, "route" => *route, "cause" => *cause)
+                .increment(0);
+        }
+        let _ = metrics::histogram!(UPSTREAM_DURATION_SECONDS, "route" => *route);
+    }
+    metrics::counter!(TRANSLATION_GAPS, "kind" => "unknown_status").increment(0);
+    metrics::gauge!(IN_FLIGHT).set(0.0);
+    metrics::gauge!(SHADOW_IN_FLIGHT).set(0.0);
+    metrics::counter!(SHADOW_CAPTURE_DROPPED).increment(0);
+    for outcome in ["applied", "rejected"] {
+        metrics::counter!(CONFIG_RELOADS, "outcome" => outcome).increment(0);
+    }
+}
