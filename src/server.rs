@@ -79,6 +79,7 @@ pub async fn serve_public(
                 );
                 to_http(resp)
             },
+            protocol: Some(protocol_refusal),
         },
     };
     let state = Arc::new(Public { pipeline, shadow });
@@ -145,6 +146,25 @@ async fn read_body(reader: BodyReader, body: Incoming, limit: usize) -> Result<B
     })
 }
 
+/// The envelope in place of hyper's own empty answer to a head it could
+/// not parse; the status stays hyper's.
+fn protocol_refusal(status: StatusCode) -> Bytes {
+    let problem = match status {
+        StatusCode::URI_TOO_LONG => "the request URI is too long",
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => {
+            "the request headers are too many or too large"
+        }
+        _ => "the request line or headers could not be parsed as HTTP",
+    };
+    let mut resp = to_http(pipeline::error_response(&GatewayError::BadRequest(
+        problem.into(),
+    )));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(pipeline::ERROR_CAUSE, HeaderValue::from_static("protocol"));
+    conn::http1_bytes(resp)
+}
+
 fn to_http(answer: V1Response) -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(answer.body));
     *resp.status_mut() = answer.status;
@@ -174,6 +194,7 @@ pub async fn serve_admin(
                     "too many connections\n".into(),
                 )
             },
+            protocol: None,
         },
     };
     let prometheus = telemetry::prometheus();

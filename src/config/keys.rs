@@ -75,8 +75,22 @@ fn locate(section: &str, key: &str, value: &toml::Value) -> Vec<String> {
         }
         toml::Value::Array(items) => {
             for (i, v) in items.iter().enumerate() {
-                if let Err(why) = probe(section, Some(key), toml::Value::Array(vec![v.clone()])) {
-                    found.push(format!("{path}[{i}]: {why}"));
+                let alone = |v: toml::Value| probe(section, Some(key), toml::Value::Array(vec![v]));
+                let Err(why) = alone(v.clone()) else {
+                    continue;
+                };
+                // An element that is a table (`[[shadow.ignore]]`): the field
+                // without which it types is the one at fault.
+                let culprit = v.as_table().and_then(|fields| {
+                    fields.keys().find(|f| {
+                        let mut rest = fields.clone();
+                        rest.remove(*f);
+                        alone(toml::Value::Table(rest)).is_ok()
+                    })
+                });
+                match culprit {
+                    Some(field) => found.push(format!("{path}[{i}].{field}: {why}")),
+                    None => found.push(format!("{path}[{i}]: {why}")),
                 }
             }
         }
@@ -168,5 +182,19 @@ mod tests {
             raw.upstream.connect_timeout_ms,
             RawConfig::default().upstream.connect_timeout_ms
         );
+    }
+
+    #[test]
+    fn a_bad_field_of_an_array_table_is_named() {
+        let mut t: toml::Table = "[[shadow.ignore]]\npath = \"a\"\n[[shadow.ignore]]\npath = \"b\"\ncompare = \"fuzzy\"\n[[shadow.ignore]]\nreason = \"no path\"\n"
+            .parse()
+            .unwrap();
+        let problems = remove_mistyped(&mut t);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].starts_with("shadow.ignore[1].compare: unknown variant `fuzzy`"),
+            "{problems:?}"
+        );
+        assert_eq!(problems[1], "shadow.ignore[2]: missing field `path`");
     }
 }

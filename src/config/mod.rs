@@ -131,19 +131,21 @@ pub fn read(
         }
     };
     let effective = raw.clone();
-    if let Err(ConfigErrors(more)) = validate(raw.clone()) {
-        problems.extend(more);
+    match validate(raw) {
+        Ok(mut config) if problems.is_empty() => {
+            config.upstream.proxy = proxy;
+            Ok(Loaded {
+                config,
+                effective,
+                warnings: env.warnings,
+            })
+        }
+        Ok(_) => Err(ConfigErrors(in_file_order(&origins, problems))),
+        Err(ConfigErrors(more)) => {
+            problems.extend(more);
+            Err(ConfigErrors(in_file_order(&origins, problems)))
+        }
     }
-    if !problems.is_empty() {
-        return Err(ConfigErrors(in_file_order(&origins, problems)));
-    }
-    let mut config = validate(raw)?;
-    config.upstream.proxy = proxy;
-    Ok(Loaded {
-        config,
-        effective,
-        warnings: env.warnings,
-    })
 }
 
 /// Places each problem (line or variable) and orders them as the file
@@ -285,7 +287,7 @@ x = 1
             "line 12: workers.aliases.old: expected a string, found integer `7`",
             "line 14: compat.aborted_status: must be a V1 status between 1 and 5",
             "line 16: shadow.unordered_paths[1]: expected a string, found integer `2`",
-            "line 17: shadow.ignore[0]:",
+            "line 19: shadow.ignore[0].compare: unknown variant `fuzzy`, expected `skip` or `shape`",
             "line 20: nope: unknown key",
         ];
         assert_eq!(err.0.len(), expected.len(), "{err}");

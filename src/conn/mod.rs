@@ -14,8 +14,11 @@
 //!
 //! Protocol-level refusals that hyper writes itself (a request line or
 //! header it cannot parse → 400, a URI over its limit → 414, too many or
-//! too large headers → 431) have an empty body: hyper offers no hook to
-//! replace them. The README lists these cases.
+//! too large headers → 431) come with an empty body and no hook to change
+//! it; [`stream`] recognises them on the way out and writes the listener's
+//! envelope instead. What hyper refuses without any answer (garbage HTTP/2
+//! frames, a head that never completes) is closed without one; the README
+//! lists these cases.
 
 pub mod activity;
 pub mod body;
@@ -44,6 +47,7 @@ pub use body::{BodyError, BodyReader, ConnHandle};
 pub use drain::Drain;
 pub use service::CutAnswer;
 pub use settings::{ConnSettings, ConnectionSection};
+pub use stream::ProtocolAnswer;
 
 use crate::telemetry::{OPEN_CONNECTIONS, SHED_CONNECTIONS};
 use activity::Activity;
@@ -57,6 +61,9 @@ const FD_RESERVE: u64 = 256;
 const MAX_SHEDDING: usize = 64;
 /// How long a refusal at the cap may take to write and linger.
 const SHED_TIMEOUT: Duration = Duration::from_secs(1);
+/// While draining, how long an idle HTTP/1 connection must have been quiet
+/// before it is closed.
+const DRAIN_QUIET: Duration = Duration::from_millis(250);
 /// After the cut, how long answers already produced get to be written.
 const CUT_WRITE_BOUND: Duration = Duration::from_secs(2);
 
@@ -67,6 +74,10 @@ pub struct Answers {
     pub cut: CutAnswer,
     /// A connection over the cap (written as raw HTTP/1.1 before closing).
     pub shed: fn() -> Response<Full<Bytes>>,
+    /// In place of hyper's empty 400/414/431 for a head it cannot parse
+    /// (written as raw HTTP/1.1; the connection then closes). `None` keeps
+    /// hyper's.
+    pub protocol: Option<stream::ProtocolAnswer>,
 }
 
 /// One listener's connection handling.
@@ -143,7 +154,7 @@ where
                 service.clone(),
                 conf.settings.clone(),
                 drain.clone(),
-                conf.answers.cut,
+                conf.answers,
                 (conf.name, conf.tls.clone(), permit),
             ));
         }
@@ -201,7 +212,7 @@ async fn connection<S, B>(
     service: S,
     settings: ConnSettings,
     drain: Drain,
-    cut: CutAnswer,
+    answers: Answers,
     (listener, tls, _permit): (
         &'static str,
         Option<crate::tls::Acceptor>,
@@ -221,9 +232,16 @@ async fn connection<S, B>(
     let _ = socket.set_nodelay(true);
     let socket = Arc::new(socket);
     let activity = Activity::new();
-    let shared = SharedStream::new(socket.clone(), activity.clone());
     // TLS, when the listener has it, sits between the socket and hyper; a
-    // failed handshake ends the connection here.
+    // failed handshake ends the connection here. Under TLS the socket
+    // carries ciphertext, so hyper's own 400/414/431 cannot be recognised
+    // and replaced there: they stay hyper's (empty) answers.
+    let protocol = if tls.is_some() {
+        None
+    } else {
+        answers.protocol
+    };
+    let shared = SharedStream::new(socket.clone(), activity.clone(), protocol);
     let Some(stream) = crate::tls::accept(tls.as_ref(), shared).await else {
         gauge.decrement(1.0);
         return;
@@ -233,11 +251,12 @@ async fn connection<S, B>(
         inner: service,
         activity: activity.clone(),
         drain: drain.clone(),
-        cut,
+        cut: answers.cut,
     };
     let conn = builder.serve_connection(io, TowerToHyperService::new(service));
     tokio::pin!(conn);
-    let (mut stopping, mut closing) = (false, false);
+    let (mut stopping, mut closing, mut quiet_enough) = (false, false, false);
+    let quiet = DRAIN_QUIET.min(settings.idle_timeout);
     loop {
         tokio::select! {
             biased;
@@ -253,20 +272,25 @@ async fn connection<S, B>(
                 closing = true;
             }
             // While stopping, look again whenever a request starts or ends,
-            // and now and then for bytes that have arrived unread.
+            // and once the connection has been quiet for a moment.
             _ = activity.changed(), if stopping && !closing => {}
-            _ = tokio::time::sleep(Duration::from_millis(20)), if stopping && !closing => {}
+            _ = activity.idle_for(quiet), if stopping && !closing => quiet_enough = true,
         }
         if stopping && !closing {
             // HTTP/2 stops with GOAWAY, which tells the client which streams
-            // were taken. HTTP/1 keeps the connection while a request is in
-            // progress (hyper then closes after it) or while the client has
-            // sent bytes not yet read as a request.
-            let idle_and_clean = activity.is_clean() && !stream::has_unread_bytes(&socket);
+            // were taken. HTTP/1 is closed by hyper after a request in
+            // progress (its answer says `Connection: close`). An idle HTTP/1
+            // connection is closed only once it has been quiet for a moment
+            // with nothing unread: a client between two requests of a burst
+            // sends its next one first, and gets it answered, rather than
+            // writing it into a connection closing under it.
+            let idle_and_clean =
+                quiet_enough && activity.is_clean() && !stream::has_unread_bytes(&socket);
             if activity.is_http2() || activity.active() > 0 || idle_and_clean {
                 conn.as_mut().graceful_shutdown();
                 closing = true;
             }
+            quiet_enough = false;
         }
     }
     gauge.decrement(1.0);
@@ -293,7 +317,7 @@ async fn shed(mut stream: TcpStream, answer: Bytes, _slot: OwnedSemaphorePermit)
 
 /// A complete response as HTTP/1.1 bytes, for the few answers written
 /// without hyper. Always `Connection: close`.
-fn http1_bytes(resp: Response<Full<Bytes>>) -> Bytes {
+pub fn http1_bytes(resp: Response<Full<Bytes>>) -> Bytes {
     use http_body::Body as _;
     let (parts, body) = resp.into_parts();
     let len = body.size_hint().exact().unwrap_or(0);

@@ -1,19 +1,25 @@
 //! The operations: one module per V1 operation family, each holding the pure
 //! request and response mappings side by side plus a thin async handler that
-//! only calls [`Exchange`] and those mappings. [`handle`] dispatches a routed
-//! V1 request to its handler.
+//! only calls [`Exchange`] (one request's V2 conversation, in `exchange.rs`)
+//! and those mappings, with the lenient V2 readers of `json.rs`. [`handle`]
+//! dispatches a routed V1 request to its handler.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::error::{GatewayError, Subject};
+use crate::error::GatewayError;
 use crate::route::Operation;
-use crate::upstream::{ApiKey, Upstream, V2Call};
-use crate::v2::Envelope;
+use crate::upstream::{ApiKey, Upstream};
+
+mod exchange;
+mod json;
+
+pub use exchange::Exchange;
+pub(crate) use json::{int_of, list_of, string_of, take_list};
 
 pub mod account;
 pub mod catalog;
@@ -62,107 +68,6 @@ pub struct Answer {
     pub upstream_calls: u32,
 }
 
-/// One V1 request's conversation with V2: the key to use, the request id to
-/// propagate, and a record of V2 request ids and call counts.
-pub struct Exchange<'a> {
-    pub gw: &'a Gateway,
-    pub request_id: &'a str,
-    key: Option<ApiKey>,
-    /// For a V1 public operation sent with the client's own key: the service
-    /// key, to retry with when V2 refuses the client's key. V1 never looked at a
-    /// key on these operations, so a stale one must not turn them into 401s.
-    fallback_key: Option<ApiKey>,
-    v2_ids: Mutex<Vec<String>>,
-    /// Outside the exchange, so the count survives an error or a deadline.
-    calls: &'a AtomicU32,
-}
-
-impl<'a> Exchange<'a> {
-    /// The key for a V2 call that needs one: the client's, or for V1 public
-    /// operations the configured service key.
-    pub fn key(&self) -> Result<ApiKey, GatewayError> {
-        self.key.clone().ok_or_else(|| {
-            GatewayError::Unauthorized(
-                "V2 needs a key for this operation: send the api-key header, or configure upstream.service_key (V1COMPAT_UPSTREAM__SERVICE_KEY)".into(),
-            )
-        })
-    }
-
-    /// Sends one call and reads the V2 envelope: `Ok(data)` (Null when V2
-    /// sent none) on code 0, a [`GatewayError`] otherwise. On a V1 public
-    /// operation a 401 for the client's key is retried once with the service key.
-    pub async fn call(&self, call: V2Call, subject: Subject) -> Result<Value, GatewayError> {
-        let retry = match (&self.fallback_key, &call.key) {
-            (Some(fallback), Some(used)) if fallback != used => {
-                Some(call.clone().with_key(Some(fallback.clone())))
-            }
-            _ => None,
-        };
-        match (self.call_once(call, subject).await, retry) {
-            (Err(GatewayError::Refused { status, .. }), Some(retry))
-                if status == http::StatusCode::UNAUTHORIZED =>
-            {
-                self.call_once(retry, subject).await
-            }
-            (result, _) => result,
-        }
-    }
-
-    async fn call_once(&self, call: V2Call, subject: Subject) -> Result<Value, GatewayError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        let reply = self.gw.upstream.call(call, self.request_id).await?;
-        let envelope: Envelope = serde_json::from_slice(&reply.body).map_err(|e| {
-            GatewayError::Garbled(format!(
-                "HTTP {} with a body that is not a V2 envelope ({e})",
-                reply.status.as_u16()
-            ))
-        })?;
-        // Only ids that are safe to put in a response header are kept.
-        let v2_request_id = envelope
-            .request_id
-            .filter(|id| id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic()));
-        if let (Some(id), Ok(mut ids)) = (&v2_request_id, self.v2_ids.lock()) {
-            ids.push(id.clone());
-        }
-        match envelope.code {
-            Some(0) if reply.status.is_success() => Ok(envelope.data.unwrap_or(Value::Null)),
-            None if reply.status.is_success() => {
-                Err(GatewayError::Garbled("V2 envelope without a code".into()))
-            }
-            code => Err(GatewayError::Refused {
-                subject,
-                status: reply.status,
-                code,
-                message: envelope.message.unwrap_or_default(),
-                v2_request_id,
-                // Rounded up, so a client never comes back too early.
-                retry_after: reply
-                    .retry_after
-                    .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0)),
-            }),
-        }
-    }
-
-    /// Fetches V2 pages concurrently (bounded by `limits.fanout_concurrency`),
-    /// keeping their order. The first failure wins.
-    pub async fn pages<F>(
-        &self,
-        offsets: impl Iterator<Item = u64>,
-        subject: Subject,
-        make: F,
-    ) -> Result<Vec<Value>, GatewayError>
-    where
-        F: Fn(u64) -> V2Call,
-    {
-        use futures_util::stream::{self, StreamExt, TryStreamExt};
-        let width = self.gw.config.limits.fanout_concurrency.max(1);
-        stream::iter(offsets.map(|o| self.call(make(o), subject)))
-            .buffered(width)
-            .try_collect()
-            .await
-    }
-}
-
 /// Runs one V1 operation.
 pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError> {
     handle_counting(gw, req, &AtomicU32::new(0)).await
@@ -188,14 +93,7 @@ pub async fn handle_counting(
             ))
         }
     };
-    let ex = Exchange {
-        gw,
-        request_id: &req.request_id,
-        key,
-        fallback_key,
-        v2_ids: Mutex::new(Vec::new()),
-        calls,
-    };
+    let ex = Exchange::new(gw, &req.request_id, key, fallback_key, calls);
     let query = input::Query::parse(req.query.as_deref());
     let body = || input::Body::parse(&req.body);
     let data = match req.op {
@@ -213,54 +111,22 @@ pub async fn handle_counting(
         Operation::RunLog => logs::run_log(&ex, &body()?).await,
         Operation::AccountInfo => account::account_info(&ex, &body()?).await,
     }?;
+    let v2_request_ids = ex.finish();
+    let upstream_calls = calls.load(Ordering::Relaxed);
     Ok(Answer {
         data,
-        v2_request_ids: ex.v2_ids.into_inner().unwrap_or_default(),
-        upstream_calls: ex.calls.load(Ordering::Relaxed),
+        v2_request_ids,
+        upstream_calls,
     })
-}
-
-/// Reads an object field of V2 data as a string, accepting numbers too (V2
-/// documents some amounts as strings but examples vary).
-pub(crate) fn string_of(v: Option<&Value>) -> Option<String> {
-    match v? {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
-
-/// Reads an integer field, accepting integral floats and numeric strings.
-pub(crate) fn int_of(v: Option<&Value>) -> Option<i64> {
-    match v? {
-        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
-        Value::String(s) => s.trim().parse().ok(),
-        _ => None,
-    }
-}
-
-/// Moves the items of a V2 list field out of `data` (an empty list if absent).
-pub(crate) fn take_list(data: &mut Value, field: &str) -> Vec<Value> {
-    match data.get_mut(field) {
-        Some(Value::Array(items)) => std::mem::take(items),
-        _ => Vec::new(),
-    }
-}
-
-/// The items of a V2 list field, or an empty list if absent.
-pub(crate) fn list_of<'v>(data: &'v Value, field: &str) -> &'v [Value] {
-    data.get(field)
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::{UpstreamFuture, V2Reply};
+    use crate::upstream::{UpstreamFuture, V2Call, V2Reply};
     use http::StatusCode;
     use serde_json::json;
+    use std::sync::Mutex;
 
     /// Answers 401 to any key but `svc-key`, and records the keys it saw.
     #[derive(Default)]

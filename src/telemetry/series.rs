@@ -29,6 +29,7 @@ const ERROR_KINDS: &[(Origin, &str)] = &[
     (Origin::Upstream, "garbled"),
     (Origin::Gateway, "overloaded"),
     (Origin::Gateway, "deadline"),
+    (Origin::Gateway, "shutdown"),
     (Origin::Gateway, "internal"),
 ];
 
@@ -82,10 +83,13 @@ pub(super) fn register_all() {
         let _ = metrics::histogram!(UPSTREAM_DURATION_SECONDS, "route" => *route);
     }
     metrics::counter!(TRANSLATION_GAPS, "kind" => "unknown_status").increment(0);
-    metrics::gauge!(IN_FLIGHT).set(0.0);
-    metrics::gauge!(SHADOW_IN_FLIGHT).set(0.0);
-    metrics::counter!(SHADOW_CAPTURE_DROPPED).increment(0);
+    for listener in ["public", "admin"] {
+        metrics::counter!(SHED_CONNECTIONS, "listener" => listener).increment(0);
+    }
     for outcome in ["applied", "rejected"] {
         metrics::counter!(CONFIG_RELOADS, "outcome" => outcome).increment(0);
     }
+    metrics::gauge!(IN_FLIGHT).set(0.0);
+    metrics::gauge!(SHADOW_IN_FLIGHT).set(0.0);
+    metrics::counter!(SHADOW_CAPTURE_DROPPED).increment(0);
 }

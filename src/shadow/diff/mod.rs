@@ -14,11 +14,18 @@
 //! request) a field is a real difference only where translated-vs-legacy
 //! disagreements exceed legacy-vs-legacy ones by the relative and absolute
 //! thresholds of [`Thresholds`].
+//!
+//! Files: this one compares one pair ([`compare`], rules, paths); [`tally`]
+//! aggregates many comparisons and judges noise against the baseline.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+mod tally;
+
+pub use tally::{FieldTally, OpTally, Sample, Tally, Thresholds, SAMPLES_PER_FIELD};
 
 /// One side's answer as the V1 client would see it.
 #[derive(Debug, Clone, Copy)]
@@ -266,201 +273,6 @@ fn differing(path: &str, l: &[Value], t: &[Value]) -> Vec<FieldDiff> {
             translated: ti.next(),
         })
         .collect()
-}
-
-/// When a baseline marks a field as noise. See [`Tally::is_real`].
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Thresholds {
-    /// Baseline pairs an operation needs before its baseline is applied;
-    /// with fewer, every difference is reported.
-    pub min_count: u64,
-    /// A field is real only if its translated-vs-legacy count exceeds the
-    /// (scaled) legacy-vs-legacy count times this…
-    pub relative: f64,
-    /// …and by at least this many.
-    pub absolute: f64,
-}
-
-impl Default for Thresholds {
-    fn default() -> Self {
-        Thresholds {
-            min_count: 5,
-            relative: 2.0,
-            absolute: 1.0,
-        }
-    }
-}
-
-/// A differing pair kept as an example (values already redacted).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Sample {
-    pub id: String,
-    pub path: String,
-    pub legacy: Option<Value>,
-    pub translated: Option<Value>,
-}
-
-/// Counts of one normalised field path of one operation.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct FieldTally {
-    /// Requests where translated and legacy disagreed on it.
-    pub translated: u64,
-    /// Requests where two legacy calls disagreed on it.
-    pub baseline: u64,
-    pub samples: Vec<Sample>,
-}
-
-/// Counts of one operation.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct OpTally {
-    pub requests: u64,
-    /// Pairs where both sides answered.
-    pub compared: u64,
-    /// Pairs where a side gave no answer (unreachable, timeout, too large).
-    pub failed: u64,
-    /// Pairs that also had a baseline answer.
-    pub baseline_pairs: u64,
-    pub fields: BTreeMap<String, FieldTally>,
-    /// The set of differing fields of each compared request, counted, so
-    /// "requests with a real difference" can be computed after thresholds.
-    pub signatures: BTreeMap<Vec<String>, u64>,
-}
-
-/// Aggregated comparisons, e.g. of one capture file.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Tally {
-    pub ops: BTreeMap<String, OpTally>,
-    /// Differences hidden by each ignore rule, by rule index.
-    pub rule_hits: Vec<u64>,
-}
-
-/// Differing pairs kept per field.
-pub const SAMPLES_PER_FIELD: usize = 3;
-
-impl Tally {
-    pub fn new(rules: &Rules) -> Tally {
-        Tally {
-            ops: BTreeMap::new(),
-            rule_hits: vec![0; rules.ignore.len()],
-        }
-    }
-
-    /// A request whose other side gave no answer.
-    pub fn add_failed(&mut self, op: &str) {
-        let o = self.ops.entry(op.to_owned()).or_default();
-        o.requests += 1;
-        o.failed += 1;
-    }
-
-    /// Adds one compared request. `baseline` is a second legacy answer.
-    pub fn add(
-        &mut self,
-        op: &str,
-        id: &str,
-        legacy: Answer<'_>,
-        translated: Answer<'_>,
-        baseline: Option<Answer<'_>>,
-        rules: &Rules,
-    ) -> Comparison {
-        let cmp = compare(op, legacy, translated, rules);
-        for &i in &cmp.ignored {
-            if let Some(h) = self.rule_hits.get_mut(i) {
-                *h += 1;
-            }
-        }
-        let o = self.ops.entry(op.to_owned()).or_default();
-        o.requests += 1;
-        o.compared += 1;
-        let mut seen = BTreeSet::new();
-        for d in &cmp.diffs {
-            let f = o.fields.entry(d.normalised()).or_default();
-            if seen.insert(d.normalised()) {
-                f.translated += 1;
-            }
-            if f.samples.len() < SAMPLES_PER_FIELD {
-                f.samples.push(Sample {
-                    id: id.to_owned(),
-                    path: d.path.clone(),
-                    legacy: d.legacy.clone(),
-                    translated: d.translated.clone(),
-                });
-            }
-        }
-        if let Some(b) = baseline {
-            o.baseline_pairs += 1;
-            // Ignore rules apply to the baseline too, but are not counted twice.
-            let noise = compare(op, legacy, b, rules);
-            let paths: BTreeSet<String> = noise.diffs.iter().map(FieldDiff::normalised).collect();
-            for p in paths {
-                o.fields.entry(p).or_default().baseline += 1;
-            }
-        }
-        *o.signatures.entry(seen.into_iter().collect()).or_default() += 1;
-        cmp
-    }
-
-    /// Whether a field of an operation is a real difference: always without
-    /// a (large enough) baseline; with one, when T > B′·relative and
-    /// T − B′ ≥ absolute, B′ being the baseline count scaled to the number
-    /// of compared pairs.
-    pub fn is_real(&self, op: &str, path: &str, th: &Thresholds) -> bool {
-        let Some(o) = self.ops.get(op) else {
-            return false;
-        };
-        let Some(f) = o.fields.get(path) else {
-            return false;
-        };
-        if f.translated == 0 {
-            return false;
-        }
-        if o.baseline_pairs < th.min_count.max(1) {
-            return true;
-        }
-        let t = f.translated as f64;
-        let b = f.baseline as f64 * o.compared as f64 / o.baseline_pairs as f64;
-        t > b * th.relative && t - b >= th.absolute
-    }
-
-    /// Real differing fields, `(operation, path, count)`, most frequent first.
-    pub fn real_fields(&self, th: &Thresholds) -> Vec<(String, String, u64)> {
-        let mut out: Vec<_> = self
-            .ops
-            .iter()
-            .flat_map(|(op, o)| {
-                o.fields
-                    .iter()
-                    .filter(|(p, _)| self.is_real(op, p, th))
-                    .map(|(p, f)| (op.clone(), p.clone(), f.translated))
-            })
-            .collect();
-        out.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| (&a.0, &a.1).cmp(&(&b.0, &b.1))));
-        out
-    }
-
-    /// Fields that differed but were judged noise by the baseline.
-    pub fn noise_fields(&self, th: &Thresholds) -> Vec<(String, String, u64, u64)> {
-        self.ops
-            .iter()
-            .flat_map(|(op, o)| {
-                o.fields
-                    .iter()
-                    .filter(|(p, f)| f.translated > 0 && !self.is_real(op, p, th))
-                    .map(|(p, f)| (op.clone(), p.clone(), f.translated, f.baseline))
-            })
-            .collect()
-    }
-
-    /// Requests of an operation with at least one real difference.
-    pub fn differing_requests(&self, op: &str, th: &Thresholds) -> u64 {
-        let Some(o) = self.ops.get(op) else {
-            return 0;
-        };
-        o.signatures
-            .iter()
-            .filter(|(paths, _)| paths.iter().any(|p| self.is_real(op, p, th)))
-            .map(|(_, n)| n)
-            .sum()
-    }
 }
 
 #[cfg(test)]

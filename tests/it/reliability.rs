@@ -1,0 +1,652 @@
+//! Reliability under slow, hostile and departing clients, against gateways
+//! on 127.0.0.1:0 with short deadlines: slow heads, slow bodies and idle
+//! connections are closed on their deadlines while others are served; the
+//! connection cap refuses cleanly; V2 shortcut words are never run ids; an
+//! oversized body's envelope reaches a client that writes all of it; a
+//! shutdown during a burst loses no request; protocol-level refusals; the
+//! in-flight gauge returns to zero. Every test is bounded in time.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use v1compat::upstream::{Upstream, UpstreamFuture, V2Call, V2Reply};
+
+use crate::support::{MockV2, Reply, TestGateway};
+
+const KEY: &str = "reliability-key-7Hq2";
+const RUN: &str = "01KS2A1M515HG7PZX9STTB0KPH";
+/// No test here waits longer than this for anything.
+const BOUND: Duration = Duration::from_secs(10);
+
+/// A V2 that answers every call with a run record after `delay`, counting
+/// calls, in process (no sockets, so only the gateway's connections count).
+struct SlowV2 {
+    delay: Duration,
+    calls: AtomicUsize,
+}
+
+impl Upstream for SlowV2 {
+    fn call(&self, _call: V2Call, _request_id: &str) -> UpstreamFuture<'_> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let body = json!({"code": 0, "message": "success", "data": {
+            "slug": RUN, "status": "succeeded", "err_msg": "", "scraper_title": "News",
+            "scraper_slug": "coreclaw~news", "results": 3, "usage": "0.5",
+            "started_at": 1786000780, "finished_at": 1786000787, "duration": 7,
+            "origin": "api_v2", "traffic": 0, "version": "v1"}});
+        let delay = self.delay;
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            Ok(V2Reply {
+                status: http::StatusCode::OK,
+                body: Bytes::from(body.to_string()),
+                attempts: 1,
+                retry_after: None,
+            })
+        })
+    }
+}
+
+async fn gateway(delay: Duration, extra: &str) -> (TestGateway, Arc<SlowV2>) {
+    let v2 = Arc::new(SlowV2 {
+        delay,
+        calls: AtomicUsize::new(0),
+    });
+    let config = format!("[upstream]\nbase_url = \"http://127.0.0.1:9\"\n{extra}");
+    (TestGateway::start(&config, v2.clone()).await, v2)
+}
+
+fn detail_request(close: bool) -> Vec<u8> {
+    let body = format!("{{\"run_slug\":\"{RUN}\"}}");
+    format!(
+        "POST /api/v1/run/detail HTTP/1.1\r\nhost: t\r\napi-key: {KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}\r\n{body}",
+        body.len(),
+        if close { "connection: close\r\n" } else { "" }
+    )
+    .into_bytes()
+}
+
+/// One HTTP/1.1 answer read off a raw socket.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    head: String,
+    body: Bytes,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|_| panic!("not JSON: {:?}", String::from_utf8_lossy(&self.body)))
+    }
+
+    fn closes(&self) -> bool {
+        self.head
+            .to_ascii_lowercase()
+            .contains("\r\nconnection: close")
+    }
+}
+
+/// Reads one answer (with a `content-length`) from `stream`, leaving any
+/// bytes after it unread. `None` if the connection ended first.
+async fn read_answer(stream: &mut TcpStream) -> Option<Answer> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte).await {
+            Ok(1) => buf.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).into_owned();
+    let status = head.get(9..12)?.parse().ok()?;
+    let len = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body).await.ok()?;
+    Some(Answer {
+        status,
+        head,
+        body: Bytes::from(body),
+    })
+}
+
+/// Whether the server closes `stream` within `within` (EOF or reset).
+async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+    let mut sink = [0u8; 1024];
+    let read_to_end = async {
+        loop {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(within, read_to_end).await.is_ok()
+}
+
+async fn detail_once(addr: SocketAddr) -> Answer {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(&detail_request(true)).await.unwrap();
+    tokio::time::timeout(BOUND, read_answer(&mut s))
+        .await
+        .expect("answer in time")
+        .expect("an answer")
+}
+
+#[tokio::test]
+async fn a_slow_head_is_closed_on_its_deadline_while_others_are_served() {
+    let (gw, _) = gateway(
+        Duration::ZERO,
+        "[connections]\nheader_read_timeout_ms = 300\n",
+    )
+    .await;
+    let mut slow = Vec::new();
+    for _ in 0..8 {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(b"POST /api/v1/run/detail HTTP/1.1\r\nhost: t\r\n")
+            .await
+            .unwrap();
+        slow.push(s);
+    }
+    let started = Instant::now();
+    assert_eq!(detail_once(gw.addr).await.status, 200);
+    for s in &mut slow {
+        assert!(closed_within(s, Duration::from_secs(3)).await);
+    }
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(250), "{took:?}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+}
+
+/// Slow bodies hold connections, not in-flight slots: with 2 slots and 6
+/// clients trickling bodies, normal requests are still served (no 429), and
+/// each slow client gets the 400 envelope at the body deadline.
+#[tokio::test]
+async fn slow_bodies_do_not_starve_other_clients() {
+    let (gw, _) = gateway(
+        Duration::ZERO,
+        "[limits]\nmax_in_flight = 2\n[connections]\nbody_read_timeout_ms = 600\n",
+    )
+    .await;
+    let mut slow = Vec::new();
+    for _ in 0..6 {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(
+            format!("POST /api/v1/run/detail HTTP/1.1\r\nhost: t\r\napi-key: {KEY}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"run_slug\"")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+        slow.push(s);
+    }
+    for _ in 0..5 {
+        let a = detail_once(gw.addr).await;
+        assert_eq!(a.status, 200, "{}", String::from_utf8_lossy(&a.body));
+    }
+    for s in &mut slow {
+        let a = tokio::time::timeout(BOUND, read_answer(s))
+            .await
+            .unwrap()
+            .expect("the slow client gets an answer");
+        assert_eq!(a.status, 400);
+        assert_eq!(a.json()["code"], 4000);
+        let msg = a.json()["message"].as_str().unwrap().to_owned();
+        assert!(msg.contains("not received within 600 ms"), "{msg}");
+        assert!(closed_within(s, Duration::from_secs(3)).await);
+    }
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed_on_the_idle_deadline() {
+    let (gw, _) = gateway(Duration::ZERO, "[connections]\nidle_timeout_ms = 300\n").await;
+    // Never sends anything.
+    let mut silent = TcpStream::connect(gw.addr).await.unwrap();
+    // Keep-alive after one answer.
+    let mut kept = TcpStream::connect(gw.addr).await.unwrap();
+    kept.write_all(&detail_request(false)).await.unwrap();
+    let a = read_answer(&mut kept).await.unwrap();
+    assert_eq!(a.status, 200);
+    assert!(!a.closes());
+    let started = Instant::now();
+    assert!(closed_within(&mut silent, Duration::from_secs(3)).await);
+    assert!(closed_within(&mut kept, Duration::from_secs(3)).await);
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_get_an_envelope_and_are_closed() {
+    let (gw, _) = gateway(Duration::ZERO, "[connections]\nmax_connections = 3\n").await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        // One answered request makes sure the gateway has taken it.
+        s.write_all(&detail_request(false)).await.unwrap();
+        assert_eq!(read_answer(&mut s).await.unwrap().status, 200);
+        held.push(s);
+    }
+    let mut extra = TcpStream::connect(gw.addr).await.unwrap();
+    extra.write_all(&detail_request(false)).await.unwrap();
+    let a = tokio::time::timeout(BOUND, read_answer(&mut extra))
+        .await
+        .unwrap()
+        .expect("an answer at the cap");
+    assert_eq!(a.status, 429);
+    assert_eq!(a.json()["code"], 4290);
+    assert!(a.closes());
+    assert!(a.head.to_ascii_lowercase().contains("retry-after: 1"));
+    assert!(closed_within(&mut extra, Duration::from_secs(3)).await);
+    // A freed place is usable again.
+    drop(held.pop());
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let a = detail_once(gw.addr).await;
+        if a.status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the cap never freed a place");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// `last` (and its other spellings) is answered as the native V1 service
+/// answers an unknown run, for every operation that takes a run id, and V2
+/// is never called.
+#[tokio::test]
+async fn v2_shortcut_words_are_never_run_ids() {
+    let v2 = MockV2::untouchable().await;
+    let config = format!("[upstream]\nbase_url = \"{}\"\n", v2.url());
+    let gw = TestGateway::over_http(&config).await;
+    for word in ["last", "LAST", " last "] {
+        for (path, body) in [
+            ("/api/v1/run/detail", json!({"run_slug": word})),
+            ("/api/v1/scraper/abort", json!({"run_slug": word})),
+            ("/api/v1/run/result/list", json!({"run_slug": word})),
+            ("/api/v1/run/last/log", json!({"run_slug": word})),
+            (
+                "/api/v1/run/result/export",
+                json!({"run_slug": word, "format": "csv"}),
+            ),
+            (
+                "/api/v1/rerun",
+                json!({"run_slug": word, "callback_url": "https://h.example/cb"}),
+            ),
+        ] {
+            let (status, v) =
+                crate::support::send_json(gw.addr, "POST", path, Some(KEY), Some(&body)).await;
+            assert_eq!(
+                (status, &v["code"]),
+                (404, &json!(70001)),
+                "{path} {word:?}: {v}"
+            );
+            assert_eq!(v["data"], Value::Null);
+        }
+    }
+    assert_eq!(v2.total(), 0, "V2 was reached: {:?}", v2.seen());
+}
+
+/// A client that writes its whole 12 MiB body before reading (as Python's
+/// `http.client` does) receives the 400 envelope, with a declared length
+/// and chunked; the connection stays usable after a declared one.
+#[tokio::test]
+async fn a_12_mib_body_is_answered_with_the_envelope() {
+    let (gw, v2) = gateway(Duration::ZERO, "").await;
+    let body = vec![b' '; 12 << 20];
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    let head = format!(
+        "POST /api/v1/run/detail HTTP/1.1\r\nhost: t\r\napi-key: {KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::timeout(BOUND, s.write_all(&body))
+        .await
+        .expect("the whole body is taken")
+        .expect("no reset while writing");
+    let a = read_answer(&mut s).await.expect("the refusal");
+    assert_eq!(a.status, 400);
+    assert_eq!(a.json()["code"], 4000);
+    assert!(a.json()["message"]
+        .as_str()
+        .unwrap()
+        .contains("body is larger than 1048576 bytes"));
+    // Same connection, next request.
+    s.write_all(&detail_request(true)).await.unwrap();
+    assert_eq!(read_answer(&mut s).await.unwrap().status, 200);
+
+    // Chunked, no declared length: refused once past the limit.
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(format!("POST /api/v1/run/detail HTTP/1.1\r\nhost: t\r\napi-key: {KEY}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let writing = async {
+        for chunk in body.chunks(1 << 20) {
+            s.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                .await?;
+            s.write_all(chunk).await?;
+            s.write_all(b"\r\n").await?;
+        }
+        s.write_all(b"0\r\n\r\n").await
+    };
+    tokio::time::timeout(BOUND, writing)
+        .await
+        .expect("the whole body is taken")
+        .expect("no reset while writing");
+    let a = read_answer(&mut s).await.expect("the refusal");
+    assert_eq!((a.status, a.json()["code"].clone()), (400, json!(4000)));
+    assert_eq!(v2.calls.load(Ordering::SeqCst), 1);
+}
+
+/// A declared length over the limit is refused from the head alone: no
+/// `100 Continue`, and the answer comes before any body byte is sent.
+#[tokio::test]
+async fn an_oversized_declared_length_is_refused_without_100_continue() {
+    let (gw, _) = gateway(Duration::ZERO, "").await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(format!("POST /api/v1/run/detail HTTP/1.1\r\nhost: t\r\napi-key: {KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nexpect: 100-continue\r\n\r\n", 12 << 20).as_bytes())
+        .await
+        .unwrap();
+    let a = tokio::time::timeout(BOUND, read_answer(&mut s))
+        .await
+        .unwrap()
+        .expect("an answer without a body sent");
+    assert_eq!(a.status, 400, "{}", a.head);
+    assert_eq!(a.json()["code"], 4000);
+}
+
+/// HEAD over HTTP/2 carries the GET headers and no DATA frame.
+#[tokio::test]
+async fn head_over_http2_sends_no_body() {
+    let v2 = MockV2::start(|_| Reply::ok(json!([{"code": "us", "name": "US"}]))).await;
+    let config = format!("[upstream]\nbase_url = \"{}\"\n", v2.url());
+    let gw = TestGateway::over_http(&config).await;
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Empty<Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http();
+    let req = http::Request::head(format!("http://{}/api/proxy/region", gw.addr))
+        .header("api-key", KEY)
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let resp = tokio::time::timeout(BOUND, client.request(req))
+        .await
+        .unwrap()
+        .expect("HEAD over HTTP/2 is answered without a protocol error");
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    assert_eq!(resp.status(), 200);
+    let declared: usize = resp.headers()["content-length"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(declared > 0);
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .expect("the stream ends cleanly")
+        .to_bytes();
+    assert!(body.is_empty());
+}
+
+/// Shutdown during a burst of keep-alive and `Connection: close` requests:
+/// every request a client wrote is answered; readiness went false first.
+#[tokio::test]
+async fn shutdown_during_a_burst_loses_no_request() {
+    let (gw, _) = gateway(
+        Duration::from_millis(20),
+        "[shutdown]\ngrace_period_secs = 5\n",
+    )
+    .await;
+    let addr = gw.addr;
+    let admin = gw.admin;
+    let sent = Arc::new(AtomicUsize::new(0));
+    let answered = Arc::new(AtomicUsize::new(0));
+    let lost = Arc::new(AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    for i in 0..24 {
+        let (sent, answered, lost) = (sent.clone(), answered.clone(), lost.clone());
+        let keep_alive = i % 2 == 0;
+        clients.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let mut conn: Option<TcpStream> = None;
+            while started.elapsed() < Duration::from_secs(4) {
+                let mut s = match conn.take() {
+                    Some(s) => s,
+                    // Refused once the listener is gone: nothing was sent.
+                    None => match TcpStream::connect(addr).await {
+                        Ok(s) => s,
+                        Err(_) => return,
+                    },
+                };
+                if s.write_all(&detail_request(!keep_alive)).await.is_err() {
+                    // Written into a closed connection: lost.
+                    lost.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+                sent.fetch_add(1, Ordering::SeqCst);
+                match read_answer(&mut s).await {
+                    Some(a) if a.status == 200 => {
+                        answered.fetch_add(1, Ordering::SeqCst);
+                        if keep_alive && !a.closes() {
+                            conn = Some(s);
+                        }
+                    }
+                    _ => {
+                        lost.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                }
+            }
+        }));
+    }
+    // Let the burst get going, then stop as SIGTERM would.
+    while answered.load(Ordering::SeqCst) < 100 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let server = gw.shutdown();
+    let ready = crate::support::send(admin, "GET", "/readyz", &[], None).await;
+    assert_eq!(ready.0, 503);
+    assert!(String::from_utf8_lossy(&ready.2).contains("draining"));
+    tokio::time::timeout(BOUND, server)
+        .await
+        .expect("drained within the grace period")
+        .unwrap()
+        .unwrap();
+    for c in clients {
+        c.await.unwrap();
+    }
+    let (sent, answered, lost) = (
+        sent.load(Ordering::SeqCst),
+        answered.load(Ordering::SeqCst),
+        lost.load(Ordering::SeqCst),
+    );
+    assert_eq!(lost, 0, "{lost} of {sent} requests lost");
+    assert_eq!(sent, answered);
+}
+
+/// A request still running at the grace deadline is answered with a V1
+/// envelope, not cut off.
+#[tokio::test]
+async fn a_request_outliving_the_grace_period_gets_an_envelope() {
+    let (gw, _) = gateway(
+        Duration::from_secs(60),
+        "[shutdown]\ngrace_period_secs = 1\n",
+    )
+    .await;
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(&detail_request(false)).await.unwrap();
+    // The request is in V2's hands once the in-flight gauge would count it;
+    // give the gateway a moment to read it before stopping.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let server = gw.shutdown();
+    let a = tokio::time::timeout(BOUND, read_answer(&mut s))
+        .await
+        .unwrap()
+        .expect("an envelope at the grace deadline");
+    assert_eq!(a.status, 500);
+    assert_eq!(a.json()["code"], 5000);
+    assert!(a.json()["message"]
+        .as_str()
+        .unwrap()
+        .contains("Shutting down"));
+    assert!(a.head.contains("x-v1compat-error: shutdown"));
+    tokio::time::timeout(BOUND, server)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
+
+/// Requests hyper cannot parse: hyper picks the status, the gateway writes
+/// the V1 envelope in place of hyper's empty body, and the connection closes.
+#[tokio::test]
+async fn protocol_level_refusals() {
+    let (gw, _) = gateway(Duration::ZERO, "").await;
+    let long_path = format!("GET /{} HTTP/1.1\r\nhost: t\r\n\r\n", "a".repeat(70_000));
+    let many_headers = format!(
+        "GET /api/store HTTP/1.1\r\nhost: t\r\n{}\r\n",
+        (0..200)
+            .map(|i| format!("x-h{i}: v\r\n"))
+            .collect::<String>()
+    );
+    let cases: [(&str, Vec<u8>, &[u16]); 4] = [
+        (
+            "invalid UTF-8 in the request line",
+            b"GET /\xff\xfe HTTP/1.1\r\nhost: t\r\n\r\n".to_vec(),
+            &[400],
+        ),
+        ("a 70 KB path", long_path.into_bytes(), &[414, 431]),
+        ("200 headers", many_headers.into_bytes(), &[431]),
+        (
+            "conflicting Content-Length",
+            b"POST /api/v1/run/detail HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\n{}".to_vec(),
+            &[400],
+        ),
+    ];
+    for (what, bytes, statuses) in cases {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        let _ = s.write_all(&bytes).await;
+        let a = tokio::time::timeout(BOUND, read_answer(&mut s))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{what}: no answer"));
+        assert!(statuses.contains(&a.status), "{what}: {}", a.head);
+        let v = a.json();
+        assert_eq!(v["code"], 4000, "{what}: {v}");
+        let message = v["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("Invalid request parameters: the request"),
+            "{what}: {v}"
+        );
+        assert_eq!(v["data"], Value::Null);
+        assert!(a.head.contains("content-type: application/json"), "{what}");
+        assert!(a.head.contains("x-v1compat-error: protocol"), "{what}");
+        assert!(
+            closed_within(&mut s, Duration::from_secs(3)).await,
+            "{what}"
+        );
+    }
+}
+
+/// Clients that hang up mid-request leave the in-flight gauge at zero.
+#[tokio::test]
+async fn the_in_flight_gauge_returns_to_zero_after_aborted_requests() {
+    let (gw, v2) = gateway(Duration::from_secs(30), "").await;
+    for n in 1..=5 {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        s.write_all(&detail_request(false)).await.unwrap();
+        // Hang up only once the request is admitted and waiting on V2.
+        let deadline = Instant::now() + BOUND;
+        while v2.calls.load(Ordering::SeqCst) < n {
+            assert!(Instant::now() < deadline, "request {n} never reached V2");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if n == 5 {
+            let metrics = crate::support::send(gw.admin, "GET", "/metrics", &[], None).await;
+            let text = String::from_utf8_lossy(&metrics.2).into_owned();
+            let now = in_flight(&text);
+            assert!(now.is_some_and(|v| v >= 1.0), "not counted: {now:?}");
+        }
+        drop(s);
+    }
+    // The gauge is process-wide (other tests share it), so the check is that
+    // hyper dropped these five: the gateway's own count of admitted requests.
+    let metrics = crate::support::send(gw.admin, "GET", "/metrics", &[], None).await;
+    let text = String::from_utf8_lossy(&metrics.2).into_owned();
+    assert!(text.contains("v1compat_requests_in_flight"), "{text}");
+    let gauge = in_flight;
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let metrics = crate::support::send(gw.admin, "GET", "/metrics", &[], None).await;
+        let now = gauge(&String::from_utf8_lossy(&metrics.2));
+        if now.is_some_and(|v| v <= 0.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "gauge stuck at {now:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// V2's `Retry-After` reaches the V1 client with the 429; the gateway's own
+/// overload answer carries one too.
+#[tokio::test]
+async fn retry_after_is_passed_on_with_429() {
+    struct Busy;
+    impl Upstream for Busy {
+        fn call(&self, _call: V2Call, _request_id: &str) -> UpstreamFuture<'_> {
+            Box::pin(async {
+                Ok(V2Reply {
+                    status: http::StatusCode::TOO_MANY_REQUESTS,
+                    body: Bytes::from_static(br#"{"code":13000,"message":"slow down"}"#),
+                    attempts: 1,
+                    retry_after: Some(Duration::from_millis(6500)),
+                })
+            })
+        }
+    }
+    let config = "[upstream]\nbase_url = \"http://127.0.0.1:9\"\n";
+    let gw = TestGateway::start(config, Arc::new(Busy)).await;
+    let a = detail_once(gw.addr).await;
+    assert_eq!((a.status, a.json()["code"].clone()), (429, json!(4290)));
+    assert!(
+        a.head.to_ascii_lowercase().contains("retry-after: 7"),
+        "{}",
+        a.head
+    );
+}
+
+/// An abort V2 never answered is, as V1 said of every failed abort, 500/70002.
+#[tokio::test]
+async fn an_abort_lost_in_transport_is_70002() {
+    let v2 = MockV2::start(|_| Reply::Drop).await;
+    let config = format!("[upstream]\nbase_url = \"{}\"\n", v2.url());
+    let gw = TestGateway::over_http(&config).await;
+    let (status, v) = crate::support::send_json(
+        gw.addr,
+        "POST",
+        "/api/v1/scraper/abort",
+        Some(KEY),
+        Some(&json!({"run_slug": RUN})),
+    )
+    .await;
+    assert_eq!((status, &v["code"]), (500, &json!(70002)), "{v}");
+    assert_eq!(v2.total(), 1, "an abort is never sent twice");
+}
+
+fn in_flight(metrics: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find(|l| l.starts_with("v1compat_requests_in_flight "))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+}
