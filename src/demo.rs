@@ -87,9 +87,10 @@ pub async fn run(
     // The gateway: defaults and V1COMPAT_* variables, pointed at the sandbox,
     // with the demo key as service key so the public V1 operations work keyless.
     let text = format!(
-        "[upstream]\nbase_url = \"http://{}\"\nservice_key = \"{}\"\n[log]\nformat = \"text\"\n",
+        "[upstream]\nbase_url = \"http://{}\"\nservice_key = \"{}\"\n[log]\nformat = \"text\"\n{}",
         sandbox.v2_addr(),
-        sandbox.api_key()
+        sandbox.api_key(),
+        relay_section(local(&public)?),
     );
     let gateway_cfg = config::load(&text, std::env::vars()).map_err(|e| e.to_string())?;
     crate::telemetry::init_logging(&gateway_cfg.log.format, &gateway_cfg.log.level);
@@ -110,6 +111,18 @@ pub async fn run(
     let result = crate::run(public, admin, gateway_cfg, upstream, shutdown).await;
     sandbox.shutdown().await;
     result.map_err(|e| e.to_string())
+}
+
+/// The sandbox relays callbacks: V2 posts to the gateway's own listener, and
+/// V1 receivers on this machine (loopback) are allowed. The secret lives as
+/// long as the process, like the in-memory store.
+fn relay_section(gateway: SocketAddr) -> String {
+    let secret: String = (0..32)
+        .map(|_| char::from(b"0123456789abcdef"[rand::random::<usize>() % 16]))
+        .collect();
+    format!(
+        "[callbacks]\nmode = \"relay\"\npublic_url = \"http://{gateway}\"\nsecret = \"{secret}\"\nstore = \"memory\"\nallow_cidrs = [\"127.0.0.0/8\", \"::1/128\"]\n"
+    )
 }
 
 /// Write through a temporary file and a rename, so a reader polling for the file

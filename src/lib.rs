@@ -40,8 +40,10 @@
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 pub mod bind;
+pub mod callbacks;
 pub mod config;
 pub mod conn;
 pub mod demo;
@@ -63,8 +65,7 @@ pub mod v1;
 pub mod v2;
 
 /// Runs the gateway on already-bound listeners until `shutdown` resolves,
-/// then drains in-flight requests within the configured grace period. The
-/// configuration is fixed; [`run_reloading`] follows changes to its file.
+/// then drains in-flight requests within the configured grace period.
 pub async fn run(
     public: TcpListener,
     admin: TcpListener,
@@ -107,6 +108,20 @@ async fn serve_live(
     triggers: Option<reload::triggers::Triggers>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // The callback relay (its store opened, its deliverer started) before
+    // anything serves: a store that cannot be opened stops start-up. It
+    // keeps the V2 client and settings it starts with; reloads carry it over.
+    let started = live.load();
+    let relay = callbacks::Relay::start(
+        &started.config.callbacks,
+        started.upstream.clone(),
+        started.config.compat.clone(),
+        stop_rx.clone(),
+    )
+    .await
+    .map_err(std::io::Error::other)?;
+    live.attach_callbacks(relay);
     let gateway = live.load();
     let pipeline = Arc::new(pipeline::Pipeline::live(live.clone()));
     let in_flight = pipeline.clone();
@@ -156,6 +171,9 @@ async fn serve_live(
     );
     tokio::time::sleep(drain_delay).await;
     public_drain.stop();
+    // The callback deliverer stops claiming; a claim in flight is either
+    // recorded or taken over after its lease.
+    let _ = stop_tx.send(true);
     let a = public.await;
     admin_drain.stop();
     let b = admin.await;

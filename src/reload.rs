@@ -13,7 +13,7 @@
 //! changed), `[compat]`, `upstream.ca_file` and the listeners' certificate
 //! files' contents. Restart: `listen.*` addresses and which TLS files,
 //! `limits.max_in_flight`, `[connections]`, `[log]`, `[shutdown]`,
-//! `[shadow]` (all read once when the listeners start); a reload that
+//! `[shadow]`, `[callbacks]` (all read once at start); a reload that
 //! changes them applies the rest and warns which ones wait for a restart.
 //!
 //! What triggers a reload lives in [`triggers`]: SIGHUP, and a watch on the
@@ -49,6 +49,18 @@ impl Live {
     /// configuration (one V1 request).
     pub fn load(&self) -> Arc<Gateway> {
         self.current.load_full()
+    }
+
+    /// Puts the callback relay (started once the gateway exists) into the
+    /// live gateway; reloads carry it over from then on.
+    pub fn attach_callbacks(&self, relay: Option<Arc<crate::callbacks::Relay>>) {
+        let g = self.load();
+        self.current.store(Arc::new(Gateway {
+            upstream: g.upstream.clone(),
+            config: g.config.clone(),
+            worker_ids: g.worker_ids.clone(),
+            callbacks: relay,
+        }));
     }
 }
 
@@ -276,6 +288,7 @@ impl Reloader {
             upstream,
             config: Arc::new(new),
             worker_ids,
+            callbacks: old.callbacks.clone(),
         }));
         *current_stamp = new_stamp;
         Outcome::Applied { restart_needed }
@@ -337,6 +350,10 @@ fn keep_restart_only(old: &Config, mut new: Config) -> (Config, Vec<&'static str
         old.grace_period != new.grace_period || old.drain_delay != new.drain_delay,
     );
     keep(
+        "callbacks",
+        format!("{:?}", old.callbacks) != format!("{:?}", new.callbacks),
+    );
+    keep(
         "connections",
         format!("{:?}", old.connections) != format!("{:?}", new.connections),
     );
@@ -353,6 +370,7 @@ fn keep_restart_only(old: &Config, mut new: Config) -> (Config, Vec<&'static str
     new.grace_period = old.grace_period;
     new.drain_delay = old.drain_delay;
     new.connections = old.connections.clone();
+    new.callbacks = old.callbacks.clone();
     new.shadow = old.shadow.clone();
     (new, differ)
 }

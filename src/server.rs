@@ -101,7 +101,9 @@ pub async fn serve_public(
         // Its failure log is off: the pipeline's access line is the one
         // line a failure gets (a 5xx here would be logged a second time).
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<Incoming>| {
-            tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = tracing::field::Empty, operation = tracing::field::Empty)
+            // A callback token is a capability: logged as its prefix only.
+            let path = crate::callbacks::loggable_path(req.uri().path());
+            tracing::info_span!("request", method = %req.method(), path = %path, request_id = tracing::field::Empty, operation = tracing::field::Empty)
         }).on_failure(()))
         // A panic in an operation becomes a V1 500 envelope, not a reset.
         .layer(CatchPanicLayer::custom(|_| {
@@ -117,6 +119,12 @@ pub async fn serve_public(
 
 /// HTTP in, HTTP out: the pipeline (or the mirror around it) does the rest.
 async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    // Callback relay: V2's callbacks arrive on the public listener.
+    if let Some(relay) = state.pipeline.gateway().callbacks.as_ref() {
+        if crate::callbacks::token_of(req.uri().path()).is_some() {
+            return relay.receive(req).await;
+        }
+    }
     let (parts, body) = req.into_parts();
     let gateway = state.pipeline.gateway();
     let config = &gateway.config;
@@ -204,6 +212,15 @@ pub async fn serve_admin(
         let readiness = readiness.clone();
         async move {
             let text = admin_text;
+            // Callback relay operator endpoints (/callbacks/...).
+            if let Some(relay) = gateway.callbacks.as_ref() {
+                if let Some(r) = relay
+                    .admin(req.method(), req.uri().path(), req.uri().query())
+                    .await
+                {
+                    return Ok::<_, Infallible>(r);
+                }
+            }
             let resp = match (req.method(), req.uri().path()) {
                 (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into()),
                 // Draining comes first: a load balancer must stop sending

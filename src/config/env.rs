@@ -56,13 +56,22 @@ pub(super) fn overlay(
             continue;
         }
         let key = path.join(".");
-        let Some(default) = lookup(defaults, &path) else {
-            applied
-                .problems
-                .push(format!("{name}: {key} is not a configuration key"));
-            continue;
+        let typed = match lookup(defaults, &path) {
+            Some(default) => typed(default, &value),
+            // A key without a default value (an optional one) in a known
+            // section: read as TOML, else text; typing it against the
+            // schema then names the variable if it does not fit.
+            None if lookup(defaults, &path[..1]).is_some_and(toml::Value::is_table) => {
+                Ok(inline(value.trim()).unwrap_or_else(|| toml::Value::String(value.clone())))
+            }
+            None => {
+                applied
+                    .problems
+                    .push(format!("{name}: {key} is not a configuration key"));
+                continue;
+            }
         };
-        match typed(default, &value) {
+        match typed {
             Ok(v) => {
                 set_path(table, &path, v);
                 applied.set.push((key, name));
@@ -189,15 +198,15 @@ mod tests {
         let (_, a) = apply(&[
             ("V1COMPAT_UPSTREAM__CONNECT_TIMEOUT_MS", "lots"),
             ("V1COMPAT_WORKERS__VERIFY", "yes"),
-            ("V1COMPAT_UPSTREAM__NOPE", "1"),
+            ("V1COMPAT_UPSTREM__BASE_URL", "http://x"),
             ("V1COMPAT_UPSTREAM____X", "1"),
         ]);
         assert_eq!(
             a.problems,
             [
                 "V1COMPAT_UPSTREAM__CONNECT_TIMEOUT_MS: upstream.connect_timeout_ms takes a whole number, not \"lots\"",
-                "V1COMPAT_UPSTREAM__NOPE: upstream.nope is not a configuration key",
                 "V1COMPAT_UPSTREAM____X: malformed override name (V1COMPAT_<SECTION>__<KEY>)",
+                "V1COMPAT_UPSTREM__BASE_URL: upstrem.base_url is not a configuration key",
                 "V1COMPAT_WORKERS__VERIFY: workers.verify takes true or false, not \"yes\"",
             ]
         );

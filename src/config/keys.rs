@@ -6,27 +6,33 @@
 
 use super::RawConfig;
 
-/// Removes the sections and section keys [`RawConfig`] does not have (the
-/// known ones are read off its defaults) and names each one.
+/// Removes the sections [`RawConfig`] does not have (the known ones are
+/// read off its defaults) and names each one. Keys inside a section are
+/// left to [`remove_mistyped`]: serde knows them all, optional ones too.
 pub(super) fn remove_unknown(table: &mut toml::Table, known: &toml::Table) -> Vec<String> {
     let mut problems = Vec::new();
-    table.retain(|section, value| {
-        let Some(fields) = known.get(section).and_then(toml::Value::as_table) else {
-            problems.push(format!("{section}: unknown key"));
-            return false;
-        };
-        if let Some(keys) = value.as_table_mut() {
-            keys.retain(|key, _| {
-                let ok = fields.contains_key(key);
-                if !ok {
-                    problems.push(format!("{section}.{key}: unknown key"));
-                }
-                ok
-            });
+    table.retain(|section, _| {
+        let ok = known.contains_key(section);
+        if !ok {
+            let names = known.keys().map(String::as_str);
+            problems.push(format!(
+                "{section}: unknown key{}",
+                suggestion(section, names)
+            ));
         }
-        true
+        ok
     });
     problems
+}
+
+/// ` (did you mean `x`?)` for the closest of `names`, when one is close.
+fn suggestion<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> String {
+    names
+        .map(|n| (strsim::damerau_levenshtein(name, n), n))
+        .filter(|(d, n)| *d <= 2 && *d < n.len())
+        .min()
+        .map(|(_, n)| format!(" (did you mean `{n}`?)"))
+        .unwrap_or_default()
 }
 
 /// Types every `section.key` on its own against [`RawConfig`]; a key that
@@ -123,6 +129,12 @@ fn probe(section: &str, key: Option<&str>, value: toml::Value) -> Result<(), Str
 /// reads `expected a whole number (0 or more), found string "lots"`.
 pub(super) fn plain(message: &str) -> String {
     let message = message.trim();
+    // `unknown field `base_ur`, expected one of `base_url`, `auth``
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        let (name, expected) = rest.split_once('`').unwrap_or((rest, ""));
+        let names = expected.split('`').skip(1).step_by(2);
+        return format!("unknown key{}", suggestion(name, names));
+    }
     let (found, expected) = ["invalid type: ", "invalid value: "]
         .iter()
         .find_map(|p| message.strip_prefix(p))
@@ -191,6 +203,16 @@ mod tests {
             .unwrap();
         let problems = remove_mistyped(&mut t);
         assert_eq!(problems.len(), 2, "{problems:?}");
+        let mut t: toml::Table = "[upstream]\nbase_ur = \"x\"\nnonsense = 1\n"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            remove_mistyped(&mut t),
+            [
+                "upstream.base_ur: unknown key (did you mean `base_url`?)",
+                "upstream.nonsense: unknown key",
+            ]
+        );
         assert!(
             problems[0].starts_with("shadow.ignore[1].compare: unknown variant `fuzzy`"),
             "{problems:?}"

@@ -50,6 +50,7 @@ pub struct Config {
     pub drain_delay: Duration,
     pub connections: crate::conn::ConnSettings,
     pub shadow: crate::shadow::ShadowConfig,
+    pub callbacks: crate::callbacks::CallbacksConfig,
 }
 
 /// [`CompatSection`] with its choices checked.
@@ -194,7 +195,10 @@ mod tests {
         let err = load("[upstream]\nbase_ur = \"http://x\"\n", env(&[])).unwrap_err();
         assert!(err.to_string().contains("base_ur"), "{err}");
         let err = load("", env(&[("V1COMPAT_UPSTREAM__NOPE", "1")])).unwrap_err();
-        assert!(err.to_string().contains("nope"), "{err}");
+        assert_eq!(
+            err.0,
+            ["V1COMPAT_UPSTREAM__NOPE: upstream.nope: unknown key"]
+        );
     }
 
     #[test]
@@ -358,6 +362,7 @@ mod example_tests {
         assert_eq!(c.compat.origin_rename, d.compat.origin_rename);
         assert_eq!(c.upstream.base_url, d.upstream.base_url);
         assert_eq!(format!("{:?}", c.shadow), format!("{:?}", d.shadow));
+        assert_eq!(format!("{:?}", c.callbacks), format!("{:?}", d.callbacks));
         assert_eq!(
             format!("{:?}", c.connections),
             format!("{:?}", d.connections)

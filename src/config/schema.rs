@@ -23,6 +23,8 @@ pub struct RawConfig {
     pub shutdown: ShutdownSection,
     pub connections: crate::conn::ConnectionSection,
     pub shadow: crate::shadow::ShadowSection,
+    /// The callback relay (issue 9); checked in `callbacks::config`.
+    pub callbacks: crate::callbacks::CallbacksSection,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -168,6 +168,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
 
     let shadow = crate::shadow::config::validate(&raw.shadow, &mut p);
     let extra_root_pem = read_ca_file(&u.ca_file, &mut p);
+    let callbacks = crate::callbacks::config::validate(&raw.callbacks, &mut p);
     let connections = crate::conn::settings::validate(&raw.connections, &mut p);
 
     let (Some(base_url), true) = (base_url, p.is_empty()) else {
@@ -217,6 +218,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         drain_delay: Duration::from_millis(raw.shutdown.drain_delay_ms),
         connections,
         shadow,
+        callbacks,
     })
 }
 

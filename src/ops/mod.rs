@@ -37,6 +37,8 @@ pub struct Gateway {
     pub config: Arc<Config>,
     /// Shared so a reload that leaves `[workers]` alone keeps the cache.
     pub worker_ids: Arc<worker_ids::WorkerIds>,
+    /// The callback relay, when `[callbacks]` is in relay mode.
+    pub callbacks: Option<Arc<crate::callbacks::Relay>>,
 }
 
 impl Gateway {
@@ -46,7 +48,24 @@ impl Gateway {
             upstream,
             config,
             worker_ids,
+            callbacks: None,
         }
+    }
+
+    /// The same gateway with the callback relay's hooks on.
+    pub fn with_callbacks(mut self, relay: Option<Arc<crate::callbacks::Relay>>) -> Gateway {
+        self.callbacks = relay;
+        self
+    }
+
+    /// The callback URL V2 gets for a V1 client's `callback_url` (relay mode:
+    /// the gateway's sealed one; passthrough: the client's own).
+    pub fn v2_callback_url(
+        &self,
+        key: Option<&ApiKey>,
+        client_url: Option<String>,
+    ) -> Result<Option<String>, GatewayError> {
+        crate::callbacks::for_v2(self.callbacks.as_deref(), key, client_url)
     }
 }
 

@@ -27,11 +27,16 @@ struct Served {
 
 impl Served {
     fn start(config: &str) -> Served {
+        Served::start_with(config, &[])
+    }
+
+    fn start_with(config: &str, env: &[(&str, &str)]) -> Served {
         let mut file = tempfile::NamedTempFile::new().unwrap();
         file.write_all(config.as_bytes()).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_v1compat"))
             .args(["serve", "--config", file.path().to_str().unwrap()])
             .env_clear()
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -266,19 +271,30 @@ async fn access_lines_can_be_switched_off_but_failures_are_still_logged() {
     assert_eq!(access[0]["cause"], "refused");
 }
 
-/// Text logs into a pipe carry no escape codes.
+/// Text logs into a pipe carry no escape codes; the test suite's own
+/// `V1COMPAT_` variables are a warning, not a reason to stop.
 #[tokio::test]
 async fn text_logs_off_a_terminal_have_no_colour() {
     let v2 = MockV2::untouchable().await;
-    let mut served = Served::start(&format!(
-        "[listen]\npublic = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[upstream]\nbase_url = \"{}\"\n[log]\nformat = \"text\"\n",
-        v2.url()
-    ));
+    let mut served = Served::start_with(
+        &format!(
+            "[listen]\npublic = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[upstream]\nbase_url = \"{}\"\n[log]\nformat = \"text\"\n",
+            v2.url()
+        ),
+        &[("V1COMPAT_BLESS", "1"), ("V1COMPAT_LOG__ACCESS", "false")],
+    );
+    let warning = served.line_with("V1COMPAT_BLESS").await;
+    assert!(
+        warning.contains("WARN") && warning.contains("ignored"),
+        "{warning}"
+    );
     let line = served.line_with("v1compat listening").await;
     assert!(
         line.contains(&format!("version={}", env!("CARGO_PKG_VERSION"))),
         "{line}"
     );
+    // The override, typed as the boolean it sets.
+    assert!(line.contains("access_log=false"), "{line}");
     let (_, log) = served.stop();
     assert!(
         !log.contains('\u{1b}'),

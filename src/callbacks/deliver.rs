@@ -1,0 +1,431 @@
+//! The deliverer: beside the request path, never on it. It claims due events
+//! from the store, turns each into the V1 notification (re-reading V2 run
+//! detail first when the token allows it), POSTs it to the client's URL and
+//! records the outcome: delivered, retry later (schedule, jitter,
+//! `Retry-After`), or dead (schedule used up, or 410 Gone).
+//!
+//! Bounds: `callbacks.concurrency` attempts in flight in all and
+//! `callbacks.per_target_concurrency` per host:port (a busy target's events
+//! wait without using up attempts), a per-attempt timeout, redirects never
+//! followed, response bodies never read. Each attempt runs in its own task,
+//! so one slow receiver cannot hold up the others.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, StatusCode};
+use http_body_util::Full;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use serde_json::{json, Value};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+
+use super::clock::Clock;
+use super::config::CallbacksConfig;
+use super::event::{event_id, rank, Event};
+use super::guard::Resolver;
+use super::metrics as m;
+use super::schedule::parse_retry_after;
+use super::sign;
+use super::store::Store;
+use super::token::{Claims, Sealer};
+use crate::config::Compat;
+use crate::ops::records::{detail_call, v1_status};
+use crate::ops::{int_of, string_of};
+use crate::upstream::{ApiKey, Upstream};
+use crate::v2::Segment;
+
+type DeliveryClient = Client<HttpsConnector<HttpConnector<Resolver>>, Full<Bytes>>;
+
+/// How one attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Delivered {
+        status: String,
+        webhook_id: String,
+    },
+    /// Will be retried at this time (ms).
+    Retry {
+        at_ms: u64,
+        why: String,
+    },
+    Dead {
+        why: String,
+    },
+    /// Not attempted: the target was busy; back in the queue.
+    Deferred,
+}
+
+pub struct Deliverer {
+    store: Arc<dyn Store>,
+    sealer: Arc<Sealer>,
+    cfg: Arc<CallbacksConfig>,
+    upstream: Arc<dyn Upstream>,
+    compat: Compat,
+    clock: Arc<dyn Clock>,
+    client: DeliveryClient,
+    owner: String,
+    slots: Arc<Semaphore>,
+    targets: Mutex<HashMap<String, Arc<Semaphore>>>,
+    pub(crate) wake: Notify,
+}
+
+/// The V1 notification and the status it reports.
+struct Notification {
+    status: String,
+    body: Bytes,
+}
+
+impl Deliverer {
+    pub fn new(
+        store: Arc<dyn Store>,
+        sealer: Arc<Sealer>,
+        cfg: Arc<CallbacksConfig>,
+        upstream: Arc<dyn Upstream>,
+        compat: Compat,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Deliverer, String> {
+        let mut http = HttpConnector::new_with_resolver(Resolver {
+            policy: Arc::new(cfg.policy.clone()),
+        });
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(cfg.attempt_timeout));
+        http.set_nodelay(true);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(crate::upstream::tls_config(None)?)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(cfg.per_target_concurrency)
+            .build(https);
+        Ok(Deliverer {
+            slots: Arc::new(Semaphore::new(cfg.concurrency)),
+            owner: format!("{}-{}", hostname(), ulid::Ulid::new()),
+            store,
+            sealer,
+            cfg,
+            upstream,
+            compat,
+            clock,
+            client,
+            targets: Mutex::new(HashMap::new()),
+            wake: Notify::new(),
+        })
+    }
+
+    /// Claims what is due now and starts an attempt for each; the handles
+    /// resolve when the attempts are recorded (tests await them).
+    pub async fn dispatch(self: &Arc<Self>) -> Vec<JoinHandle<Outcome>> {
+        let free = self.slots.available_permits();
+        if free == 0 {
+            return Vec::new();
+        }
+        let now = self.clock.now_ms();
+        let lease = self.cfg.lease.as_millis() as u64;
+        let claimed = match self.store.claim(now, &self.owner, lease, free).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "callback store: claim failed");
+                return Vec::new();
+            }
+        };
+        let mut handles = Vec::with_capacity(claimed.len());
+        for ev in claimed {
+            let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+                let _ = self.store.release(&ev.id, now).await;
+                continue;
+            };
+            let this = self.clone();
+            handles.push(tokio::spawn(async move {
+                let outcome = this.attempt(ev, slot).await;
+                this.wake.notify_one();
+                outcome
+            }));
+        }
+        handles
+    }
+
+    /// The background loop: dispatch, prune now and then, publish queue
+    /// figures, sleep until the next due event, a new event, or the poll tick.
+    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut last_prune = 0u64;
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            self.dispatch().await;
+            let now = self.clock.now_ms();
+            if now.saturating_sub(last_prune) >= 60_000 {
+                last_prune = now;
+                let cut = now.saturating_sub(self.cfg.keep_delivered.as_millis() as u64);
+                if let Err(e) = self.store.prune(cut).await {
+                    tracing::warn!(error = %e, "callback store: prune failed");
+                }
+            }
+            let mut wait = self.cfg.poll_interval;
+            if let Ok(stats) = self.store.stats().await {
+                metrics::gauge!(m::QUEUE_DEPTH).set(stats.pending as f64);
+                metrics::gauge!(m::DEAD).set(stats.dead as f64);
+                let age = stats.oldest_pending_ms.map_or(0, |t| now.saturating_sub(t));
+                metrics::gauge!(m::OLDEST_PENDING).set(age as f64 / 1000.0);
+                if let Some(due) = stats.next_due_ms {
+                    wait = wait.min(Duration::from_millis(due.saturating_sub(now)));
+                }
+            }
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(wait.max(Duration::from_millis(5))) => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+        }
+    }
+
+    fn target_slot(&self, url: &url::Url) -> Option<OwnedSemaphorePermit> {
+        let key = format!(
+            "{}:{}",
+            url.host_str().unwrap_or_default(),
+            url.port_or_known_default().unwrap_or(0)
+        );
+        let mut targets = self.targets.lock().unwrap_or_else(|e| e.into_inner());
+        // Forget idle targets so the map stays bounded.
+        if targets.len() > 10_000 {
+            let limit = self.cfg.per_target_concurrency;
+            targets.retain(|_, s| s.available_permits() < limit);
+        }
+        let sem = targets
+            .entry(key)
+            .or_insert_with(|| Arc::new(Semaphore::new(self.cfg.per_target_concurrency)))
+            .clone();
+        sem.try_acquire_owned().ok()
+    }
+
+    async fn attempt(&self, ev: Event, _slot: OwnedSemaphorePermit) -> Outcome {
+        let now = self.clock.now_ms();
+        let Some(claims) = self.sealer.open_stored(&ev.token) else {
+            // Only a secret removed from the configuration gets here.
+            metrics::counter!(m::ATTEMPTS, "outcome" => "token").increment(1);
+            return self
+                .dead(
+                    &ev,
+                    ev.attempts,
+                    "the token no longer opens (secret removed?)",
+                    now,
+                )
+                .await;
+        };
+        let url = match url::Url::parse(&claims.url) {
+            Ok(u) => u,
+            Err(_) => {
+                return self
+                    .dead(&ev, ev.attempts, "unusable target URL", now)
+                    .await
+            }
+        };
+        if let Err(why) = self
+            .cfg
+            .policy
+            .check_host(url.host_str().unwrap_or_default())
+        {
+            metrics::counter!(m::ATTEMPTS, "outcome" => "refused").increment(1);
+            return self
+                .fail(&ev, &format!("refused target: {why}"), None, now)
+                .await;
+        }
+        let Some(_target) = self.target_slot(&url) else {
+            let _ = self.store.release(&ev.id, now + 1_000).await;
+            return Outcome::Deferred;
+        };
+        let note = self.notification(&ev, &claims).await;
+        let webhook_id = event_id(&ev.run_slug, &note.status);
+        let request = match self.request(&url, &webhook_id, now, &note.body) {
+            Ok(r) => r,
+            Err(why) => return self.dead(&ev, ev.attempts + 1, &why, now).await,
+        };
+        let sent =
+            tokio::time::timeout(self.cfg.attempt_timeout, self.client.request(request)).await;
+        let now = self.clock.now_ms();
+        match sent {
+            Ok(Ok(resp)) if resp.status().is_success() => {
+                metrics::counter!(m::ATTEMPTS, "outcome" => "delivered").increment(1);
+                if let Err(e) = self.store.delivered(&ev.id, &note.status, now).await {
+                    tracing::warn!(error = %e, "callback store: could not record a delivery (it may be sent again)");
+                }
+                tracing::info!(run = %ev.run_slug, status = %note.status, webhook_id, "callback delivered");
+                Outcome::Delivered {
+                    status: note.status,
+                    webhook_id,
+                }
+            }
+            Ok(Ok(resp)) if resp.status() == StatusCode::GONE => {
+                metrics::counter!(m::ATTEMPTS, "outcome" => "gone").increment(1);
+                self.dead(&ev, ev.attempts + 1, "HTTP 410: the receiver is gone", now)
+                    .await
+            }
+            Ok(Ok(resp)) => {
+                metrics::counter!(m::ATTEMPTS, "outcome" => "http_error").increment(1);
+                let retry_after = resp
+                    .headers()
+                    .get(header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| {
+                        parse_retry_after(v, SystemTime::UNIX_EPOCH + Duration::from_millis(now))
+                    });
+                let why = format!("HTTP {}", resp.status().as_u16());
+                self.fail(&ev, &why, retry_after, now).await
+            }
+            Ok(Err(e)) => {
+                // The guard's reason sits at the bottom of the error chain.
+                let mut why = e.to_string();
+                let mut source = std::error::Error::source(&e);
+                while let Some(s) = source {
+                    why = format!("{why}: {s}");
+                    source = s.source();
+                }
+                let outcome = if why.contains("refused target") {
+                    "refused"
+                } else {
+                    "connect"
+                };
+                metrics::counter!(m::ATTEMPTS, "outcome" => outcome).increment(1);
+                self.fail(&ev, &why, None, now).await
+            }
+            Err(_) => {
+                metrics::counter!(m::ATTEMPTS, "outcome" => "timeout").increment(1);
+                let why = format!("no answer within {:?}", self.cfg.attempt_timeout);
+                self.fail(&ev, &why, None, now).await
+            }
+        }
+    }
+
+    fn request(
+        &self,
+        url: &url::Url,
+        webhook_id: &str,
+        now_ms: u64,
+        body: &Bytes,
+    ) -> Result<Request<Full<Bytes>>, String> {
+        let ts = now_ms / 1000;
+        let mut req = Request::post(url.as_str())
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(
+                header::USER_AGENT,
+                concat!("v1compat/", env!("CARGO_PKG_VERSION")),
+            )
+            .header("webhook-id", webhook_id)
+            .header("webhook-timestamp", ts);
+        if let Some(key) = &self.cfg.signing_key {
+            let sig = sign::signature(key, webhook_id, ts, body);
+            req = req.header(
+                "webhook-signature",
+                HeaderValue::from_str(&sig).map_err(|e| e.to_string())?,
+            );
+        }
+        req.body(Full::new(body.clone()))
+            .map_err(|e| format!("unusable target URL: {e}"))
+    }
+
+    /// The V1 body `{run_slug, status, results, usage}`: from a fresh V2 run
+    /// detail when enrichment is on and the token carries a key, else from
+    /// the callback itself (`usage` is then `"0"`: V2's callback has none).
+    async fn notification(&self, ev: &Event, claims: &Claims) -> Notification {
+        let mut status = ev.status.clone();
+        let mut results = ev.results;
+        let mut usage = "0".to_owned();
+        if self.cfg.enrich {
+            if let Some(key) = claims.key.as_deref().and_then(ApiKey::new) {
+                match self.run_detail(&ev.run_slug, key).await {
+                    Some(detail) => {
+                        let fresh = string_of(detail.get("status")).unwrap_or_default();
+                        // V2's read may lag its own callback; never go back.
+                        if !fresh.is_empty() && rank(&fresh) >= rank(&status) {
+                            status = fresh.to_ascii_lowercase();
+                        }
+                        results = int_of(detail.get("results")).unwrap_or(results);
+                        usage = string_of(detail.get("usage")).unwrap_or(usage);
+                    }
+                    None => metrics::counter!(m::ENRICH_FAILED).increment(1),
+                }
+            }
+        }
+        let body = json!({
+            "run_slug": ev.run_slug,
+            "status": v1_status(Some(&Value::String(status.clone())), &self.compat),
+            "results": results,
+            "usage": usage,
+        });
+        Notification {
+            status,
+            body: Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
+        }
+    }
+
+    async fn run_detail(&self, run: &str, key: ApiKey) -> Option<Value> {
+        let run = Segment::new(run).ok()?;
+        let call = detail_call(&run).with_key(Some(key));
+        let reply = self
+            .upstream
+            .call(call, &ulid::Ulid::new().to_string())
+            .await
+            .ok()?;
+        let env: crate::v2::Envelope = serde_json::from_slice(&reply.body).ok()?;
+        match (reply.status.is_success(), env.code, env.data) {
+            (true, Some(0), Some(data)) if data.is_object() => Some(data),
+            _ => None,
+        }
+    }
+
+    /// Records a failed attempt: retry per schedule, or dead when used up.
+    async fn fail(
+        &self,
+        ev: &Event,
+        why: &str,
+        retry_after: Option<Duration>,
+        now: u64,
+    ) -> Outcome {
+        let made = ev.attempts + 1;
+        match self
+            .cfg
+            .schedule
+            .after_failure(made, retry_after, rand::random::<f64>())
+        {
+            Some(delay) => {
+                let at_ms = now + delay.as_millis() as u64;
+                if let Err(e) = self.store.failed(&ev.id, made, Some(at_ms), why, now).await {
+                    tracing::warn!(error = %e, "callback store: could not record a failed attempt");
+                }
+                tracing::info!(run = %ev.run_slug, attempt = made, why, retry_in_ms = delay.as_millis() as u64, "callback attempt failed");
+                Outcome::Retry {
+                    at_ms,
+                    why: why.to_owned(),
+                }
+            }
+            None => self.dead(ev, made, why, now).await,
+        }
+    }
+
+    async fn dead(&self, ev: &Event, attempts: u32, why: &str, now: u64) -> Outcome {
+        metrics::counter!(m::DEAD_TOTAL).increment(1);
+        if let Err(e) = self.store.failed(&ev.id, attempts, None, why, now).await {
+            tracing::warn!(error = %e, "callback store: could not record a dead event");
+        }
+        tracing::warn!(run = %ev.run_slug, attempts, why, "callback dead; redeliver through the admin API");
+        Outcome::Dead {
+            why: why.to_owned(),
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty() && h.len() <= 64 && h.bytes().all(|b| b.is_ascii_graphic()))
+        .unwrap_or_else(|| "v1compat".into())
+}

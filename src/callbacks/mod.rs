@@ -1,0 +1,237 @@
+//! The callback relay: V1 clients get V1 run notifications although V2 sends
+//! its own callback body.
+//!
+//! ```text
+//! V1 run/task run/rerun ─(callback_url)─▶ ops::runs ─▶ [`Relay::v2_callback_url`]:
+//!     check the client URL, seal it (and the key) into a token,
+//!     V2 gets {public_url}/callbacks/v2/{token}
+//! V2 ─POST─▶ server ─▶ [`Relay::receive`] (receive): open token → store (commit) → 2xx
+//! deliverer (deliver, beside the request path): claim → re-read run detail
+//!     → V1 body {run_slug, status, results, usage} → POST client URL (guard:
+//!     resolved address checked, that address connected to)
+//!     → done | retry later (schedule) | dead (admin redelivery)
+//! ```
+//!
+//! Files: `config` (`[callbacks]`), `token` (sealing), `receive`, `event`
+//! (ids, status order), `store` (trait + memory, redb, PostgreSQL),
+//! `deliver`, `schedule` (retry timing), `guard` (SSRF), `sign` (Standard
+//! Webhooks), `clock`, `admin` (operator endpoints), `metrics`.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::config::Compat;
+use crate::error::GatewayError;
+use crate::upstream::{ApiKey, Upstream};
+
+pub mod admin;
+pub mod clock;
+pub mod config;
+pub mod deliver;
+pub mod event;
+pub mod guard;
+pub mod metrics;
+pub mod receive;
+pub mod schedule;
+pub mod sign;
+pub mod store;
+pub mod token;
+
+pub use config::{CallbacksConfig, CallbacksSection, StoreKind};
+pub use receive::token_of;
+
+use clock::Clock;
+use deliver::Deliverer;
+use store::Store;
+use token::{Claims, Sealer};
+
+/// The relay: token sealing, the receiver and the deliverer over one store.
+pub struct Relay {
+    pub cfg: Arc<CallbacksConfig>,
+    base: String,
+    sealer: Arc<Sealer>,
+    pub store: Arc<dyn Store>,
+    pub deliverer: Arc<Deliverer>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Relay {
+    /// A relay over `store`, or `None` when `[callbacks]` is in passthrough mode.
+    pub fn new(
+        cfg: CallbacksConfig,
+        store: Arc<dyn Store>,
+        upstream: Arc<dyn Upstream>,
+        compat: Compat,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Option<Arc<Relay>>, String> {
+        let Some(base) = cfg.relay.clone() else {
+            return Ok(None);
+        };
+        let cfg = Arc::new(cfg);
+        let sealer = Arc::new(Sealer::new(&cfg.secrets, cfg.token_ttl.as_secs()));
+        let deliverer = Arc::new(Deliverer::new(
+            store.clone(),
+            sealer.clone(),
+            cfg.clone(),
+            upstream,
+            compat,
+            clock.clone(),
+        )?);
+        Ok(Some(Arc::new(Relay {
+            cfg,
+            base,
+            sealer,
+            store,
+            deliverer,
+            clock,
+        })))
+    }
+
+    /// Opens the configured store, builds the relay and starts its deliverer
+    /// (until `stop`); logs and counts the mode either way.
+    pub async fn start(
+        cfg: &CallbacksConfig,
+        upstream: Arc<dyn Upstream>,
+        compat: Compat,
+        stop: watch::Receiver<bool>,
+    ) -> Result<Option<Arc<Relay>>, String> {
+        if cfg.relay.is_none() {
+            tracing::info!("callbacks: passthrough mode, V2 posts its own callback body to V1 clients' callback_url (set callbacks.public_url to relay V1 notifications)");
+            ::metrics::gauge!(metrics::MODE, "mode" => "passthrough").set(1.0);
+            return Ok(None);
+        }
+        let store = open_store(&cfg.store).await?;
+        let relay = Relay::new(
+            cfg.clone(),
+            store,
+            upstream,
+            compat,
+            Arc::new(clock::SystemClock),
+        )?;
+        if let Some(r) = &relay {
+            tracing::info!(public_url = %r.base, store = %config::redacted_store(&cfg.store), enrich = cfg.enrich, "callbacks: relay mode");
+            ::metrics::gauge!(metrics::MODE, "mode" => "relay").set(1.0);
+            tokio::spawn(r.deliverer.clone().run(stop));
+        }
+        Ok(relay)
+    }
+
+    /// The URL V2 gets instead of a V1 client's `callback_url`: the client URL
+    /// is checked (http/https, host, no credentials, bounded) and sealed, with
+    /// the client's key when enrichment may use it.
+    pub fn v2_callback_url(
+        &self,
+        client_url: &str,
+        key: Option<&ApiKey>,
+    ) -> Result<String, GatewayError> {
+        let url = check_client_url(client_url, self.cfg.max_url_bytes)?;
+        let claims = Claims {
+            url,
+            key: key
+                .filter(|_| self.cfg.enrich)
+                .map(|k| k.expose().to_owned()),
+            issued: self.clock.now_ms() / 1000,
+        };
+        let token = self
+            .sealer
+            .seal(&claims)
+            .map_err(|e| GatewayError::Internal(format!("callback token: {e}")))?;
+        Ok(format!("{}{}{token}", self.base, receive::PATH_PREFIX))
+    }
+}
+
+/// The checked client URL, or a 400 naming `callback_url`.
+pub fn check_client_url(raw: &str, max_len: usize) -> Result<String, GatewayError> {
+    let raw = raw.trim();
+    if raw.len() > max_len {
+        return Err(GatewayError::bad(
+            "callback_url",
+            format!("must be at most {max_len} characters"),
+        ));
+    }
+    let url = url::Url::parse(raw)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+        .ok_or_else(|| {
+            GatewayError::bad("callback_url", "must be an absolute http or https URL")
+        })?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(GatewayError::bad(
+            "callback_url",
+            "must not carry credentials",
+        ));
+    }
+    Ok(url.to_string())
+}
+
+/// The request path as logs may show it: a callback token is cut off.
+pub fn loggable_path(path: &str) -> &str {
+    if token_of(path).is_some() {
+        receive::PATH_PREFIX
+    } else {
+        path
+    }
+}
+
+/// Hook for the run operations: the callback URL to send V2 (relay mode:
+/// the sealed gateway URL; passthrough: the client's own).
+pub fn for_v2(
+    relay: Option<&Relay>,
+    key: Option<&ApiKey>,
+    client_url: Option<String>,
+) -> Result<Option<String>, GatewayError> {
+    match (relay, client_url) {
+        (Some(r), Some(url)) => r.v2_callback_url(&url, key).map(Some),
+        (_, url) => Ok(url),
+    }
+}
+
+/// Opens the store `[callbacks] store` names.
+pub async fn open_store(kind: &StoreKind) -> Result<Arc<dyn Store>, String> {
+    Ok(match kind {
+        StoreKind::Memory => Arc::new(store::memory::MemoryStore::default()),
+        StoreKind::Redb(path) => {
+            let path = path.clone();
+            let s = tokio::task::spawn_blocking(move || store::redb::RedbStore::open(&path))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+            Arc::new(s)
+        }
+        StoreKind::Postgres(url) => Arc::new(
+            store::postgres::PostgresStore::connect(url, store::postgres::TABLE)
+                .await
+                .map_err(|e| format!("callbacks.store: {e}"))?,
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_urls_are_checked_and_errors_name_the_field() {
+        assert_eq!(
+            check_client_url(" https://h.example/cb?a=1 ", 100).unwrap(),
+            "https://h.example/cb?a=1"
+        );
+        for bad in [
+            "ftp://h/x",
+            "not a url",
+            "http://",
+            "https://u:p@h.example/",
+            "https://u@h.example/",
+        ] {
+            let e = check_client_url(bad, 100).unwrap_err().render();
+            assert_eq!(e.status.as_u16(), 400, "{bad}");
+            assert!(
+                e.envelope.message.contains("callback_url"),
+                "{bad}: {}",
+                e.envelope.message
+            );
+        }
+        assert!(check_client_url(&format!("https://h.example/{}", "a".repeat(100)), 100).is_err());
+    }
+}

@@ -1,0 +1,308 @@
+//! The default store: one redb file. redb commits with `Durability::Immediate`
+//! (the commit slot is flipped and fsynced before `commit` returns), so an
+//! event acknowledged to V2 survives a crash or `kill -9`. redb locks the file,
+//! so one process owns it; leases left by a process that died are cleared
+//! when the next one opens the file.
+//!
+//! Tables: `events` (id → JSON event) and `runs` (`run\nid` → ()), the index
+//! that finds a run's other statuses for de-duplication and ordering.
+//! The blocking redb calls run on tokio's blocking pool.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ::redb::{Database, ReadableTable, TableDefinition};
+
+use super::*;
+
+const EVENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("events");
+const RUNS: TableDefinition<&str, ()> = TableDefinition::new("runs");
+
+pub struct RedbStore {
+    db: Arc<Database>,
+}
+
+type Tx<'a> = (
+    ::redb::Table<'a, &'static str, &'static [u8]>,
+    ::redb::Table<'a, &'static str, ()>,
+);
+
+fn e(err: impl std::fmt::Display) -> StoreError {
+    StoreError::new(err)
+}
+
+fn decode(bytes: &[u8]) -> StoreResult<Event> {
+    serde_json::from_slice(bytes).map_err(e)
+}
+
+fn put(t: &mut Tx<'_>, ev: &Event) -> StoreResult<()> {
+    let bytes = serde_json::to_vec(ev).map_err(e)?;
+    t.0.insert(ev.id.as_str(), bytes.as_slice()).map_err(e)?;
+    t.1.insert(format!("{}\n{}", ev.run_slug, ev.id).as_str(), ())
+        .map_err(e)?;
+    Ok(())
+}
+
+fn load(t: &Tx<'_>, id: &str) -> StoreResult<Option<Event>> {
+    match t.0.get(id).map_err(e)? {
+        Some(v) => decode(v.value()).map(Some),
+        None => Ok(None),
+    }
+}
+
+fn run_events(t: &Tx<'_>, run: &str) -> StoreResult<Vec<Event>> {
+    let from = format!("{run}\n");
+    let to = format!("{run}\u{b}");
+    let mut ids: Vec<String> = Vec::new();
+    for item in t.1.range(from.as_str()..to.as_str()).map_err(e)? {
+        let (k, _) = item.map_err(e)?;
+        if let Some((_, id)) = k.value().split_once('\n') {
+            ids.push(id.to_owned());
+        }
+    }
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(ev) = load(t, &id)? {
+            out.push(ev);
+        }
+    }
+    Ok(out)
+}
+
+fn all_events(t: &Tx<'_>) -> StoreResult<Vec<Event>> {
+    let mut out = Vec::new();
+    for item in t.0.iter().map_err(e)? {
+        let (_, v) = item.map_err(e)?;
+        out.push(decode(v.value())?);
+    }
+    Ok(out)
+}
+
+impl RedbStore {
+    /// Opens (or creates) the file and clears leases a dead process left.
+    pub fn open(path: &Path) -> StoreResult<RedbStore> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|err| e(format!("{}: {err}", dir.display())))?;
+        }
+        let db = Database::create(path).map_err(|err| e(format!("{}: {err}", path.display())))?;
+        let store = RedbStore { db: Arc::new(db) };
+        store.write_now(|t| {
+            for mut ev in all_events(t)? {
+                if ev.lease_until_ms != 0 {
+                    ev.lease_until_ms = 0;
+                    ev.lease_owner.clear();
+                    put(t, &ev)?;
+                }
+            }
+            Ok(())
+        })?;
+        Ok(store)
+    }
+
+    fn write_now<T>(&self, f: impl FnOnce(&mut Tx<'_>) -> StoreResult<T>) -> StoreResult<T> {
+        let tx = self.db.begin_write().map_err(e)?;
+        let out = {
+            let mut t = (
+                tx.open_table(EVENTS).map_err(e)?,
+                tx.open_table(RUNS).map_err(e)?,
+            );
+            f(&mut t)?
+        };
+        tx.commit().map_err(e)?;
+        Ok(out)
+    }
+
+    /// Runs `f` in one write transaction on the blocking pool.
+    fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Tx<'_>) -> StoreResult<T> + Send + 'static,
+    ) -> StoreFuture<'_, T> {
+        let db = self.db.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || RedbStore { db }.write_now(f))
+                .await
+                .map_err(e)?
+        })
+    }
+}
+
+impl Store for RedbStore {
+    fn insert(&self, event: Event) -> StoreFuture<'_, Inserted> {
+        self.write(move |t| {
+            let now = event.received_ms;
+            let plan = plan_insert(event.clone(), &run_events(t, &event.run_slug)?, now);
+            for w in &plan.writes {
+                put(t, w)?;
+            }
+            Ok(plan.outcome)
+        })
+    }
+
+    fn claim(
+        &self,
+        now_ms: u64,
+        owner: &str,
+        lease_ms: u64,
+        limit: usize,
+    ) -> StoreFuture<'_, Vec<Event>> {
+        let owner = owner.to_owned();
+        self.write(move |t| {
+            let mut due: Vec<Event> = all_events(t)?
+                .into_iter()
+                .filter(|e| claimable(e, now_ms))
+                .collect();
+            due.sort_by_key(|e| e.next_ms);
+            due.truncate(limit);
+            for ev in &mut due {
+                ev.lease_until_ms = now_ms + lease_ms;
+                ev.lease_owner = owner.clone();
+                put(t, ev)?;
+            }
+            Ok(due)
+        })
+    }
+
+    fn delivered(&self, id: &str, as_status: &str, now_ms: u64) -> StoreFuture<'_, ()> {
+        let (id, as_status) = (id.to_owned(), as_status.to_owned());
+        self.write(move |t| {
+            let Some(ev) = load(t, &id)? else {
+                return Ok(());
+            };
+            for w in plan_delivered(&id, &as_status, &run_events(t, &ev.run_slug)?, now_ms) {
+                put(t, &w)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn failed(
+        &self,
+        id: &str,
+        attempts: u32,
+        next_ms: Option<u64>,
+        error: &str,
+        now_ms: u64,
+    ) -> StoreFuture<'_, ()> {
+        let (id, error) = (id.to_owned(), error.to_owned());
+        self.write(move |t| {
+            if let Some(mut ev) = load(t, &id)? {
+                apply_failed(&mut ev, attempts, next_ms, &error, now_ms);
+                put(t, &ev)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn release(&self, id: &str, next_ms: u64) -> StoreFuture<'_, ()> {
+        let id = id.to_owned();
+        self.write(move |t| {
+            if let Some(mut ev) = load(t, &id)?.filter(|e| e.state == State::Pending) {
+                ev.lease_until_ms = 0;
+                ev.lease_owner.clear();
+                ev.next_ms = next_ms;
+                put(t, &ev)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn get(&self, id: &str) -> StoreFuture<'_, Option<Event>> {
+        let id = id.to_owned();
+        self.write(move |t| load(t, &id))
+    }
+
+    fn list(&self, state: State, since_ms: u64, limit: usize) -> StoreFuture<'_, Vec<Event>> {
+        self.write(move |t| {
+            let mut out: Vec<Event> = all_events(t)?
+                .into_iter()
+                .filter(|e| e.state == state && e.received_ms >= since_ms)
+                .collect();
+            out.sort_by_key(|e| e.received_ms);
+            out.truncate(limit);
+            Ok(out)
+        })
+    }
+
+    fn redeliver(&self, id: &str, now_ms: u64) -> StoreFuture<'_, bool> {
+        let id = id.to_owned();
+        self.write(move |t| match load(t, &id)? {
+            Some(mut ev) if ev.state != State::Pending => {
+                apply_redeliver(&mut ev, now_ms);
+                put(t, &ev)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        })
+    }
+
+    fn redeliver_dead_since(
+        &self,
+        since_ms: u64,
+        now_ms: u64,
+        limit: usize,
+    ) -> StoreFuture<'_, u64> {
+        self.write(move |t| {
+            let mut n = 0;
+            for mut ev in all_events(t)? {
+                if n as usize >= limit {
+                    break;
+                }
+                if ev.state == State::Dead && ev.received_ms >= since_ms {
+                    apply_redeliver(&mut ev, now_ms);
+                    put(t, &ev)?;
+                    n += 1;
+                }
+            }
+            Ok(n)
+        })
+    }
+
+    fn stats(&self) -> StoreFuture<'_, Stats> {
+        self.write(|t| Ok(stats_of(all_events(t)?.iter())))
+    }
+
+    fn prune(&self, before_ms: u64) -> StoreFuture<'_, u64> {
+        self.write(move |t| {
+            let mut n = 0;
+            for ev in all_events(t)? {
+                if ev.state == State::Done && ev.finished_ms < before_ms {
+                    t.0.remove(ev.id.as_str()).map_err(e)?;
+                    t.1.remove(format!("{}\n{}", ev.run_slug, ev.id).as_str())
+                        .map_err(e)?;
+                    n += 1;
+                }
+            }
+            Ok(n)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn passes_the_store_suite() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(&dir.path().join("cb.redb")).unwrap();
+        suite::run_all(&store).await;
+    }
+
+    #[tokio::test]
+    async fn events_and_their_schedule_survive_reopening_and_leases_are_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/cb.redb");
+        {
+            let store = RedbStore::open(&path).unwrap();
+            store
+                .insert(Event::new("R", "succeeded", "tok", 2, 10, 0))
+                .await
+                .unwrap();
+            assert_eq!(store.claim(10, "gone", 60_000, 5).await.unwrap().len(), 1);
+        }
+        let store = RedbStore::open(&path).unwrap();
+        let again = store.claim(11, "new", 60_000, 5).await.unwrap();
+        assert_eq!(again.len(), 1, "the dead owner's lease was cleared");
+        assert_eq!(again[0].token, "tok");
+    }
+}
