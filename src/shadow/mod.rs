@@ -292,7 +292,8 @@ impl Mirror {
                     match pipeline::dispatch(&self.gateway, v1, timeout).await {
                         Err(GatewayError::Deadline(_)) => Err(UpstreamFailure::Timeout(timeout)),
                         result => {
-                            let (status, body) = pipeline::render(result);
+                            let (status, body) =
+                                pipeline::render(result, &self.gateway.config.compat.dialect);
                             Ok((status, body, started.elapsed()))
                         }
                     }
@@ -324,11 +325,11 @@ impl Mirror {
         let op = copy.op;
         match (legacy.status, translated.status) {
             (Some(ls), Some(ts)) => {
-                let l = diff::Answer {
+                let l = diff::Reply {
                     status: ls,
                     body: &legacy.body,
                 };
-                let t = diff::Answer {
+                let t = diff::Reply {
                     status: ts,
                     body: &translated.body,
                 };
@@ -336,7 +337,7 @@ impl Mirror {
                 // Per request, a field that also differs between the two
                 // legacy answers is noise; the report applies the thresholds.
                 let noise: HashSet<String> = match baseline.as_ref().and_then(|b| {
-                    b.status.map(|s| diff::Answer {
+                    b.status.map(|s| diff::Reply {
                         status: s,
                         body: &b.body,
                     })

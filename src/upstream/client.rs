@@ -28,7 +28,6 @@ use super::proxy::{ProxyConnector, ProxyEnv};
 use super::retry::{
     parse_retry_after, plan_wait, retry_reason, GiveUp, RetryBudget, RetrySettings,
 };
-use super::route_label::route_label;
 use super::{ApiKey, RetryPolicy, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply};
 
 use crate::telemetry::{
@@ -341,7 +340,7 @@ struct Prepared {
 }
 
 /// One attempt's answer, before the retry decision.
-struct Answer {
+struct AttemptReply {
     status: StatusCode,
     retry_after: Option<Duration>,
     body: Bytes,
@@ -382,7 +381,7 @@ impl Inner {
             timeout: call
                 .attempt_timeout
                 .unwrap_or(self.settings.attempt_timeout),
-            route: route_label(call.path.path()),
+            route: call.path.route().to_owned(),
         };
         let route = &prepared.route;
         let retry = &self.settings.retry;
@@ -452,7 +451,11 @@ impl Inner {
     }
 
     /// One request and its whole body under one deadline.
-    async fn attempt(&self, prepared: &Prepared, attempt: u32) -> Result<Answer, UpstreamFailure> {
+    async fn attempt(
+        &self,
+        prepared: &Prepared,
+        attempt: u32,
+    ) -> Result<AttemptReply, UpstreamFailure> {
         let Prepared {
             method,
             uri,
@@ -491,7 +494,7 @@ impl Inner {
                 .get(RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| parse_retry_after(v, SystemTime::now()));
-            Ok(Answer {
+            Ok(AttemptReply {
                 status: parts.status,
                 retry_after,
                 body,
@@ -538,7 +541,7 @@ impl Inner {
 }
 
 fn finish(
-    outcome: Result<Answer, UpstreamFailure>,
+    outcome: Result<AttemptReply, UpstreamFailure>,
     attempts: u32,
 ) -> Result<V2Reply, UpstreamFailure> {
     outcome.map(|answer| V2Reply {

@@ -494,14 +494,19 @@ async fn a_used_up_schedule_leaves_the_event_dead_until_redelivered() {
     hook.script
         .lock()
         .unwrap()
-        .extend([(500, None), (502, None)]);
+        .extend([(302, None), (502, None)]);
     let url = relay
         .v2_callback_url(&format!("{}/cb", hook.base), None)
         .unwrap();
     let body = json!({"run_id": "RUN3", "run_status": "succeeded"});
     assert_eq!(v2_posts(&relay, &url, body).await, 200);
-    assert!(
-        matches!(dispatch(&relay).await[..], [Outcome::Retry { at_ms, .. }] if at_ms == T0 + 60_000)
+    // A redirect is a failure, not followed.
+    assert_eq!(
+        dispatch(&relay).await,
+        [Outcome::Retry {
+            at_ms: T0 + 60_000,
+            why: "HTTP 302".into()
+        }]
     );
     clock.set(T0 + 60_000);
     assert!(matches!(dispatch(&relay).await[..], [Outcome::Dead { .. }]));
