@@ -180,6 +180,9 @@ impl Addresses {
   native V1 service (legacy)    http://{v1}
   demo API key                  {key}
 
+Callbacks are relayed: a callback_url (on 127.0.0.1) given to scraper run, task run or
+rerun receives V1's {{run_slug, status, results, usage}}; pending ones: http://{admin}/callbacks/events
+
 Try:
   curl -s 'http://{gateway}/api/store?search=maps&limit=3'
   curl -s -X POST http://{gateway}/api/v1/scraper/run -H 'api-key: {key}' -H 'content-type: application/json' \\
