@@ -18,6 +18,8 @@ const V1_STATUSES: &[&str] = &["200", "400", "401", "404", "429", "500"];
 const ERROR_KINDS: &[(Origin, &str)] = &[
     (Origin::Client, "invalid_request"),
     (Origin::Client, "unauthorized"),
+    // A missing key, under the dialect that answers it with 400.
+    (Origin::Client, "missing_key"),
     (Origin::Client, "not_found"),
     (Origin::Client, "rate_limited"),
     (Origin::Client, "refused"),
@@ -119,6 +121,7 @@ mod tests {
         let mut all = vec![
             GatewayError::BadRequest("x".into()),
             GatewayError::Unauthorized("x".into()),
+            GatewayError::MissingKey("x".into()),
             GatewayError::NotFound(Subject::Run),
             GatewayError::Overloaded,
             GatewayError::Garbled("x".into()),
@@ -135,6 +138,7 @@ mod tests {
                     message: String::new(),
                     v2_request_id: None,
                     retry_after: None,
+                    details: Vec::new(),
                 });
             }
         }
@@ -144,6 +148,7 @@ mod tests {
             match e {
                 GatewayError::BadRequest(_)
                 | GatewayError::Unauthorized(_)
+                | GatewayError::MissingKey(_)
                 | GatewayError::NotFound(_)
                 | GatewayError::UnknownRoute
                 | GatewayError::Overloaded
