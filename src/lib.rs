@@ -4,15 +4,17 @@
 //! The request path, one way through:
 //!
 //! ```text
-//! V1 client ─▶ server    HTTP in: listeners, tower stack (request id,
-//!                        sensitive headers, trace, catch-panic), body read
+//! V1 client ─▶ conn      accept loop, connection cap, HTTP/1+2 settings,
+//!                        head/body deadlines, drain on shutdown
+//!           ─▶ server    HTTP in: tower stack (request id, sensitive headers,
+//!                        trace, catch-panic), body read off the socket
 //!           ─▶ pipeline  one raw V1 request → one V1 answer:
 //!              admit       route (unknown → V1 404), in-flight slot (held by
 //!                          a drop guard), key header, Content-Type, body size
-//!              translate   per-operation deadline ─▶ ops
+//!              translate   per-operation deadline ─▶ ops::handle
 //!              finish      envelope + diagnostic headers, request metrics
 //!           ─▶ ops       decode V1 input → pure mapping → V2 call(s) through
-//!                        Upstream → pure mapping back → V1 `data`
+//!                        Exchange → Upstream → pure mapping back → V1 `data`
 //!           ─▶ error     every failure → one V1 envelope (the only place)
 //! V1 client ◀─ server    HTTP out
 //! ```
@@ -27,15 +29,16 @@
 //! golden tests call [`pipeline::Pipeline::answer`] in-process, so they see
 //! exactly what a live client sees.
 //!
-//! Modules: [`config`] (TOML + env → validated config), [`server`],
-//! [`pipeline`], [`route`], [`ops`] (one module per operation family),
-//! [`paging`] (V1 page windows → V2 page plans), [`upstream`] (the V2
-//! client), [`v1`]/[`v2`] (wire types), [`error`], [`telemetry`] (logs,
-//! metric names), [`sandbox`] (an embedded V2 reference service with a native
-//! V1 surface, for demos and tests), [`shadow`] (the migration shadow tester:
-//! live mirror, diff engine, capture, replay, report — beside the request
-//! path, never on it), [`differences`] (every V1↔V2 difference, once, as
-//! data: feeds shadow defaults, the differential test and `COMPATIBILITY.md`).
+//! Modules, in request order: [`conn`], [`server`], [`pipeline`], [`route`],
+//! [`ops`] (one module per operation family), [`paging`] (V1 page windows →
+//! V2 page plans), [`upstream`] (the V2 client), [`v1`]/[`v2`] (wire types),
+//! [`error`]. Beside them: [`config`] (TOML + env → validated config),
+//! [`telemetry`] (logs, metric names), [`differences`] (every V1↔V2
+//! difference, once, as data: feeds shadow defaults, the differential test
+//! and `COMPATIBILITY.md`), [`shadow`] (the migration shadow tester: live
+//! mirror, diff engine, capture, replay, report), [`sandbox`] (an embedded V2
+//! reference service with a native V1 surface) and the commands' helpers
+//! [`demo`] (`v1compat sandbox`), [`bind`], [`probe`].
 
 use std::sync::Arc;
 

@@ -14,12 +14,13 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'~');
 
-/// Query values additionally keep `,` readable is NOT done: V2 documents
-/// `filter_keys` as a URL-encoded comma-separated string, so `,` → `%2C`.
+/// Query values are encoded with the same set, commas included: V2 documents
+/// `filter_keys` as a URL-encoded comma-separated string, so `,` goes as `%2C`.
 const QUERY: &AsciiSet = SEGMENT;
 
 /// A V2 path with its query, assembled from fixed literals and checked
-/// identifiers only. There is no constructor from a raw string.
+/// identifiers only, and its metrics route label. There is no constructor
+/// from a raw string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct V2Path {
     path: String,

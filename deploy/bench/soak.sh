@@ -3,7 +3,8 @@
 # requests plus a share of slow and disconnecting clients, for 30 minutes by
 # default, reporting errors, RSS and open file descriptors over time.
 #
-#   deploy/bench/soak.sh [--duration SECONDS] [--rate REQ_PER_S] [--out FILE] [--no-build]
+#   deploy/bench/soak.sh [--duration SECONDS] [--rate REQ_PER_S] [--out FILE]
+#                        [--no-build] [--bin PATH]
 #
 # Passes (exit 0) when no well-behaved request failed and the gateway's RSS
 # grew by less than 5% from the end of warm-up to the end. Loopback only; the
@@ -17,14 +18,16 @@ DURATION=1800
 RATE=40
 OUT=""
 BUILD=1
+BIN="$ROOT/target/release/v1compat"
 
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 64; }
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 64; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) DURATION="$2"; shift 2 ;;
     --rate) RATE="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --no-build) BUILD=0; shift ;;
+    --bin) BIN="$2"; BUILD=0; shift 2 ;;
     -h|--help) usage ;;
     *) echo "unknown argument: $1" >&2; usage ;;
   esac
@@ -35,7 +38,6 @@ command -v python3 >/dev/null || { echo "python3 is needed" >&2; exit 1; }
 
 log() { printf '[soak %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
-BIN="$ROOT/target/release/v1compat"
 if [ "$BUILD" = 1 ]; then
   log "building the release binary"
   (cd "$ROOT" && cargo build --release --quiet)
@@ -50,6 +52,8 @@ cleanup() {
     for _ in $(seq 1 100); do kill -0 "$GW_PID" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$GW_PID" 2>/dev/null || true
   fi
+  # The gateway's own log goes next to the report, for errors to be traced.
+  [ -n "$OUT" ] && [ -f "$WORK/gateway.log" ] && cp "$WORK/gateway.log" "$OUT.gateway.log"
   rm -rf "$WORK"
 }
 trap cleanup EXIT

@@ -128,3 +128,38 @@ impl Activity {
         self.changed.notified().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn idle_waits_for_the_last_request_to_end() {
+        let a = Activity::new();
+        let busy = a.begin();
+        let idle = Duration::from_millis(40);
+        // Busy: never idle, however long.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(120), a.idle_for(idle))
+                .await
+                .is_err()
+        );
+        drop(busy);
+        let started = Instant::now();
+        a.idle_for(idle).await;
+        assert!(started.elapsed() >= idle);
+    }
+
+    #[test]
+    fn clean_means_every_byte_read_belonged_to_a_finished_request() {
+        let a = Activity::new();
+        assert!(a.is_clean());
+        a.add_read(10);
+        assert!(!a.is_clean(), "bytes read, no request yet");
+        let busy = a.begin();
+        assert!(!a.is_clean());
+        drop(busy);
+        assert!(a.is_clean());
+        assert_eq!(a.active(), 0);
+    }
+}

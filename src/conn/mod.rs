@@ -344,3 +344,24 @@ pub fn http1_bytes(resp: Response<Full<Bytes>>) -> Bytes {
     out.extend_from_slice(&body);
     Bytes::from(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_answers_are_complete_http1_with_close() {
+        let mut resp = Response::new(Full::new(Bytes::from_static(b"{\"code\":4290}")));
+        *resp.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+        resp.headers_mut()
+            .insert("content-type", "application/json".parse().unwrap());
+        let text = String::from_utf8(http1_bytes(resp).to_vec()).unwrap();
+        assert!(
+            text.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),
+            "{text}"
+        );
+        assert!(text.contains("\r\ncontent-type: application/json\r\n"));
+        assert!(text.contains("\r\ncontent-length: 13\r\nconnection: close\r\n\r\n"));
+        assert!(text.ends_with("\r\n\r\n{\"code\":4290}"));
+    }
+}

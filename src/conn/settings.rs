@@ -96,3 +96,35 @@ pub fn validate(s: &ConnectionSection, problems: &mut Vec<String>) -> ConnSettin
         discard_timeout: Duration::from_millis(s.discard_timeout_ms),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_deadlines_and_caps_are_named() {
+        let s = ConnectionSection {
+            max_connections: 0,
+            body_read_timeout_ms: 0,
+            http2_max_concurrent_streams: 0,
+            ..ConnectionSection::default()
+        };
+        let mut problems = Vec::new();
+        validate(&s, &mut problems);
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        for key in [
+            "connections.max_connections",
+            "connections.body_read_timeout_ms",
+            "connections.http2_max_concurrent_streams",
+        ] {
+            assert!(
+                problems.iter().any(|p| p.starts_with(key)),
+                "{key}: {problems:?}"
+            );
+        }
+        let mut none = Vec::new();
+        let d = validate(&ConnectionSection::default(), &mut none);
+        assert!(none.is_empty());
+        assert_eq!(d.header_read_timeout, Duration::from_secs(30));
+    }
+}
