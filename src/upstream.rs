@@ -13,10 +13,12 @@ use http::{Method, StatusCode};
 use crate::v2::V2Path;
 
 mod client;
+mod proxy;
 mod retry;
 mod route_label;
 pub(crate) use client::{pooled_client, tls_config, HyperClient};
 pub use client::{AuthStyle, HttpUpstream, UpstreamSettings};
+pub use proxy::ProxyEnv;
 pub use retry::RetrySettings;
 pub use route_label::V2_ROUTES;
 

@@ -36,14 +36,15 @@ pub mod worker_ids;
 pub struct Gateway {
     pub upstream: Arc<dyn Upstream>,
     pub config: Arc<Config>,
-    pub worker_ids: worker_ids::WorkerIds,
+    /// Shared so a reload that leaves `[workers]` alone keeps the cache.
+    pub worker_ids: Arc<worker_ids::WorkerIds>,
     /// The callback relay, when `[callbacks]` is in relay mode.
     pub callbacks: Option<Arc<crate::callbacks::Relay>>,
 }
 
 impl Gateway {
     pub fn new(upstream: Arc<dyn Upstream>, config: Arc<Config>) -> Gateway {
-        let worker_ids = worker_ids::WorkerIds::new(&config.workers);
+        let worker_ids = Arc::new(worker_ids::WorkerIds::new(&config.workers));
         Gateway {
             upstream,
             config,
