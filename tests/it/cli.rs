@@ -1,6 +1,7 @@
 //! The built `v1compat` binary: `check-config` and `serve` refuse an
 //! invalid configuration with exit code 64, listing every problem, before
-//! anything is bound.
+//! anything is bound; `serve` answers and reloads; a real SIGTERM during a
+//! burst of requests loses none of them and exits 0.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Output, Stdio};
@@ -411,4 +412,172 @@ async fn sandbox_banner_commands_work_as_printed() {
         .status();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
+}
+
+/// Sends SIGKILL to the process if a test fails before it has exited.
+struct KillOnDrop(String);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-KILL", &self.0]).status();
+    }
+}
+
+/// A real SIGTERM to `v1compat sandbox` during a burst of 40 clients, half
+/// keep-alive and half `Connection: close`: every request a client wrote is
+/// answered with a complete V1 answer (no reset, no empty close) and the
+/// process exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_burst_loses_no_request() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    use tokio::io::AsyncWriteExt;
+
+    use crate::reliability::read_answer;
+
+    let bound = Duration::from_secs(20);
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_v1compat"))
+        .arg("sandbox")
+        .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args(["--upstream-listen", "127.0.0.1:0"])
+        .args(["--legacy-listen", "127.0.0.1:0"])
+        .env_clear()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let (stdout, stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    // Waited for on a thread; killed below if it outlives the bound.
+    let exited = tokio::task::spawn_blocking(move || child.wait().unwrap());
+    let kill_on_panic = KillOnDrop(pid.clone());
+    // The banner's gateway line carries the chosen address; the rest of
+    // stdout and the whole log are drained on threads so the process never
+    // blocks on a full pipe.
+    let (tx, rx) = tokio::sync::oneshot::channel::<String>();
+    let out_reader = std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap_or_default();
+            if let Some(url) = line.trim().strip_prefix("gateway (V1 API, translated)") {
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(url.trim().trim_start_matches("http://").to_owned());
+                }
+            }
+        }
+    });
+    let log_reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines() {
+            all.push_str(&line.unwrap_or_default());
+            all.push('\n');
+        }
+        all
+    });
+    let addr: std::net::SocketAddr = tokio::time::timeout(bound, rx)
+        .await
+        .expect("the sandbox printed its banner in time")
+        .expect("the sandbox exited before its banner")
+        .parse()
+        .unwrap();
+
+    /// Answers before the signal is sent.
+    const GOING: usize = 120;
+    const REQUEST: &str = "GET /api/store?search=maps&limit=3 HTTP/1.1\r\nhost: t\r\n";
+    let sent = Arc::new(AtomicUsize::new(0));
+    let answered = Arc::new(AtomicUsize::new(0));
+    let going = Arc::new(tokio::sync::Notify::new());
+    let lost = Arc::new(AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    for i in 0..40 {
+        let (sent, answered, lost) = (sent.clone(), answered.clone(), lost.clone());
+        let going = going.clone();
+        let keep_alive = i % 2 == 0;
+        let request = format!(
+            "{REQUEST}{}\r\n",
+            if keep_alive {
+                ""
+            } else {
+                "connection: close\r\n"
+            }
+        );
+        clients.push(tokio::spawn(async move {
+            let mut conn: Option<tokio::net::TcpStream> = None;
+            // Until the listener refuses (after SIGTERM), bounded in time.
+            while started.elapsed() < Duration::from_secs(12) {
+                let mut s = match conn.take() {
+                    Some(s) => s,
+                    // Refused once the listener is gone: nothing was sent.
+                    None => match tokio::net::TcpStream::connect(addr).await {
+                        Ok(s) => s,
+                        Err(_) => return,
+                    },
+                };
+                if s.write_all(request.as_bytes()).await.is_err() {
+                    // Written into a closed connection: lost.
+                    lost.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+                sent.fetch_add(1, Ordering::SeqCst);
+                let answer = tokio::time::timeout(Duration::from_secs(10), read_answer(&mut s))
+                    .await
+                    .ok()
+                    .flatten();
+                match answer {
+                    // A complete V1 answer: 200, or any status with an envelope.
+                    Some(a)
+                        if a.status == 200
+                            || serde_json::from_slice::<Value>(&a.body)
+                                .is_ok_and(|v| v.get("code").is_some()) =>
+                    {
+                        if answered.fetch_add(1, Ordering::SeqCst) + 1 == GOING {
+                            going.notify_one();
+                        }
+                        if keep_alive && !a.closes() {
+                            conn = Some(s);
+                        }
+                    }
+                    _ => {
+                        lost.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                }
+            }
+        }));
+    }
+    // Once the burst is going, a real SIGTERM.
+    tokio::time::timeout(bound, going.notified())
+        .await
+        .expect("the burst got going");
+    let at_signal = answered.load(Ordering::SeqCst);
+    let term = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(term.success());
+    let status = tokio::time::timeout(bound, exited)
+        .await
+        .expect("exited within the bound after SIGTERM")
+        .unwrap();
+    std::mem::forget(kill_on_panic);
+    for c in clients {
+        tokio::time::timeout(bound, c).await.unwrap().unwrap();
+    }
+    out_reader.join().unwrap();
+    let log = log_reader.join().unwrap();
+    let (sent, answered, lost) = (
+        sent.load(Ordering::SeqCst),
+        answered.load(Ordering::SeqCst),
+        lost.load(Ordering::SeqCst),
+    );
+    println!(
+        "{sent} sent, {answered} answered ({at_signal} before SIGTERM), {lost} lost, {:?}",
+        started.elapsed()
+    );
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert_eq!(lost, 0, "{lost} of {sent} requests lost\n{log}");
+    assert_eq!(sent, answered);
+    assert!(
+        answered > at_signal,
+        "the burst was still running at SIGTERM"
+    );
 }

@@ -2,7 +2,8 @@
 //! on 127.0.0.1:0 with short deadlines: slow heads, slow bodies and idle
 //! connections are closed on their deadlines while others are served; the
 //! connection cap refuses cleanly; V2 shortcut words are never run ids; an
-//! oversized body's envelope reaches a client that writes all of it; a
+//! oversized body's envelope reaches a client that writes all of it (a raw
+//! socket, Python's `http.client` and curl); a
 //! shutdown during a burst loses no request; protocol-level refusals; the
 //! in-flight gauge returns to zero. Every test is bounded in time.
 
@@ -74,19 +75,19 @@ fn detail_request(close: bool) -> Vec<u8> {
 
 /// One HTTP/1.1 answer read off a raw socket.
 #[derive(Debug)]
-struct Answer {
-    status: u16,
-    head: String,
-    body: Bytes,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) head: String,
+    pub(crate) body: Bytes,
 }
 
 impl Answer {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|_| panic!("not JSON: {:?}", String::from_utf8_lossy(&self.body)))
     }
 
-    fn closes(&self) -> bool {
+    pub(crate) fn closes(&self) -> bool {
         self.head
             .to_ascii_lowercase()
             .contains("\r\nconnection: close")
@@ -95,7 +96,7 @@ impl Answer {
 
 /// Reads one answer (with a `content-length`) from `stream`, leaving any
 /// bytes after it unread. `None` if the connection ended first.
-async fn read_answer(stream: &mut TcpStream) -> Option<Answer> {
+pub(crate) async fn read_answer(stream: &mut TcpStream) -> Option<Answer> {
     let mut buf = Vec::new();
     let mut byte = [0u8; 1];
     while !buf.ends_with(b"\r\n\r\n") {
@@ -346,6 +347,97 @@ async fn a_12_mib_body_is_answered_with_the_envelope() {
     let a = read_answer(&mut s).await.expect("the refusal");
     assert_eq!((a.status, a.json()["code"].clone()), (400, json!(4000)));
     assert_eq!(v2.calls.load(Ordering::SeqCst), 1);
+}
+
+/// Python's `http.client` sends the head and the whole body in one
+/// `sendall` before it reads; it must get the envelope, not a broken pipe.
+const PYTHON_12_MIB: &str = r#"
+import http.client, sys
+port, key = int(sys.argv[1]), sys.argv[2]
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+c.request("POST", "/api/v1/run/detail", body=b" " * (12 << 20),
+          headers={"api-key": key, "content-type": "application/json"})
+r = c.getresponse()
+sys.stdout.write("%d\n%s" % (r.status, r.read().decode()))
+"#;
+
+/// Runs `cmd` off the runtime (it blocks), asserts it succeeded (a broken
+/// pipe or a reset fails it) and returns its stdout; the clients carry their
+/// own 10 s limits.
+async fn run_client(mut cmd: std::process::Command) -> String {
+    let out = tokio::time::timeout(
+        BOUND + Duration::from_secs(5),
+        tokio::task::spawn_blocking(move || cmd.output().expect("client starts")),
+    )
+    .await
+    .expect("the client finished in time")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}\n{stdout}", out.status);
+    stdout
+}
+
+fn assert_too_large(who: &str, status: &str, body: &str) {
+    assert_eq!(status, "400", "{who}: {body}");
+    let v: Value = serde_json::from_str(body)
+        .unwrap_or_else(|_| panic!("{who}: not a JSON envelope: {body:?}"));
+    assert_eq!(v["code"], 4000, "{who}: {v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("body is larger than 1048576 bytes"),
+        "{who}: {v}"
+    );
+}
+
+/// Real clients that write a whole 12 MiB body before reading get the
+/// 400/4000 envelope, three times each: Python's `http.client`, and curl
+/// (when installed) both with its default `Expect: 100-continue` and with
+/// it turned off so it streams the body unasked.
+#[tokio::test]
+async fn a_12_mib_body_from_python_and_curl_gets_the_envelope() {
+    let (gw, v2) = gateway(Duration::ZERO, "").await;
+    let port = gw.addr.port().to_string();
+    for _ in 0..3 {
+        let mut cmd = std::process::Command::new("python3");
+        cmd.args(["-c", PYTHON_12_MIB, &port, KEY]);
+        let out = run_client(cmd).await;
+        let (status, body) = out.split_once('\n').unwrap_or((&out, ""));
+        assert_too_large("python http.client", status, body);
+    }
+
+    let curl_present = std::process::Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !curl_present {
+        println!("curl is not installed: skipping the curl half");
+    } else {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut file, &vec![b' '; 12 << 20]).unwrap();
+        let data = format!("@{}", file.path().display());
+        let url = format!("http://{}/api/v1/run/detail", gw.addr);
+        for expect in ["", "Expect:"] {
+            for _ in 0..3 {
+                let mut cmd = std::process::Command::new("curl");
+                cmd.args(["-sS", "--max-time", "10", "-X", "POST"])
+                    .args(["-H", &format!("api-key: {KEY}")])
+                    .args(["-H", "content-type: application/json"])
+                    .args(["--data-binary", &data, "-w", "\n%{http_code}"])
+                    .args(["-o", "-", &url]);
+                if !expect.is_empty() {
+                    cmd.args(["-H", expect]);
+                }
+                // The body, then the status on a line of its own.
+                let out = run_client(cmd).await;
+                let (body, status) = out.rsplit_once('\n').unwrap_or(("", &out));
+                assert_too_large(&format!("curl {expect:?}"), status, body);
+            }
+        }
+    }
+    assert_eq!(v2.calls.load(Ordering::SeqCst), 0, "nothing reached V2");
 }
 
 /// A declared length over the limit is refused from the head alone: no
