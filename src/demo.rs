@@ -80,19 +80,22 @@ pub async fn run(
         bind(opts.listen, "--listen").await?,
         bind(opts.admin_listen, "--admin-listen").await?,
     );
-    let sandbox = Sandbox::start(cfg, v2, v1)
-        .await
-        .map_err(|e| e.to_string())?;
 
     // The gateway: defaults and V1COMPAT_* variables, pointed at the sandbox,
     // with the demo key as service key so the public V1 operations work keyless.
     let text = format!(
         "[upstream]\nbase_url = \"http://{}\"\nservice_key = \"{}\"\n[log]\nformat = \"text\"\n{}",
-        sandbox.v2_addr(),
-        sandbox.api_key(),
+        local(&v2)?,
+        cfg.api_key,
         relay_section(local(&public)?),
     );
     let gateway_cfg = config::load(&text, std::env::vars()).map_err(|e| e.to_string())?;
+    // The native V1 surface speaks the gateway's V1 dialect, so the two agree
+    // on the points the V1 record leaves open (`V1COMPAT_COMPAT__…` moves both).
+    cfg.v1 = gateway_cfg.compat.dialect;
+    let sandbox = Sandbox::start(cfg, v2, v1)
+        .await
+        .map_err(|e| e.to_string())?;
     crate::telemetry::init_logging(&gateway_cfg.log.format, &gateway_cfg.log.level);
     crate::telemetry::prometheus();
     let upstream = Arc::new(HttpUpstream::new(gateway_cfg.upstream.clone())?);
@@ -176,6 +179,9 @@ impl Addresses {
   V2 reference service          http://{v2}
   native V1 service (legacy)    http://{v1}
   demo API key                  {key}
+
+Callbacks are relayed: a callback_url (on 127.0.0.1) given to scraper run, task run or
+rerun receives V1's {{run_slug, status, results, usage}}; pending ones: http://{admin}/callbacks/events
 
 Try:
   curl -s 'http://{gateway}/api/store?search=maps&limit=3'

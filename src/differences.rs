@@ -141,7 +141,7 @@ pub const ERROR_MESSAGE_DETAIL: Difference = Difference {
         shadow: S::Skip,
         differential: D::MessageHead,
     }],
-    summary: "on 4000 and 20001 errors the gateway appends the field at fault or the fix after a colon to V1's fixed message",
+    summary: "on 4000 and 20001 errors the gateway names the field at fault, the fix or V2's reason (its `details`) after a colon; the native V1 surface names the problem in its own words",
     setting: None,
 };
 
@@ -194,7 +194,7 @@ pub const ABORTED_STATUS: Difference = Difference {
         field(Op::RunDetail, "data.status", S::Compared, D::Compared),
         field(Op::RunList, "data.list[*].status", S::Compared, D::Compared),
     ],
-    summary: "V2 `aborted`/`cancelled` has no V1 status; it is shown as failed (4) by default",
+    summary: "an abort shows 5 (`aborting`) and then 4 with `err_msg`, V2 having no cancelled end state; a V2 `aborted`/`cancelled` (not in the contract) is 4 by default, or 5, which V1 clients label Aborted",
     setting: Some("compat.aborted_status"),
 };
 
@@ -295,6 +295,71 @@ pub const EXPORT_DOWNLOAD_URL: Difference = Difference {
     setting: None,
 };
 
+pub const ZERO_SYSTEM_LIMITS: Difference = Difference {
+    id: "zero_system_limits",
+    kind: Kind::Gap,
+    fields: &[field(
+        Op::StartRun,
+        "request.input.parameters.system",
+        S::Compared,
+        D::Compared,
+    )],
+    summary: "V1 `system` limits of 0 or null (no limit of my own / the worker's default; the n8n V1 workflow templates send them) are refused by V2, so they are left out of the V2 call and the worker's defaults apply",
+    setting: None,
+};
+
+pub const BUSINESS_ERROR_STATUS: Difference = Difference {
+    id: "business_error_status",
+    kind: Kind::Gap,
+    fields: &[Field {
+        operation: None,
+        path: "status",
+        shadow: S::Compared,
+        differential: D::Compared,
+    }],
+    summary: "the V1 record disagrees on the HTTP status of error envelopes: 400/401/404/429/500 by code (spec, PyPI SDK, V1 CLI) or always 200 (the n8n V1 node); one setting for every error",
+    setting: Some("compat.business_error_status"),
+};
+
+pub const EMPTY_STORE_SEARCH: Difference = Difference {
+    id: "empty_store_search",
+    kind: Kind::Gap,
+    fields: &[field(
+        Op::StoreSearch,
+        "request.search",
+        S::Compared,
+        D::Compared,
+    )],
+    summary: "`search=` is refused (V1 docs, spec) or lists every worker (the n8n V1 node's dropdown); an absent `search` is refused either way",
+    setting: Some("compat.empty_store_search"),
+};
+
+pub const MISSING_KEY_STATUS: Difference = Difference {
+    id: "missing_key_status",
+    kind: Kind::Gap,
+    fields: &[Field {
+        operation: None,
+        path: "request.api-key",
+        shadow: S::Compared,
+        differential: D::Compared,
+    }],
+    summary: "a keyed operation without any key is 401 / 20001 (V1-SKILL, spec) or 400 / 4000 naming the header (the n8n V1 node's credential test reads 400 as missing, 401 as invalid)",
+    setting: Some("compat.missing_key_status"),
+};
+
+pub const BODY_CONTENT_TYPE: Difference = Difference {
+    id: "body_content_type",
+    kind: Kind::Gap,
+    fields: &[Field {
+        operation: None,
+        path: "request.content-type",
+        shadow: S::Compared,
+        differential: D::Compared,
+    }],
+    summary: "no V1 source says what V1 did with another Content-Type; a body is read as JSON whatever its Content-Type (curl `-d` sends a form type), as the native V1 surface does, and refused only when it is not JSON",
+    setting: None,
+};
+
 /// Every difference, each once.
 pub const ALL: &[Difference] = &[
     ACCOUNT_TRAFFIC,
@@ -310,6 +375,11 @@ pub const ALL: &[Difference] = &[
     EXTRA_EXPORT_FORMATS,
     PUBLIC_CATALOG_KEY,
     RUN_CALLBACKS,
+    ZERO_SYSTEM_LIMITS,
+    BUSINESS_ERROR_STATUS,
+    EMPTY_STORE_SEARCH,
+    MISSING_KEY_STATUS,
+    BODY_CONTENT_TYPE,
     EXPORT_DOWNLOAD_URL,
 ];
 

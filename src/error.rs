@@ -4,10 +4,11 @@
 //! turns it into the HTTP status and V1 envelope a legacy client expects, plus
 //! diagnostic headers for operators.
 //!
-//! V1↔V2 differences here (see `COMPATIBILITY.md`): [`error_message_detail`](crate::differences::ERROR_MESSAGE_DETAIL).
+//! V1↔V2 differences here (see `COMPATIBILITY.md`): [`error_message_detail`](crate::differences::ERROR_MESSAGE_DETAIL), [`business_error_status`](crate::differences::BUSINESS_ERROR_STATUS), [`missing_key_status`](crate::differences::MISSING_KEY_STATUS).
 
 use http::StatusCode;
 
+use crate::dialect::{Dialect, MissingKeyStatus};
 use crate::upstream::UpstreamFailure;
 use crate::v1::{code, Envelope};
 
@@ -60,6 +61,10 @@ pub enum GatewayError {
     /// No usable key for an operation that needs one.
     #[error("missing or malformed API key: {0}")]
     Unauthorized(String),
+    /// No key at all on an operation V1 required one for: 401 / 20001, or
+    /// 400 / 4000 under `compat.missing_key_status = "400"`.
+    #[error("no API key sent: {0}")]
+    MissingKey(String),
     /// The gateway itself knows the thing does not exist (e.g. the cached
     /// result of a worker verification).
     #[error("{} not found", .0.as_str())]
@@ -75,6 +80,9 @@ pub enum GatewayError {
         status: StatusCode,
         code: Option<i64>,
         message: String,
+        /// V2's `details` (which field, why), passed on in the V1 message of
+        /// refusals that become 400 / 4000.
+        details: Vec<String>,
         /// V2's `request_id`, returned to the client for troubleshooting.
         v2_request_id: Option<String>,
         /// V2's `Retry-After` (delta-seconds), passed on with a 429.
@@ -146,6 +154,29 @@ impl GatewayError {
         }
     }
 
+    /// The V1 answer under a V1 dialect: the missing-key reading and the HTTP
+    /// status of business errors (`compat.business_error_status`) applied to
+    /// [`GatewayError::render`].
+    pub fn render_in(&self, dialect: &Dialect) -> Rendered {
+        let mut rendered = match self {
+            GatewayError::MissingKey(_)
+                if dialect.missing_key_status == MissingKeyStatus::BadRequest =>
+            {
+                let (c, m) = code::INVALID_PARAMS;
+                Rendered {
+                    status: StatusCode::BAD_REQUEST,
+                    envelope: Envelope::error(c, format!("{m}: the api-key header is missing")),
+                    origin: Origin::Client,
+                    cause: "missing_key",
+                }
+            }
+            _ => self.render(),
+        };
+        rendered.status = dialect.error_status(rendered.status);
+        rendered
+    }
+
+    /// The V1 answer in the default dialect.
     pub fn render(&self) -> Rendered {
         use GatewayError::*;
         let (status, (code, message), origin, cause) = match self {
@@ -159,7 +190,7 @@ impl GatewayError {
                     cause: "invalid_request",
                 };
             }
-            Unauthorized(detail) => {
+            Unauthorized(detail) | MissingKey(detail) => {
                 let (c, m) = code::INVALID_KEY;
                 let env = Envelope::error(c, format!("{m}: {detail}"));
                 return Rendered {
@@ -191,11 +222,26 @@ impl GatewayError {
                 subject,
                 status,
                 code,
+                message,
+                details,
                 ..
             } => {
-                let (s, c) = map_refusal(*subject, *status, *code);
+                let (s, (c, m)) = map_refusal(*subject, *status, *code);
                 let (origin, cause) = refusal_origin(*status, s);
-                (s, c, origin, cause)
+                // V2's reason (which field, why) belongs in the V1 message of
+                // a refused request (4000), as V1 named its own validation
+                // failures; other codes keep V1's fixed texts.
+                if c == code::INVALID_PARAMS.0 {
+                    if let Some(reason) = refusal_reason(message, details) {
+                        return Rendered {
+                            status: s,
+                            envelope: Envelope::error(c, format!("{m}: {reason}")),
+                            origin,
+                            cause,
+                        };
+                    }
+                }
+                (s, (c, m), origin, cause)
             }
             Upstream(failure) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -243,6 +289,55 @@ impl GatewayError {
             origin,
             cause,
         }
+    }
+}
+
+/// Longest V2 reason passed on in a V1 message, in characters.
+const MAX_REASON_CHARS: usize = 500;
+
+/// V2's reason for a refusal: its `details` joined, else its message unless
+/// that is only V2's generic text for the code. Control characters become
+/// spaces and the whole is bounded, since it is V2's text echoed to a client.
+fn refusal_reason(message: &str, details: &[String]) -> Option<String> {
+    const GENERIC: [&str; 3] = ["", "invalid argument", "bad request"];
+    let text = if details.is_empty() {
+        let m = message.trim();
+        if GENERIC.contains(&m.to_ascii_lowercase().as_str()) {
+            return None;
+        }
+        m.to_owned()
+    } else {
+        details.join("; ")
+    };
+    let mut out: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(MAX_REASON_CHARS)
+        .collect();
+    if text.chars().count() > MAX_REASON_CHARS {
+        out.push('…');
+    }
+    Some(out)
+}
+
+/// V2's `details` as strings: an array of strings (the documented form), a
+/// single string, or other JSON written out.
+pub fn details_of(details: Option<&serde_json::Value>) -> Vec<String> {
+    use serde_json::Value;
+    let one = |v: &Value| match v {
+        Value::String(s) => s.trim().to_owned(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    match details {
+        Some(Value::Array(items)) => items
+            .iter()
+            .take(20)
+            .map(one)
+            .filter(|s| !s.is_empty())
+            .collect(),
+        Some(v) => Some(one(v)).filter(|s| !s.is_empty()).into_iter().collect(),
+        None => Vec::new(),
     }
 }
 
@@ -365,6 +460,7 @@ mod tests {
             status: StatusCode::from_u16(status).unwrap(),
             code,
             message: String::new(),
+            details: Vec::new(),
             v2_request_id: None,
             retry_after: None,
         };
@@ -374,6 +470,98 @@ mod tests {
         assert!(GatewayError::NotFound(Subject::Worker).is_unknown_worker());
         assert!(!refused(500, Some(10000)).is_unknown_worker());
         assert!(!GatewayError::NotFound(Subject::Run).is_unknown_worker());
+    }
+
+    fn refused(status: u16, code: i64, message: &str, details: &[&str]) -> GatewayError {
+        GatewayError::Refused {
+            subject: Subject::Run,
+            status: StatusCode::from_u16(status).unwrap(),
+            code: Some(code),
+            message: message.into(),
+            details: details.iter().map(|d| d.to_string()).collect(),
+            v2_request_id: None,
+            retry_after: None,
+        }
+    }
+
+    #[test]
+    fn v2_reasons_reach_the_v1_message_of_4000_answers() {
+        let r = refused(
+            422,
+            11000,
+            "invalid argument",
+            &["limit must be between 1 and 100"],
+        )
+        .render();
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            r.envelope.message,
+            "Invalid request parameters: limit must be between 1 and 100"
+        );
+        let r = refused(400, 11000, "invalid argument", &["a", "b\nc"]).render();
+        assert_eq!(r.envelope.message, "Invalid request parameters: a; b c");
+        // Only V2's generic text: nothing to add.
+        let r = refused(400, 11000, "invalid argument", &[]).render();
+        assert_eq!(r.envelope.message, "Invalid request parameters");
+        let r = refused(400, 11000, "run list time range cannot cross months", &[]).render();
+        assert_eq!(
+            r.envelope.message,
+            "Invalid request parameters: run list time range cannot cross months"
+        );
+        // Other codes keep V1's fixed texts.
+        let r = refused(400, 50003, "x", &["version \"v9.9.9\" is not available"]).render();
+        assert_eq!(r.envelope.message, "The script version is not available");
+        let r = refused(404, 70001, "run record does not exist", &["x"]).render();
+        assert_eq!(r.envelope.message, "Run record does not exist");
+        let long = "x".repeat(2000);
+        let r = refused(422, 11000, "", &[long.as_str()]).render();
+        assert!(r.envelope.message.chars().count() < 600);
+    }
+
+    #[test]
+    fn details_are_read_in_every_shape() {
+        use serde_json::json;
+        assert_eq!(details_of(Some(&json!(["a", " b ", ""]))), vec!["a", "b"]);
+        assert_eq!(details_of(Some(&json!("one"))), vec!["one"]);
+        assert_eq!(details_of(Some(&json!(null))), Vec::<String>::new());
+        assert_eq!(
+            details_of(Some(&json!([{"field": "x"}]))),
+            vec![r#"{"field":"x"}"#]
+        );
+        assert!(details_of(None).is_empty());
+    }
+
+    #[test]
+    fn dialects_change_statuses_and_the_missing_key_answer() {
+        use crate::dialect::BusinessErrorStatus;
+        let missing = GatewayError::MissingKey("send your key".into());
+        let http = Dialect::default();
+        let r = missing.render_in(&http);
+        assert_eq!((r.status.as_u16(), r.envelope.code), (401, 20001));
+        let four_hundred = Dialect {
+            missing_key_status: MissingKeyStatus::BadRequest,
+            ..Dialect::default()
+        };
+        let r = missing.render_in(&four_hundred);
+        assert_eq!((r.status.as_u16(), r.envelope.code), (400, 4000));
+        assert!(r.envelope.message.contains("api-key"));
+        let always_200 = Dialect {
+            business_error_status: BusinessErrorStatus::Always200,
+            ..Dialect::default()
+        };
+        for err in [
+            missing,
+            GatewayError::UnknownRoute,
+            GatewayError::Overloaded,
+            GatewayError::NotFound(Subject::Task),
+            refused(500, 70002, "", &[]),
+            GatewayError::Internal("x".into()),
+        ] {
+            let default = err.render();
+            let r = err.render_in(&always_200);
+            assert_eq!(r.status, StatusCode::OK, "{err}");
+            assert_eq!(r.envelope, default.envelope, "{err}");
+        }
     }
 
     #[test]
@@ -392,6 +580,7 @@ mod tests {
                 status: StatusCode::from_u16(status).unwrap(),
                 code,
                 message: "no".into(),
+                details: Vec::new(),
                 v2_request_id: None,
                 retry_after: None,
             }
@@ -428,6 +617,7 @@ mod tests {
             status: StatusCode::UNAUTHORIZED,
             code: Some(12002),
             message: "key revoked".into(),
+            details: Vec::new(),
             v2_request_id: None,
             retry_after: None,
         };

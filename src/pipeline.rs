@@ -3,9 +3,10 @@
 //!
 //! ```text
 //! RawV1Request ─▶ admit      route (unknown → 404), key header,
-//!                            Content-Type, body (size, deadline), in-flight slot
+//!                            body (size, deadline; any Content-Type), in-flight slot
 //!              ─▶ translate  per-operation deadline ─▶ ops::handle
-//!              ─▶ finish     V1 envelope + diagnostic headers, request metrics
+//!              ─▶ finish     V1 envelope (in the `[compat]` V1 dialect) +
+//!                            diagnostic headers, request metrics
 //!              ═▶ V1Response
 //! ```
 //!
@@ -13,6 +14,9 @@
 //! module; the live shadow mirror wraps [`Pipeline::admit`] and
 //! [`Pipeline::translate`] from outside; in-process `replay` and the tests
 //! call [`Pipeline::answer`], so every path answers byte for byte alike.
+//!
+//! V1↔V2 differences here (see `COMPATIBILITY.md`):
+//! [`body_content_type`](crate::differences::BODY_CONTENT_TYPE).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -28,6 +32,7 @@ mod access;
 pub use access::TARGET as ACCESS_LOG_TARGET;
 
 use crate::config::Config;
+use crate::dialect::Dialect;
 use crate::error::GatewayError;
 use crate::ops::{self, Gateway, V1Request};
 use crate::route::{self, Operation};
@@ -208,7 +213,7 @@ impl Pipeline {
         }
     }
 
-    /// Routing, the key header, the Content-Type, the body and the
+    /// Routing, the key header, the body and the
     /// in-flight limit, in that order; the first that fails is the answer. A
     /// request refused before its body is never read; the in-flight slot is
     /// taken last, so slow senders cannot hold the slots of others.
@@ -227,6 +232,7 @@ impl Pipeline {
             request_id: &request_id,
             started,
             every_request: self.gateway.config.log.access,
+            dialect: *self.dialect(),
         };
         let Some(op) = route::route(&req.method, &req.path) else {
             return Err(finish(&cx, Err(GatewayError::UnknownRoute), 0));
@@ -234,10 +240,10 @@ impl Pipeline {
         span.record("operation", op.name());
         cx.op = Some(op);
         let refuse = |err| finish(&cx, Err(err), 0);
+        // The body is read as JSON whatever its `Content-Type` says, as V1
+        // did (`curl -d` sends `application/x-www-form-urlencoded`); a body
+        // that is not JSON is still refused, naming the problem.
         let key = client_key(&req.headers).map_err(refuse)?;
-        if req.method == Method::POST {
-            check_content_type(&req.headers).map_err(refuse)?;
-        }
         let limit = self.gateway.config.limits.max_body_bytes;
         let too_large = || GatewayError::BadRequest(format!("body is larger than {limit} bytes"));
         let body = match req.body.await {
@@ -291,7 +297,13 @@ impl Pipeline {
             request_id: &req.request_id,
             started: req.started,
             every_request: self.gateway.config.log.access,
+            dialect: *self.dialect(),
         }
+    }
+
+    /// The V1 dialect errors are rendered in (`[compat]`).
+    pub fn dialect(&self) -> &Dialect {
+        &self.gateway.config.compat.dialect
     }
 
     /// An answer that came from elsewhere (the legacy service, with
@@ -333,7 +345,7 @@ pub async fn dispatch(
     gw: &Gateway,
     v1: V1Request,
     deadline: Duration,
-) -> Result<ops::Answer, GatewayError> {
+) -> Result<ops::Translated, GatewayError> {
     dispatch_counting(gw, v1, deadline, &AtomicU32::new(0)).await
 }
 
@@ -344,7 +356,7 @@ async fn dispatch_counting(
     v1: V1Request,
     deadline: Duration,
     calls: &AtomicU32,
-) -> Result<ops::Answer, GatewayError> {
+) -> Result<ops::Translated, GatewayError> {
     let handled = ops::handle_counting(gw, v1, calls).in_current_span();
     match tokio::time::timeout(deadline, handled).await {
         Ok(result) => result,
@@ -383,26 +395,12 @@ fn client_key(headers: &HeaderMap) -> Result<Option<ApiKey>, GatewayError> {
     Ok(None)
 }
 
-fn check_content_type(headers: &HeaderMap) -> Result<(), GatewayError> {
-    match headers
-        .get(header::CONTENT_TYPE)
-        .map(|v| v.to_str().unwrap_or(""))
-    {
-        None => Ok(()),
-        Some(ct) if ct.to_ascii_lowercase().contains("json") => Ok(()),
-        Some(_) => Err(GatewayError::bad(
-            "Content-Type",
-            "must be application/json",
-        )),
-    }
-}
-
 /// Renders an operation's outcome and records the request's metrics.
 /// Renders an outcome as the V1 answer, counts it and writes its access
 /// line. `calls` is the number of V2 calls made (an answer carries its own).
 fn finish(
     cx: &access::Context<'_>,
-    result: Result<ops::Answer, GatewayError>,
+    result: Result<ops::Translated, GatewayError>,
     calls: u32,
 ) -> V1Response {
     let name = cx.op.map_or("unknown", Operation::name);
@@ -430,8 +428,8 @@ fn finish(
             (resp, answer.upstream_calls)
         }
         Err(err) => {
-            let resp = error_response(&err);
-            let rendered = err.render();
+            let resp = error_response(&err, &cx.dialect);
+            let rendered = err.render_in(&cx.dialect);
             let v2_request_id = match &err {
                 GatewayError::Refused { v2_request_id, .. } => v2_request_id.as_deref(),
                 _ => None,
@@ -462,9 +460,10 @@ fn finish(
     response
 }
 
-/// A V1 error envelope with its diagnostic headers; nothing is recorded.
-pub fn error_response(err: &GatewayError) -> V1Response {
-    let rendered = err.render();
+/// A V1 error envelope (in `dialect`) with its diagnostic headers; nothing
+/// is recorded.
+pub fn error_response(err: &GatewayError, dialect: &Dialect) -> V1Response {
+    let rendered = err.render_in(dialect);
     let mut resp = V1Response::json(rendered.status, rendered.envelope.to_bytes());
     let h = &mut resp.headers;
     h.insert(
@@ -489,11 +488,14 @@ pub fn error_response(err: &GatewayError) -> V1Response {
 
 /// The status and envelope bytes of an operation's outcome, without
 /// diagnostics or metrics (a shadow copy's translated side).
-pub fn render(result: Result<ops::Answer, GatewayError>) -> (StatusCode, Bytes) {
+pub fn render(
+    result: Result<ops::Translated, GatewayError>,
+    dialect: &Dialect,
+) -> (StatusCode, Bytes) {
     match result {
         Ok(answer) => (StatusCode::OK, Envelope::success(answer.data).to_bytes()),
         Err(err) => {
-            let r = err.render();
+            let r = err.render_in(dialect);
             (r.status, r.envelope.to_bytes())
         }
     }

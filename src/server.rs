@@ -2,7 +2,8 @@
 //! [`pipeline`](crate::pipeline). The public listener reads a V1 request off
 //! the socket, hands it to the pipeline (or to the shadow mirror wrapped
 //! around it) and writes the answer back; the admin listener serves
-//! `/healthz`, `/readyz` and `/metrics`. Connections, their deadlines and
+//! `/healthz`, `/readyz`, `/metrics` and `/openapi.json` (the V1 contract,
+//! [`crate::openapi`]). Connections, their deadlines and
 //! the drain on shutdown belong to the connection layer ([`crate::conn`]).
 
 use std::convert::Infallible;
@@ -21,6 +22,7 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::conn::{self, BodyReader, Drain};
+use crate::dialect::Dialect;
 use crate::error::GatewayError;
 use crate::ops::Gateway;
 use crate::pipeline::{
@@ -66,9 +68,18 @@ pub async fn serve_public(
         settings: config.connections.clone(),
         grace: config.grace_period,
         answers: conn::Answers {
-            cut: || to_http(pipeline::error_response(&GatewayError::ShuttingDown)),
+            // Connection-level answers, before any request is read: always in
+            // the default dialect (their statuses are what load balancers
+            // and clients back off on).
+            cut: || {
+                to_http(pipeline::error_response(
+                    &GatewayError::ShuttingDown,
+                    &Dialect::default(),
+                ))
+            },
             shed: || {
-                let mut resp = pipeline::error_response(&GatewayError::Overloaded);
+                let mut resp =
+                    pipeline::error_response(&GatewayError::Overloaded, &Dialect::default());
                 resp.headers.insert(
                     pipeline::ERROR_CAUSE,
                     HeaderValue::from_static("connection_limit"),
@@ -78,6 +89,7 @@ pub async fn serve_public(
             protocol: Some(protocol_refusal),
         },
     };
+    let dialect = *pipeline.dialect();
     let state = Arc::new(Public { pipeline, shadow });
     // The stack, outermost first. Each layer's reason:
     let service = ServiceBuilder::new()
@@ -102,9 +114,12 @@ pub async fn serve_public(
             tracing::info_span!("request", method = %req.method(), path = %path, request_id = tracing::field::Empty, operation = tracing::field::Empty)
         }).on_failure(()))
         // A panic in an operation becomes a V1 500 envelope, not a reset.
-        .layer(CatchPanicLayer::custom(|_| {
+        .layer(CatchPanicLayer::custom(move |_| {
             tracing::error!("operation panicked");
-            to_http(pipeline::error_response(&GatewayError::Internal("panic".into())))
+            to_http(pipeline::error_response(
+                &GatewayError::Internal("panic".into()),
+                &dialect,
+            ))
         }))
         .service_fn(move |req| {
             let state = state.clone();
@@ -159,9 +174,12 @@ fn protocol_refusal(status: StatusCode) -> Bytes {
         }
         _ => "the request line or headers could not be parsed as HTTP",
     };
-    let mut resp = to_http(pipeline::error_response(&GatewayError::BadRequest(
-        problem.into(),
-    )));
+    // Before any request exists: the default dialect, like the connection
+    // layer's other refusals.
+    let mut resp = to_http(pipeline::error_response(
+        &GatewayError::BadRequest(problem.into()),
+        &Dialect::default(),
+    ));
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert(pipeline::ERROR_CAUSE, HeaderValue::from_static("protocol"));
@@ -175,7 +193,7 @@ fn to_http(answer: V1Response) -> Response<Full<Bytes>> {
     resp
 }
 
-/// Serves `/healthz`, `/readyz` and `/metrics`.
+/// Serves `/healthz`, `/readyz`, `/metrics` and `/openapi.json`.
 pub async fn serve_admin(
     listener: TcpListener,
     gateway: Arc<Gateway>,
@@ -239,6 +257,16 @@ pub async fn serve_admin(
                         }
                     };
                     text(StatusCode::OK, format!("ready\nupstream: {upstream}\n"))
+                }
+                (&Method::GET, "/openapi.json") => {
+                    let mut r = Response::new(Full::new(Bytes::from_static(
+                        crate::openapi::V1_DOCUMENT.as_bytes(),
+                    )));
+                    r.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
+                    r
                 }
                 (&Method::GET, "/metrics") => match &prometheus {
                     Some(h) => text(StatusCode::OK, h.render()),

@@ -23,6 +23,9 @@ const QUERY: &AsciiSet = SEGMENT;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct V2Path {
     path: String,
+    /// The path with every identifier as `{id}`: the bounded `route` label
+    /// of upstream metrics, known from how the path was built.
+    route: String,
     query: Vec<(&'static str, String)>,
 }
 
@@ -116,15 +119,24 @@ impl V2Path {
     /// so only code, never input, can choose the route.
     pub fn new(parts: &[Part<'_>]) -> V2Path {
         let mut path = String::from("/api/v2");
+        let mut route = path.clone();
         for part in parts {
             path.push('/');
+            route.push('/');
             match part {
-                Part::Lit(s) => path.push_str(s),
-                Part::Id(seg) => path.extend(utf8_percent_encode(seg.as_str(), SEGMENT)),
+                Part::Lit(s) => {
+                    path.push_str(s);
+                    route.push_str(s);
+                }
+                Part::Id(seg) => {
+                    path.extend(utf8_percent_encode(seg.as_str(), SEGMENT));
+                    route.push_str("{id}");
+                }
             }
         }
         V2Path {
             path,
+            route,
             query: Vec::new(),
         }
     }
@@ -145,6 +157,12 @@ impl V2Path {
     /// but keeping it out keeps label sets small).
     pub fn path(&self) -> &str {
         &self.path
+    }
+
+    /// The `route` label: `/api/v2/worker-runs/{id}/log`. Identifiers never
+    /// appear in it, whatever they look like.
+    pub fn route(&self) -> &str {
+        &self.route
     }
 
     pub fn path_and_query(&self) -> String {

@@ -1,6 +1,6 @@
 //! Metric names of the callback relay (Prometheus, through the `metrics`
 //! facade like the rest of the gateway). Alert rules on them are in
-//! `deploy/alerts/callbacks.yml`.
+//! `deploy/prometheus/alerts.yaml`.
 
 /// Mode the relay runs in: `{mode="relay"|"passthrough"}` = 1.
 pub const MODE: &str = "v1compat_callbacks_mode";

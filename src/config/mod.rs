@@ -60,6 +60,8 @@ pub struct Compat {
     pub unknown_status: i64,
     pub extra_export_formats: bool,
     pub origin_rename: BTreeMap<String, String>,
+    /// The V1 dialect choices (see [`crate::dialect`]).
+    pub dialect: crate::dialect::Dialect,
 }
 
 impl Default for Compat {
@@ -224,6 +226,32 @@ mod tests {
         assert_eq!(c.upstream.base_url.as_str(), "http://b.example:81/");
         assert_eq!(c.limits.fanout_concurrency, 4);
         assert!(!c.compat.extra_export_formats);
+    }
+
+    #[test]
+    fn dialect_choices_read_quoted_unquoted_and_from_the_environment() {
+        use crate::dialect::{BusinessErrorStatus, EmptyStoreSearch, MissingKeyStatus};
+        let c = load(
+            "[compat]\nbusiness_error_status = 200\nempty_store_search = \"all\"\n",
+            env(&[("V1COMPAT_COMPAT__MISSING_KEY_STATUS", "400")]),
+        )
+        .unwrap();
+        assert_eq!(
+            c.compat.dialect.business_error_status,
+            BusinessErrorStatus::Always200
+        );
+        assert_eq!(c.compat.dialect.empty_store_search, EmptyStoreSearch::All);
+        assert_eq!(
+            c.compat.dialect.missing_key_status,
+            MissingKeyStatus::BadRequest
+        );
+        let err = load(
+            "[compat]\nbusiness_error_status = \"404\"\nempty_store_search = \"none\"\nmissing_key_status = 403\n",
+            env(&[]),
+        )
+        .unwrap_err();
+        assert_eq!(err.0.len(), 3, "{err}");
+        assert!(err.to_string().contains("compat.business_error_status"));
     }
 
     #[test]

@@ -54,9 +54,13 @@ fn mask_value(key: &str, value: &mut toml_edit::Value) {
         }
         toml_edit::Value::InlineTable(t) => mask(t),
         toml_edit::Value::Array(items) => {
+            // A list under a secret's name (callbacks.previous_secrets) is
+            // masked entry by entry, like a single value.
             for item in items.iter_mut() {
-                if let toml_edit::Value::InlineTable(t) = item {
-                    mask(t);
+                match item {
+                    toml_edit::Value::InlineTable(t) => mask(t),
+                    v @ toml_edit::Value::String(_) => mask_value(key, v),
+                    _ => {}
                 }
             }
         }
@@ -81,7 +85,17 @@ mod tests {
         let mut raw = RawConfig::default();
         raw.upstream.service_key = "scraper_api_0123456789".into();
         raw.shadow.legacy_base_url = "https://ops:hunter2@legacy.example/".into();
+        raw.callbacks.secret = "relay-secret-0123456789".into();
+        raw.callbacks.previous_secrets = vec!["older-secret-9876543210".into()];
+        raw.callbacks.store = "postgres://gw:pgpass42@db/v1compat".into();
         let text = effective_toml(&raw);
+        for secret in [
+            "relay-secret-0123456789",
+            "older-secret-9876543210",
+            "pgpass42",
+        ] {
+            assert!(!text.contains(secret), "{secret} printed: {text}");
+        }
         assert!(!text.contains("scraper_api_0123456789"), "{text}");
         assert!(!text.contains("hunter2"), "{text}");
         assert!(text.contains("service_key = \"********\""), "{text}");

@@ -169,6 +169,29 @@ pub struct CompatSection {
     pub extra_export_formats: bool,
     /// V2 `origin` values rewritten for V1 clients.
     pub origin_rename: BTreeMap<String, String>,
+    /// HTTP status of V1 error envelopes: `http` (documented per code) or `200`.
+    #[serde(deserialize_with = "string_or_integer")]
+    pub business_error_status: String,
+    /// Store search with `search=`: `refuse` (400 / 4000) or `all`.
+    pub empty_store_search: String,
+    /// Keyed operation without a key: `401` (20001) or `400` (4000).
+    #[serde(deserialize_with = "string_or_integer")]
+    pub missing_key_status: String,
+}
+
+/// `200` and `"200"` alike: a status reads naturally unquoted, and environment
+/// overrides turn digits into integers.
+fn string_or_integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        S(String),
+        I(i64),
+    }
+    Ok(match Either::deserialize(d)? {
+        Either::S(s) => s,
+        Either::I(i) => i.to_string(),
+    })
 }
 
 impl Default for CompatSection {
@@ -184,6 +207,9 @@ impl Default for CompatSection {
                 .into_iter()
                 .map(|(a, b)| (a.to_owned(), b.to_owned()))
                 .collect(),
+            business_error_status: "http".into(),
+            empty_store_search: "refuse".into(),
+            missing_key_status: "401".into(),
         }
     }
 }

@@ -147,6 +147,37 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         }
     }
 
+    fn choice<T: Default + for<'de> serde::Deserialize<'de>>(
+        p: &mut Vec<String>,
+        key: &str,
+        value: &str,
+        allowed: &str,
+    ) -> T {
+        crate::dialect::parse_choice(key, value, allowed)
+            .map_err(|e| p.push(e))
+            .unwrap_or_default()
+    }
+    let dialect = crate::dialect::Dialect {
+        business_error_status: choice(
+            &mut p,
+            "compat.business_error_status",
+            &c.business_error_status,
+            "http, 200",
+        ),
+        empty_store_search: choice(
+            &mut p,
+            "compat.empty_store_search",
+            &c.empty_store_search,
+            "refuse, all",
+        ),
+        missing_key_status: choice(
+            &mut p,
+            "compat.missing_key_status",
+            &c.missing_key_status,
+            "401, 400",
+        ),
+    };
+
     match raw.log.format.as_str() {
         "json" | "text" => {}
         other => p.push(format!("log.format: {other:?} is not one of json, text")),
@@ -199,6 +230,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             unknown_status: c.unknown_status,
             extra_export_formats: c.extra_export_formats,
             origin_rename: c.origin_rename.clone(),
+            dialect,
         },
         log: raw.log,
         grace_period: Duration::from_secs(raw.shutdown.grace_period_secs),

@@ -6,7 +6,7 @@
 //!
 //! | V1 | V2 | rule |
 //! |---|---|---|
-//! | `GET /api/store?search=&limit=` | `GET /api/v2/store?keyword=&offset=&limit=` | `search` required, non-empty; `limit` default 10 sent explicitly; above 100, 100-row pages fetched concurrently, cut at the first short page |
+//! | `GET /api/store?search=&limit=` | `GET /api/v2/store?keyword=&offset=&limit=` | `search` required, non-empty (`compat.empty_store_search = "all"`: `search=` sends no `keyword`, listing every worker); `limit` default 10 sent explicitly; above 100, 100-row pages fetched concurrently, cut at the first short page |
 //! | `data.scraper[]` `{slug, title, description}` | `data.scraper[]` | exactly those three fields (`""` when absent); `name`, `path`, `username` dropped |
 //! | `GET /api/scraper?slug=` | `GET /api/v2/workers/{id}` + `GET /api/v2/workers/{id}/input-schema` | concurrently; `owner/name` → `owner~name`; unknown → 404/50001 |
 //! | `data.version`, `data.readme` | worker detail | `""` when absent |
@@ -14,10 +14,11 @@
 //! | `data.parameters.custom` | `input_schema` | `properties` as a V1 array whether V2 sends an array of property objects or a JSON-schema map; other descriptor keys kept; `description` `""` when absent. Falls back to the detail's `parameters.custom` when the schema call fails with anything but not-found |
 //! | `GET /api/proxy/region` | `GET /api/v2/proxy/region` | `language` passed when given; `data` untouched |
 //!
-//! V1↔V2 differences here (see `COMPATIBILITY.md`): [`public_catalog_key`](crate::differences::PUBLIC_CATALOG_KEY), [`worker_memory_field`](crate::differences::WORKER_MEMORY_FIELD).
+//! V1↔V2 differences here (see `COMPATIBILITY.md`): [`public_catalog_key`](crate::differences::PUBLIC_CATALOG_KEY), [`worker_memory_field`](crate::differences::WORKER_MEMORY_FIELD), [`empty_store_search`](crate::differences::EMPTY_STORE_SEARCH).
 
 use serde_json::{json, Map, Value};
 
+use crate::dialect::EmptyStoreSearch;
 use crate::error::{GatewayError, Subject};
 use crate::ops::input::Query;
 use crate::ops::{list_of, string_of, Exchange};
@@ -27,13 +28,31 @@ use crate::v2::{Part, Segment, V2Path};
 
 pub const STORE_DEFAULT_LIMIT: u64 = 10;
 
-pub fn store_call(keyword: &str, offset: u64, limit: u64) -> V2Call {
+/// One V2 store page; no `keyword` lists every worker.
+pub fn store_call(keyword: Option<&str>, offset: u64, limit: u64) -> V2Call {
     V2Call::get(
         V2Path::new(&[Part::Lit("store")])
-            .query("keyword", keyword)
+            .query_opt("keyword", keyword)
             .query("offset", offset)
             .query("limit", limit),
     )
+}
+
+/// The V1 `search` as the V2 `keyword`: required and non-empty, except that
+/// under `compat.empty_store_search = "all"` a present but empty `search=`
+/// (the n8n V1 node's list dropdown) asks V2 for every worker.
+pub fn store_keyword(
+    query: &Query,
+    empty: EmptyStoreSearch,
+) -> Result<Option<String>, GatewayError> {
+    let search = match (query.get("search"), empty) {
+        (Some(s), EmptyStoreSearch::All) if s.trim().is_empty() => return Ok(None),
+        _ => query.req("search")?.trim(),
+    };
+    if search.chars().count() > 200 {
+        return Err(GatewayError::bad("search", "is longer than 200 characters"));
+    }
+    Ok(Some(search.to_owned()))
 }
 
 pub fn v1_store_item(item: &Value) -> Value {
@@ -42,10 +61,7 @@ pub fn v1_store_item(item: &Value) -> Value {
 }
 
 pub async fn store_search(ex: &Exchange<'_>, query: &Query) -> Result<Value, GatewayError> {
-    let search = query.req("search")?.trim().to_owned();
-    if search.chars().count() > 200 {
-        return Err(GatewayError::bad("search", "is longer than 200 characters"));
-    }
+    let search = store_keyword(query, ex.gw.config.compat.dialect.empty_store_search)?;
     let max = ex.gw.config.limits.max_page_size;
     let limit = match query.opt_int("limit")? {
         None => STORE_DEFAULT_LIMIT,
@@ -66,7 +82,7 @@ pub async fn store_search(ex: &Exchange<'_>, query: &Query) -> Result<Value, Gat
     let key = ex.key().ok();
     let pages = ex
         .pages(plan.offsets.clone(), Subject::Other, |o| {
-            store_call(&search, o, plan.limit).with_key(key.clone())
+            store_call(search.as_deref(), o, plan.limit).with_key(key.clone())
         })
         .await?;
     let rows = plan.assemble(
@@ -267,6 +283,26 @@ mod tests {
             &json!({"slug":"s","name":"n","path":"o~n","title":"T","username":"o","description":"D"}),
         );
         assert_eq!(v, json!({"slug":"s","title":"T","description":"D"}));
+    }
+
+    #[test]
+    fn empty_search_is_refused_or_lists_everything_by_dialect() {
+        let q = |raw: &str| Query::parse(Some(raw));
+        let refuse = EmptyStoreSearch::Refuse;
+        let all = EmptyStoreSearch::All;
+        assert_eq!(
+            store_keyword(&q("search=%20maps"), refuse).unwrap(),
+            Some("maps".into())
+        );
+        assert!(store_keyword(&q("search="), refuse).is_err());
+        assert_eq!(store_keyword(&q("search="), all).unwrap(), None);
+        assert_eq!(store_keyword(&q("search=%20&limit=5"), all).unwrap(), None);
+        // Absent stays an error: every V1 source makes `search` required.
+        assert!(store_keyword(&q("limit=5"), all).is_err());
+        assert_eq!(
+            store_call(None, 1, 10).path.path_and_query(),
+            "/api/v2/store?offset=1&limit=10"
+        );
     }
 
     #[test]

@@ -110,6 +110,7 @@ impl<'a> Exchange<'a> {
                 status: reply.status,
                 code,
                 message: envelope.message.unwrap_or_default(),
+                details: crate::error::details_of(envelope.details.as_ref()),
                 v2_request_id,
                 // Rounded up, so a client never comes back too early.
                 retry_after: reply

@@ -79,15 +79,17 @@ pub struct V1Request {
     pub request_id: String,
 }
 
-/// A successful V1 answer's `data`, plus what the transport reports.
-pub struct Answer {
+/// A successfully translated request: the V1 `data`, plus what the
+/// pipeline reports in diagnostic headers. (The whole V1 answer, envelope
+/// and headers, is [`crate::pipeline::V1Response`].)
+pub struct Translated {
     pub data: Value,
     pub v2_request_ids: Vec<String>,
     pub upstream_calls: u32,
 }
 
 /// Runs one V1 operation.
-pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Answer, GatewayError> {
+pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Translated, GatewayError> {
     handle_counting(gw, req, &AtomicU32::new(0)).await
 }
 
@@ -97,7 +99,7 @@ pub async fn handle_counting(
     gw: &Gateway,
     req: V1Request,
     calls: &AtomicU32,
-) -> Result<Answer, GatewayError> {
+) -> Result<Translated, GatewayError> {
     let fallback_key = match &req.key {
         Some(_) if req.op.is_public() => gw.config.service_key.clone(),
         _ => None,
@@ -106,7 +108,7 @@ pub async fn handle_counting(
         Some(k) => Some(k),
         None if req.op.is_public() => gw.config.service_key.clone(),
         None => {
-            return Err(GatewayError::Unauthorized(
+            return Err(GatewayError::MissingKey(
                 "send your key in the api-key header".into(),
             ))
         }
@@ -131,7 +133,7 @@ pub async fn handle_counting(
     }?;
     let v2_request_ids = ex.finish();
     let upstream_calls = calls.load(Ordering::Relaxed);
-    Ok(Answer {
+    Ok(Translated {
         data,
         v2_request_ids,
         upstream_calls,
@@ -185,7 +187,10 @@ mod tests {
         query: &str,
         key: &str,
         config: &str,
-    ) -> (Result<Answer, GatewayError>, Vec<(String, Option<String>)>) {
+    ) -> (
+        Result<Translated, GatewayError>,
+        Vec<(String, Option<String>)>,
+    ) {
         let v2 = Arc::new(KeyCheckingV2::default());
         let config = crate::config::load(config, Vec::new()).unwrap();
         let gw = Gateway::new(v2.clone(), Arc::new(config));

@@ -140,7 +140,10 @@ pub fn export_call(body: &Body, extra_formats: bool) -> Result<V2Call, GatewayEr
         Some(Value::Array(items)) => items
             .iter()
             .map(|k| match k.as_str().map(str::trim) {
-                Some(k) if !k.is_empty() && !k.contains(',') && k.len() <= 256 => Ok(k.to_owned()),
+                // Characters, not bytes: a key of non-ASCII letters is as long as it looks.
+                Some(k) if !k.is_empty() && !k.contains(',') && k.chars().count() <= 256 => {
+                    Ok(k.to_owned())
+                }
                 _ => Err(GatewayError::bad(
                     "filter_keys",
                     "must be an array of non-empty field keys without commas",
@@ -237,5 +240,18 @@ mod tests {
         assert!(export_call(&body, true).is_err());
         let body = Body::parse(br#"{"run_slug":"R1"}"#).unwrap();
         assert!(export_call(&body, true).is_err());
+    }
+
+    /// Found by schemathesis: the key limit counted bytes while the V1
+    /// contract (`maxLength` 256) counts characters.
+    #[test]
+    fn filter_keys_are_bounded_in_characters() {
+        let body = |key: &str| {
+            let b = serde_json::json!({"run_slug": "R1", "format": "csv", "filter_keys": [key]});
+            Body::parse(b.to_string().as_bytes()).unwrap()
+        };
+        assert!(export_call(&body(&"é".repeat(256)), true).is_ok());
+        assert!(export_call(&body(&"é".repeat(257)), true).is_err());
+        assert!(export_call(&body("  "), true).is_err());
     }
 }

@@ -6,6 +6,11 @@
 //! | `version` | `version` | passed when given (`latest` included) |
 //! | `is_async` (default `true`) | `is_async` | sent explicitly |
 //! | `input` (`parameters.system`, `parameters.custom`) | `input` | kept whole; must be an object with a `parameters` object; `custom` defaults to `{}` |
+//! | `system.cpus`, `system.memory` = `0` or `null` | omitted | V1 read 0 as "the worker's default"; V2 refuses 0, and an omitted field gets the worker's default |
+//! | `system.execute_limit_time_seconds` = `0` or `null` | omitted | V1 read 0 as "no limit of my own"; V2 refuses 0; omitted, the worker's time-out (1800 s in the shipped defaults) applies |
+//! | `system.max_total_charge`, `system.max_total_traffic` = `0` or `null` | omitted | V1 read 0 as "no cap" (the shipped defaults are 0); V2 refuses 0; omitted, the worker's default cap (none) applies |
+//! | `system.proxy_region` = `""` or `null` | omitted | V1's default region (`US`) is V2's |
+//! | other `system` values | unchanged | negative numbers and wrong types reach V2, whose refusal (with its reason) is the answer |
 //! | `callback_url` | `callback_url` | optional; absolute http(s) URL |
 //! | sync `page_index`/`page_size` (default 1/10) | sync `offset`/`limit` | above 100 rows: first 100-row page in the run call, the rest from the result endpoint |
 //! | sync `data` | sync `data` | `run_status`: `succeeded`/`failed` → `completed`, other → `running`; timestamps seconds → milliseconds; results headers gain `format` |
@@ -13,7 +18,7 @@
 //! | `POST /api/v1/rerun` | `POST /api/v2/worker-runs/{runId}/rerun` | `callback_url` required; `is_async: true`; `data.run_slug` of the new run |
 //! | `POST /api/v1/scraper/abort` | `POST /api/v2/worker-runs/{runId}/abort` | no body; success `data: null`; failure → 500/70002 |
 //!
-//! V1↔V2 differences here (see `COMPATIBILITY.md`): [`run_callbacks`](crate::differences::RUN_CALLBACKS), [`result_header_format`](crate::differences::RESULT_HEADER_FORMAT).
+//! V1↔V2 differences here (see `COMPATIBILITY.md`): [`run_callbacks`](crate::differences::RUN_CALLBACKS), [`result_header_format`](crate::differences::RESULT_HEADER_FORMAT), [`zero_system_limits`](crate::differences::ZERO_SYSTEM_LIMITS).
 
 use serde_json::{json, Map, Value};
 
@@ -64,11 +69,15 @@ pub fn start_run_request(
             ))
         }
     }
-    if !matches!(params.get("system"), None | Some(Value::Object(_))) {
-        return Err(GatewayError::bad(
-            "input.parameters.system",
-            "must be an object",
-        ));
+    match params.get_mut("system") {
+        None => {}
+        Some(Value::Object(system)) => v2_system(system),
+        Some(_) => {
+            return Err(GatewayError::bad(
+                "input.parameters.system",
+                "must be an object",
+            ))
+        }
     }
     let mut v2 = Map::new();
     v2.insert("input".into(), Value::Object(input));
@@ -83,10 +92,12 @@ pub fn start_run_request(
     if let Some(cb) = input::callback_url(body, false)? {
         v2.insert("callback_url".into(), json!(cb));
     }
+    // Checked on asynchronous starts too, as V1 did, though only a
+    // synchronous start has a result window to use it for.
+    let window = body.window(DEFAULT_PAGE_SIZE, max_page_size)?;
     let sync = if is_async {
         None
     } else {
-        let window = body.window(DEFAULT_PAGE_SIZE, max_page_size)?;
         let plan = window.plan();
         v2.insert("offset".into(), json!(plan.offsets.start()));
         v2.insert("limit".into(), json!(plan.limit));
@@ -97,6 +108,47 @@ pub fn start_run_request(
         body: Value::Object(v2),
         sync,
     })
+}
+
+/// The `system` fields whose V1 "no limit / use the default" spellings V2
+/// refuses, with the spellings: numbers equal to zero and `null` (and `""`
+/// for the region). The rule per field is the table at the top of this module.
+const DEFAULTED_SYSTEM_FIELDS: [&str; 6] = [
+    "cpus",
+    "memory",
+    "execute_limit_time_seconds",
+    "max_total_charge",
+    "max_total_traffic",
+    "proxy_region",
+];
+
+/// Applies the zero-means-default rule to a V1 `input.parameters.system`:
+/// a field V1 read as "the worker's default" is left out, which is how V2
+/// spells the same thing.
+pub fn v2_system(system: &mut Map<String, Value>) {
+    // V1 read `1024.0` as the integer it is; V2 wants an integer.
+    for name in ["memory", "execute_limit_time_seconds"] {
+        if let Some(v) = system.get_mut(name) {
+            if let Some(n) = v
+                .as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 9e15)
+            {
+                if !v.is_u64() {
+                    *v = json!(n as u64);
+                }
+            }
+        }
+    }
+    system.retain(|name, value| {
+        let region = name == "proxy_region";
+        let means_default = match value {
+            Value::Null => true,
+            Value::Number(n) => !region && n.as_f64() == Some(0.0),
+            Value::String(s) => region && s.trim().is_empty(),
+            _ => false,
+        };
+        !(means_default && DEFAULTED_SYSTEM_FIELDS.contains(&name.as_str()))
+    });
 }
 
 /// `data.run_slug` of an asynchronous start, rerun or task run.
@@ -272,12 +324,54 @@ mod tests {
     }
 
     #[test]
+    fn zero_system_limits_become_the_workers_defaults() {
+        let r = req(r#"{"input":{"parameters":{"custom":{},"system":{"cpus":0,"memory":0.0,"execute_limit_time_seconds":0,"max_total_charge":0,"max_total_traffic":null,"proxy_region":""}}}}"#).unwrap();
+        assert_eq!(r.body["input"]["parameters"]["system"], json!({}));
+        let r = req(r#"{"input":{"parameters":{"custom":{},"system":{"cpus":0.125,"memory":512,"execute_limit_time_seconds":0,"max_total_charge":2,"max_total_traffic":0,"proxy_region":"DE"}}}}"#).unwrap();
+        assert_eq!(
+            r.body["input"]["parameters"]["system"],
+            json!({"cpus":0.125,"memory":512,"max_total_charge":2,"proxy_region":"DE"})
+        );
+        let r = req(r#"{"input":{"parameters":{"system":{"memory":1024.0,"execute_limit_time_seconds":600.0,"cpus":0.5}}}}"#).unwrap();
+        let system = &r.body["input"]["parameters"]["system"];
+        assert_eq!(
+            system,
+            &json!({"cpus":0.5,"execute_limit_time_seconds":600,"memory":1024})
+        );
+        assert!(system["memory"].is_u64() && system["execute_limit_time_seconds"].is_u64());
+        // Found by schemathesis: a region of 0 is a wrong type, not a default.
+        let r = req(r#"{"input":{"parameters":{"system":{"proxy_region":0}}}}"#).unwrap();
+        assert_eq!(
+            r.body["input"]["parameters"]["system"],
+            json!({"proxy_region":0})
+        );
+        // Not a default spelling: passed on for V2 to judge.
+        let r = req(r#"{"input":{"parameters":{"system":{"cpus":-1,"memory":"0","other":0}}}}"#)
+            .unwrap();
+        assert_eq!(
+            r.body["input"]["parameters"]["system"],
+            json!({"cpus":-1,"memory":"0","other":0})
+        );
+    }
+
+    #[test]
     fn bad_inputs_are_refused() {
         assert!(req(r#"{"input":{"q":"flat"}}"#).is_err());
         assert!(req(r#"{}"#).is_err());
         assert!(req(r#"{"input":{"parameters":{"custom":[]}}}"#).is_err());
         assert!(req(r#"{"input":{"parameters":{}},"is_async":"no"}"#).is_err());
         assert!(req(r#"{"input":{"parameters":{}},"callback_url":"x"}"#).is_err());
+    }
+
+    /// Found by schemathesis: an asynchronous start with `page_size` 1001 was
+    /// accepted, where V1 (and the native V1 surface) refuse it.
+    #[test]
+    fn the_window_is_checked_on_asynchronous_starts_too() {
+        let e = req(r#"{"is_async":true,"page_size":1001,"input":{"parameters":{}}}"#);
+        assert!(e.is_err());
+        assert!(req(r#"{"page_index":0,"input":{"parameters":{}}}"#).is_err());
+        let r = req(r#"{"is_async":true,"page_size":1000,"input":{"parameters":{}}}"#).unwrap();
+        assert!(r.body.get("limit").is_none());
     }
 
     #[test]

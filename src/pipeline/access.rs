@@ -27,6 +27,8 @@ pub(super) struct Context<'a> {
     pub started: Instant,
     /// `log.access`: write a line for every request, not only failures.
     pub every_request: bool,
+    /// The V1 dialect errors are rendered in (`[compat]`).
+    pub dialect: crate::dialect::Dialect,
 }
 
 /// A request's outcome, as the access line reports it.

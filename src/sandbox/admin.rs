@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 
 use super::checks::{parse_body, Query};
 use super::faults::FaultRule;
-use super::http::{bytes_response, json, Body, Req};
+use super::serve::{bytes_response, json, Body, Req};
 use super::v2::credential;
 use super::{lock, Shared};
 

@@ -216,10 +216,21 @@ const SYSTEM_FIELDS: &[&str] = &[
     "proxy_region",
 ];
 
+/// How a surface reads a zero (or `null`) system limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZeroLimits {
+    /// V1: `0` / `null` (and `""` for the region) mean "the worker's default";
+    /// the published n8n V1 workflow templates send `execute_limit_time_seconds: 0`.
+    MeanDefault,
+    /// V2: numeric limits must be positive; a field left out gets the default.
+    Refused,
+}
+
 /// Check a run `input` against the worker: `{"parameters": {"custom": {...},
-/// "system"?: {...}}}`, known system fields with the right types, and custom values
-/// that match the schema (required present, declared types respected).
-pub fn check_input(input: &Value, worker: &WorkerSpec, errs: &mut Vec<String>) {
+/// "system"?: {...}}}`, known system fields with the right types and ranges (zero
+/// read per `zero`), and custom values that match the schema (required present,
+/// declared types respected).
+pub fn check_input(input: &Value, worker: &WorkerSpec, zero: ZeroLimits, errs: &mut Vec<String>) {
     let Some(obj) = input.as_object() else {
         errs.push(format!("input must be an object, got {}", type_name(input)));
         return;
@@ -242,7 +253,7 @@ pub fn check_input(input: &Value, worker: &WorkerSpec, errs: &mut Vec<String>) {
     }
     match params.get("system") {
         None => {}
-        Some(Value::Object(sys)) => check_system(sys, errs),
+        Some(Value::Object(sys)) => check_system(sys, zero, errs),
         Some(other) => errs.push(format!(
             "input.parameters.system must be an object, got {}",
             type_name(other)
@@ -258,14 +269,36 @@ pub fn check_input(input: &Value, worker: &WorkerSpec, errs: &mut Vec<String>) {
     }
 }
 
-fn check_system(sys: &Map<String, Value>, errs: &mut Vec<String>) {
+fn check_system(sys: &Map<String, Value>, zero: ZeroLimits, errs: &mut Vec<String>) {
     for (k, v) in sys {
+        let region = k == "proxy_region";
+        let default_spelling = match v {
+            Value::Null => true,
+            Value::Number(n) => !region && n.as_f64() == Some(0.0),
+            _ => false,
+        };
+        if zero == ZeroLimits::MeanDefault
+            && default_spelling
+            && SYSTEM_FIELDS.contains(&k.as_str())
+        {
+            continue;
+        }
+        if default_spelling && SYSTEM_FIELDS.contains(&k.as_str()) && !region {
+            errs.push(format!(
+                "input.parameters.system.{k} must be greater than 0 (omit it for the worker's default)"
+            ));
+            continue;
+        }
         let ok = match k.as_str() {
             "proxy_region" => v.is_string(),
             "cpus" | "max_total_charge" | "max_total_traffic" => {
-                v.as_f64().is_some_and(|n| n >= 0.0)
+                v.as_f64().is_some_and(|n| n > 0.0)
             }
-            "memory" | "execute_limit_time_seconds" => v.as_u64().is_some_and(|n| n > 0),
+            "memory" | "execute_limit_time_seconds" => match zero {
+                ZeroLimits::Refused => v.as_u64().is_some_and(|n| n > 0),
+                // V1 read `1024.0` as the integer it is.
+                ZeroLimits::MeanDefault => v.as_f64().is_some_and(|n| n > 0.0 && n.fract() == 0.0),
+            },
             _ => {
                 errs.push(format!(
                     "unknown field: input.parameters.system.{k} (allowed: {})",
@@ -356,9 +389,24 @@ mod tests {
         let w = &seed_workers()[0];
         let check = |v: Value| {
             let mut e = Vec::new();
-            check_input(&v, w, &mut e);
+            check_input(&v, w, ZeroLimits::Refused, &mut e);
             e
         };
+        let v1 = |v: Value| {
+            let mut e = Vec::new();
+            check_input(&v, w, ZeroLimits::MeanDefault, &mut e);
+            e
+        };
+        let zeros = json!({"parameters":{"custom":{},"system":{"cpus":0,"memory":0,"execute_limit_time_seconds":0,"max_total_charge":0,"max_total_traffic":null}}});
+        assert_eq!(check(zeros.clone()).len(), 5, "V2 refuses every zero limit");
+        assert!(check(zeros.clone())[0].contains("greater than 0"));
+        assert!(v1(zeros).is_empty(), "V1 reads zero as the default");
+        assert!(!v1(json!({"parameters":{"custom":{},"system":{"cpus":-1}}})).is_empty());
+        // A region of 0 is a wrong type on both surfaces, not a default.
+        let region_zero = json!({"parameters":{"custom":{},"system":{"proxy_region":0}}});
+        assert!(!v1(region_zero.clone()).is_empty());
+        assert!(!check(region_zero).is_empty());
+        assert!(v1(json!({"parameters":{"custom":{},"system":{"memory":1024.0}}})).is_empty());
         assert!(check(json!({"parameters":{"custom":{"keywords":["a"]}}})).is_empty());
         assert!(check(json!({"parameters":{"custom":{},"system":{"cpus":0.5,"memory":512,"proxy_region":"US"}}})).is_empty());
         assert!(!check(json!({"keywords":["a"]})).is_empty(), "flat input");

@@ -72,6 +72,9 @@ pub struct SandboxConfig {
     pub workers: Option<Vec<WorkerSpec>>,
     /// Fault rules active from the start.
     pub faults: Vec<FaultRule>,
+    /// The native V1 surface's dialect where the V1 record disagrees (the same
+    /// choices and spellings as the gateway's `[compat]`).
+    pub v1: crate::dialect::Dialect,
 }
 
 impl Default for SandboxConfig {
@@ -84,6 +87,7 @@ impl Default for SandboxConfig {
             log_entries: LogEntries::Objects,
             workers: None,
             faults: Vec::new(),
+            v1: crate::dialect::Dialect::default(),
         }
     }
 }

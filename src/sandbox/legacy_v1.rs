@@ -6,6 +6,10 @@
 //! Conventions: envelope always exactly `{code, message, data}` (`data: null` on
 //! errors and on abort); key in `api-key` or `Authorization: Bearer`; statuses are
 //! integers 1-5; timestamps Unix seconds except the sync-run answer (milliseconds).
+//! Bodies are read as JSON whatever their `Content-Type`; 4000 messages name the
+//! problem after a colon; system limits of `0` mean the worker's default. Where the
+//! public record disagrees (error statuses, empty store search, missing key), the
+//! sandbox's `[v1]` dialect decides, with the gateway's `[compat]` spellings.
 
 use std::sync::Arc;
 
@@ -13,19 +17,22 @@ use http::{Method, Response, StatusCode};
 use serde_json::{json, Map, Value};
 
 use super::catalog::WorkerSpec;
-use super::checks::{check_input, parse_body, window, Fields, Query};
-use super::http::{json as json_resp, Body, Dropped, Req};
+use super::checks::{check_input, parse_body, window, Fields, Query, ZeroLimits};
+use super::serve::{json as json_resp, Body, Dropped, Req};
 use super::state::{AbortError, NewRun, Origin, Run, RunView};
 use super::v2_catalog::regions_value;
 use super::v2_runs::{logs_url, wait_done};
 use super::{lock, Shared};
+use crate::dialect::{Dialect, EmptyStoreSearch, MissingKeyStatus};
 
-/// A V1 error answer.
+/// A V1 error answer. `detail` names what was wrong with the request, after
+/// the fixed message and a colon, as V1 did for its own validation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct V1Error {
     pub status: u16,
     pub code: i64,
     pub message: &'static str,
+    pub detail: Option<String>,
 }
 
 const fn err(status: u16, code: i64, message: &'static str) -> V1Error {
@@ -33,6 +40,15 @@ const fn err(status: u16, code: i64, message: &'static str) -> V1Error {
         status,
         code,
         message,
+        detail: None,
+    }
+}
+
+/// 400 / 4000 naming the problems found.
+fn invalid(problems: &[String]) -> V1Error {
+    V1Error {
+        detail: (!problems.is_empty()).then(|| problems.join("; ")),
+        ..INVALID
     }
 }
 
@@ -54,28 +70,38 @@ const MAX_LIST_PAGE: i64 = 1000;
 /// (facts §1.3, V1-SWAGGER), which this surface already applies there.
 const MAX_RESULT_PAGE: i64 = 1000;
 
-fn render(result: V1Result) -> Response<Body> {
+fn render(result: V1Result, dialect: &Dialect) -> Response<Body> {
     let (status, body) = match result {
         Ok(data) => (
             StatusCode::OK,
             json!({"code": 0, "message": "success", "data": data}),
         ),
-        Err(e) => (
-            StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            json!({"code": e.code, "message": e.message, "data": null}),
-        ),
+        Err(e) => {
+            let message = match &e.detail {
+                Some(d) => format!("{}: {d}", e.message),
+                None => e.message.to_owned(),
+            };
+            let documented =
+                StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            (
+                dialect.error_status(documented),
+                json!({"code": e.code, "message": message, "data": null}),
+            )
+        }
     };
     json_resp(status, &body)
 }
 
 pub async fn handle(shared: Arc<Shared>, req: Req) -> Result<Response<Body>, Dropped> {
-    Ok(render(dispatch(&shared, &req).await))
+    Ok(render(dispatch(&shared, &req).await, &shared.v1_dialect))
 }
 
 async fn dispatch(shared: &Arc<Shared>, req: &Req) -> V1Result {
     let q = Query::parse(&req.query);
     match (&req.method, req.path.as_str()) {
-        (&Method::GET, "/api/store") => return store(shared, &q),
+        (&Method::GET, "/api/store") => {
+            return store(shared, &q, shared.v1_dialect.empty_store_search)
+        }
         (&Method::GET, "/api/scraper") => return scraper(shared, &q),
         (&Method::GET, "/api/proxy/region") => return Ok(regions_value()),
         (&Method::POST, p) if OPS.contains(&p) => {}
@@ -132,7 +158,10 @@ fn authenticate(shared: &Shared, req: &Req) -> Result<String, V1Error> {
             _ => return Err(BAD_KEY),
         }
     } else {
-        return Err(BAD_KEY);
+        return Err(match shared.v1_dialect.missing_key_status {
+            MissingKeyStatus::Unauthorized => BAD_KEY,
+            MissingKeyStatus::BadRequest => invalid(&["the api-key header is missing".into()]),
+        });
     };
     if lock(&shared.state).account(&key).is_some() {
         Ok(key)
@@ -161,15 +190,18 @@ fn ok_or_invalid(errs: &[String]) -> Result<(), V1Error> {
     if errs.is_empty() {
         Ok(())
     } else {
-        Err(INVALID)
+        Err(invalid(errs))
     }
 }
 
-fn store(shared: &Shared, q: &Query) -> V1Result {
-    let search = q.get("search").unwrap_or("").trim().to_lowercase();
-    if search.is_empty() {
-        return Err(INVALID);
-    }
+fn store(shared: &Shared, q: &Query, empty: EmptyStoreSearch) -> V1Result {
+    let search = q.get("search").map(|s| s.trim().to_lowercase());
+    let search = match search {
+        Some(s) if !s.is_empty() => s,
+        // The n8n V1 node's list dropdown: `search=` lists every worker.
+        Some(_) if empty == EmptyStoreSearch::All => String::new(),
+        _ => return Err(invalid(&["search is required".into()])),
+    };
     let limit = match q.get("limit") {
         None => 10,
         Some(l) => match l.trim().parse::<u64>() {
@@ -288,7 +320,7 @@ async fn run_scraper(c: &Ctx<'_>) -> V1Result {
             None => return Err(INVALID),
         };
         if let (Some(input), Some(w)) = (&input, st.worker(worker)) {
-            check_input(input, w, &mut errs);
+            check_input(input, w, ZeroLimits::MeanDefault, &mut errs);
         }
         ok_or_invalid(&errs)?;
         let version = st

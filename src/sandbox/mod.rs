@@ -25,7 +25,8 @@
 //! (simulated time), `state` (accounts, tasks, runs, lifecycle), `data` (deterministic
 //! rows and logs), `checks` (request contract checks shared by both surfaces), `v2`
 //! (routing and envelopes) with `v2_catalog`, `v2_runs`, `v2_tasks`, `legacy_v1`,
-//! `admin` (`/__sandbox/*`), `faults`, `exports`, `callbacks`, `http` (server helper).
+//! `admin` (`/__sandbox/*`), `faults`, `exports`, `callbacks`, `serve` (the accept
+//! loop and body helpers; not named `http`, which would shadow the crate).
 
 mod admin;
 mod callbacks;
@@ -36,8 +37,8 @@ mod config;
 mod data;
 mod exports;
 mod faults;
-mod http;
 mod legacy_v1;
+mod serve;
 mod state;
 mod v2;
 mod v2_catalog;
@@ -74,6 +75,8 @@ pub(crate) struct Shared {
     pub v2_addr: SocketAddr,
     /// Turns true on shutdown; long waits (sync runs, latency faults) watch it.
     pub stop: watch::Receiver<bool>,
+    /// How the native V1 surface reads the points the V1 record disagrees on.
+    pub v1_dialect: crate::dialect::Dialect,
 }
 
 /// A running sandbox (both listeners and the callback sender).
@@ -106,13 +109,14 @@ impl Sandbox {
             exports: exports::Exports::default(),
             v2_addr,
             stop: stop_rx.clone(),
+            v1_dialect: cfg.v1,
         });
         let s2 = shared.clone();
-        let v2_task = http::serve(v2, stop_rx.clone(), move |req, _| {
+        let v2_task = serve::serve(v2, stop_rx.clone(), move |req, _| {
             v2::handle(s2.clone(), req)
         });
         let s1 = shared.clone();
-        let v1_task = http::serve(v1, stop_rx, move |req, _| {
+        let v1_task = serve::serve(v1, stop_rx, move |req, _| {
             legacy_v1::handle(s1.clone(), req)
         });
         let cb_task = tokio::spawn(callbacks::run(shared.clone()));

@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 
 use super::checks::{parse_body, Query};
 use super::faults::{FaultKind, FaultRule};
-use super::http::{bytes_response, json as json_resp, truncated, Body, Dropped, Req};
+use super::serve::{bytes_response, json as json_resp, truncated, Body, Dropped, Req};
 use super::{admin, lock, v2_catalog, v2_runs, v2_tasks, Shared};
 
 /// A V2 error: HTTP status, application code, message and details.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::catalog::WorkerSpec;
-use super::checks::{check_input, query_int, query_paging, window, Fields};
+use super::checks::{check_input, query_int, query_paging, window, Fields, ZeroLimits};
 use super::config::LogEntries;
 use super::data::month_utc8;
 use super::lock;
@@ -204,7 +204,7 @@ pub async fn run_worker(call: &Call<'_>) -> Outcome {
     let version = {
         let st = lock(&call.shared.state);
         if let Some(w) = st.worker(worker) {
-            check_input(&input, w, &mut errs);
+            check_input(&input, w, ZeroLimits::Refused, &mut errs);
         }
         fail_if(errs)?;
         st.resolve_version(worker, version.as_deref())

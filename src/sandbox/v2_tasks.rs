@@ -4,7 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::checks::{check_input, query_paging, window, Fields};
+use super::checks::{check_input, query_paging, window, Fields, ZeroLimits};
 use super::lock;
 use super::state::{State, Task};
 use super::v2::{ApiError, Call, Outcome};
@@ -108,7 +108,7 @@ pub fn create(call: &Call) -> Outcome {
     };
     if !input.is_null() {
         if let Some(w) = st.worker(worker) {
-            check_input(&input, w, &mut errs);
+            check_input(&input, w, ZeroLimits::Refused, &mut errs);
         }
     }
     fail_if(errs)?;
@@ -233,7 +233,7 @@ pub fn update_input(call: &Call) -> Outcome {
         .map(|t| t.worker)
         .ok_or_else(ApiError::task_not_found)?;
     if let (Some(input), Some(w)) = (&input, st.worker(worker)) {
-        check_input(input, w, &mut errs);
+        check_input(input, w, ZeroLimits::Refused, &mut errs);
     }
     fail_if(errs)?;
     let version = match version.as_deref() {

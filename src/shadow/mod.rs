@@ -291,7 +291,8 @@ impl Mirror {
                     match pipeline::dispatch(&self.gateway, v1, timeout).await {
                         Err(GatewayError::Deadline(_)) => Err(UpstreamFailure::Timeout(timeout)),
                         result => {
-                            let (status, body) = pipeline::render(result);
+                            let (status, body) =
+                                pipeline::render(result, &self.gateway.config.compat.dialect);
                             Ok((status, body, started.elapsed()))
                         }
                     }
@@ -323,11 +324,11 @@ impl Mirror {
         let op = copy.op;
         match (legacy.status, translated.status) {
             (Some(ls), Some(ts)) => {
-                let l = diff::Answer {
+                let l = diff::Reply {
                     status: ls,
                     body: &legacy.body,
                 };
-                let t = diff::Answer {
+                let t = diff::Reply {
                     status: ts,
                     body: &translated.body,
                 };
@@ -335,7 +336,7 @@ impl Mirror {
                 // Per request, a field that also differs between the two
                 // legacy answers is noise; the report applies the thresholds.
                 let noise: HashSet<String> = match baseline.as_ref().and_then(|b| {
-                    b.status.map(|s| diff::Answer {
+                    b.status.map(|s| diff::Reply {
                         status: s,
                         body: &b.body,
                     })

@@ -18,6 +18,8 @@ const V1_STATUSES: &[&str] = &["200", "400", "401", "404", "429", "500"];
 const ERROR_KINDS: &[(Origin, &str)] = &[
     (Origin::Client, "invalid_request"),
     (Origin::Client, "unauthorized"),
+    // A missing key, under the dialect that answers it with 400.
+    (Origin::Client, "missing_key"),
     (Origin::Client, "not_found"),
     (Origin::Client, "rate_limited"),
     (Origin::Client, "refused"),
@@ -92,4 +94,91 @@ pub(super) fn register_all() {
     metrics::gauge!(IN_FLIGHT).set(0.0);
     metrics::gauge!(SHADOW_IN_FLIGHT).set(0.0);
     metrics::counter!(SHADOW_CAPTURE_DROPPED).increment(0);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use http::StatusCode;
+
+    use super::*;
+    use crate::error::{GatewayError, Subject};
+    use crate::upstream::UpstreamFailure;
+
+    /// One of each error the gateway can render. The `match` fails to
+    /// compile when a variant is added, so this list (and [`ERROR_KINDS`])
+    /// cannot silently fall behind.
+    fn every_error() -> Vec<GatewayError> {
+        let failures = || {
+            [
+                UpstreamFailure::Unreachable("x".into()),
+                UpstreamFailure::Timeout(Duration::from_secs(1)),
+                UpstreamFailure::Broken("x".into()),
+                UpstreamFailure::TooLarge(1),
+            ]
+        };
+        let mut all = vec![
+            GatewayError::BadRequest("x".into()),
+            GatewayError::Unauthorized("x".into()),
+            GatewayError::MissingKey("x".into()),
+            GatewayError::NotFound(Subject::Run),
+            GatewayError::Overloaded,
+            GatewayError::Garbled("x".into()),
+            GatewayError::Deadline(Duration::from_secs(1)),
+            GatewayError::ShuttingDown,
+            GatewayError::Internal("x".into()),
+        ];
+        for status in [400, 401, 404, 429, 500, 503] {
+            for subject in [Subject::Run, Subject::Abort] {
+                all.push(GatewayError::Refused {
+                    subject,
+                    status: StatusCode::from_u16(status).unwrap(),
+                    code: None,
+                    message: String::new(),
+                    v2_request_id: None,
+                    retry_after: None,
+                    details: Vec::new(),
+                });
+            }
+        }
+        all.extend(failures().map(GatewayError::Upstream));
+        all.extend(failures().map(GatewayError::AbortUnconfirmed));
+        for e in &all {
+            match e {
+                GatewayError::BadRequest(_)
+                | GatewayError::Unauthorized(_)
+                | GatewayError::MissingKey(_)
+                | GatewayError::NotFound(_)
+                | GatewayError::UnknownRoute
+                | GatewayError::Overloaded
+                | GatewayError::Refused { .. }
+                | GatewayError::Upstream(_)
+                | GatewayError::AbortUnconfirmed(_)
+                | GatewayError::Garbled(_)
+                | GatewayError::Deadline(_)
+                | GatewayError::ShuttingDown
+                | GatewayError::Internal(_) => {}
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_rendered_error_has_its_series_registered() {
+        for e in every_error() {
+            let r = e.render();
+            assert!(
+                ERROR_KINDS.contains(&(r.origin, r.cause)),
+                "{e:?} renders ({}, {}), which is not registered at start",
+                r.origin.as_str(),
+                r.cause
+            );
+            assert!(
+                V1_STATUSES.contains(&r.status.as_str()),
+                "{e:?} answers {}, not registered at start",
+                r.status
+            );
+        }
+    }
 }

@@ -27,7 +27,6 @@ use tracing::debug;
 use super::retry::{
     parse_retry_after, plan_wait, retry_reason, GiveUp, RetryBudget, RetrySettings,
 };
-use super::route_label::route_label;
 use super::{ApiKey, RetryPolicy, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply};
 
 use crate::telemetry::{
@@ -328,7 +327,7 @@ struct Prepared {
 }
 
 /// One attempt's answer, before the retry decision.
-struct Answer {
+struct AttemptReply {
     status: StatusCode,
     retry_after: Option<Duration>,
     body: Bytes,
@@ -369,7 +368,7 @@ impl Inner {
             timeout: call
                 .attempt_timeout
                 .unwrap_or(self.settings.attempt_timeout),
-            route: route_label(call.path.path()),
+            route: call.path.route().to_owned(),
         };
         let route = &prepared.route;
         let retry = &self.settings.retry;
@@ -439,7 +438,11 @@ impl Inner {
     }
 
     /// One request and its whole body under one deadline.
-    async fn attempt(&self, prepared: &Prepared, attempt: u32) -> Result<Answer, UpstreamFailure> {
+    async fn attempt(
+        &self,
+        prepared: &Prepared,
+        attempt: u32,
+    ) -> Result<AttemptReply, UpstreamFailure> {
         let Prepared {
             method,
             uri,
@@ -478,7 +481,7 @@ impl Inner {
                 .get(RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| parse_retry_after(v, SystemTime::now()));
-            Ok(Answer {
+            Ok(AttemptReply {
                 status: parts.status,
                 retry_after,
                 body,
@@ -525,7 +528,7 @@ impl Inner {
 }
 
 fn finish(
-    outcome: Result<Answer, UpstreamFailure>,
+    outcome: Result<AttemptReply, UpstreamFailure>,
     attempts: u32,
 ) -> Result<V2Reply, UpstreamFailure> {
     outcome.map(|answer| V2Reply {

@@ -1,34 +1,13 @@
-//! The `route` label of upstream metrics: the V2 path of a call with every
-//! identifier replaced by `{id}`. Computed once per call in the client, before
-//! the first attempt, so metrics stay bounded whatever ids clients send.
-
-/// Path segments that V2 routes are built from ([`crate::v2::V2Path`] takes
-/// them as `'static` literals). Anything else in a path is an identifier.
-const V2_LITERALS: &[&str] = &[
-    "api",
-    "v2",
-    "workers",
-    "worker-runs",
-    "worker-tasks",
-    "users",
-    "account",
-    "store",
-    "proxy",
-    "region",
-    "runs",
-    "result",
-    "export",
-    "log",
-    "rerun",
-    "abort",
-    "input-schema",
-    "last",
-    "input",
-];
+//! The `route` label values of upstream metrics. A
+//! [`V2Path`](crate::v2::V2Path) carries its own label, built with the path
+//! ([`V2Path::route`](crate::v2::V2Path::route): every identifier is
+//! `{id}`), so nothing parses a path back; this file lists the routes the
+//! operations build, so their series exist at zero from the start.
 
 /// The `route` of every V2 call the operations make, registered at zero at
 /// start (`telemetry`). A route missing here is still counted once called;
-/// a test checks each entry is a route label.
+/// a test checks each entry is what a [`V2Path`](crate::v2::V2Path) of that
+/// shape reports.
 pub const V2_ROUTES: &[&str] = &[
     "/api/v2/store",
     "/api/v2/workers/{id}",
@@ -46,76 +25,49 @@ pub const V2_ROUTES: &[&str] = &[
     "/api/v2/worker-runs/{id}/abort",
 ];
 
-/// `/api/v2/worker-runs/01KS…/log` → `/api/v2/worker-runs/{id}/log`.
-///
-/// Takes the path without its query (`V2Path::path`); a query, if one slips
-/// in, is dropped so values never become label values. Empty segments are
-/// kept as they are so the label still mirrors the path's shape.
-pub(crate) fn route_label(path: &str) -> String {
-    let path = path.split(['?', '#']).next().unwrap_or_default();
-    let mut out = String::with_capacity(path.len());
-    for (i, segment) in path.split('/').enumerate() {
-        if i > 0 {
-            out.push('/');
-        }
-        if segment.is_empty() || V2_LITERALS.contains(&segment) {
-            out.push_str(segment);
-        } else {
-            out.push_str("{id}");
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{route_label, V2_ROUTES};
+    use super::*;
+    use crate::v2::{Part, Segment, V2Path};
+
+    /// The path a pattern describes, with `id` in every `{id}`.
+    fn path_of(pattern: &'static str, id: &Segment) -> V2Path {
+        let parts: Vec<Part<'_>> = pattern
+            .trim_start_matches("/api/v2/")
+            .split('/')
+            .map(|s| {
+                if s == "{id}" {
+                    Part::Id(id)
+                } else {
+                    Part::Lit(s)
+                }
+            })
+            .collect();
+        V2Path::new(&parts)
+    }
 
     #[test]
-    fn registered_routes_are_route_labels() {
+    fn registered_routes_are_the_labels_their_paths_carry() {
+        let id = Segment::run("01KS2A1M515HG7PZX9STTB0KPH").unwrap();
         for route in V2_ROUTES {
-            assert_eq!(route_label(route), *route);
+            let path = path_of(route, &id);
+            assert_eq!(path.route(), *route);
+            assert_eq!(path.path(), route.replace("{id}", id.as_str()));
         }
     }
 
     #[test]
-    fn identifiers_become_placeholders() {
-        assert_eq!(
-            route_label("/api/v2/worker-runs/01KS2A1M515HG7PZX9STTB0KPH/log"),
-            "/api/v2/worker-runs/{id}/log"
-        );
-        assert_eq!(
-            route_label("/api/v2/workers/coreclaw~google-maps/input-schema"),
-            "/api/v2/workers/{id}/input-schema"
-        );
-        assert_eq!(
-            route_label("/api/v2/worker-tasks/t1/runs/last/result"),
-            "/api/v2/worker-tasks/{id}/runs/last/result"
-        );
-    }
-
-    #[test]
-    fn fixed_routes_are_unchanged() {
-        for p in [
-            "/api/v2/users/account",
-            "/api/v2/store",
-            "/api/v2/proxy/region",
-            "/api/v2/worker-runs/export",
-        ] {
-            assert_eq!(route_label(p), p);
+    fn identifiers_never_become_label_values() {
+        // Ids that look like literals, or carry encoded text, are still ids.
+        for raw in ["store", "log", "wörker:1", "LAST-ish"] {
+            let id = Segment::new(raw).unwrap();
+            let path = V2Path::new(&[
+                Part::Lit("workers"),
+                Part::Id(&id),
+                Part::Lit("input-schema"),
+            ])
+            .query("keyword", "secret");
+            assert_eq!(path.route(), "/api/v2/workers/{id}/input-schema");
         }
-    }
-
-    #[test]
-    fn encoded_and_odd_segments_never_leak() {
-        assert_eq!(
-            route_label("/api/v2/workers/w%C3%B6rker%3A1"),
-            "/api/v2/workers/{id}"
-        );
-        // A literal in the wrong case is still an identifier.
-        assert_eq!(route_label("/api/v2/STORE"), "/api/v2/{id}");
-        assert_eq!(route_label("/api/v2/store?keyword=secret"), "/api/v2/store");
-        assert_eq!(route_label(""), "");
-        assert_eq!(route_label("/"), "/");
     }
 }

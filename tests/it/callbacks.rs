@@ -43,6 +43,10 @@ struct Got {
     /// The status the receiver answered.
     answered: u16,
     webhook_id: String,
+    /// `webhook-timestamp` and `webhook-signature`, when sent.
+    timestamp: String,
+    signature: String,
+    raw: Bytes,
     body: Value,
 }
 
@@ -90,6 +94,15 @@ async fn hook() -> Hook {
                             .and_then(|v| v.to_str().ok())
                             .unwrap_or_default()
                             .to_owned();
+                        let header = |name: &str| {
+                            req.headers()
+                                .get(name)
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or_default()
+                                .to_owned()
+                        };
+                        let (timestamp, signature) =
+                            (header("webhook-timestamp"), header("webhook-signature"));
                         let bytes = req.into_body().collect().await.unwrap().to_bytes();
                         let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
                         if is_hung.load(Ordering::SeqCst) {
@@ -97,6 +110,9 @@ async fn hook() -> Hook {
                                 path,
                                 answered: 0,
                                 webhook_id,
+                                timestamp,
+                                signature,
+                                raw: bytes,
                                 body,
                             });
                             std::future::pending::<()>().await;
@@ -111,6 +127,9 @@ async fn hook() -> Hook {
                             path,
                             answered: status,
                             webhook_id,
+                            timestamp,
+                            signature,
+                            raw: bytes,
                             body,
                         });
                         let mut resp = http::Response::new(Full::new(Bytes::from_static(b"ok")));
@@ -382,12 +401,14 @@ async fn dispatch(relay: &Relay) -> Vec<Outcome> {
 }
 
 const T0: u64 = 1_800_000_000_000;
+/// The signing secret of the Standard Webhooks specification's example.
+const WHSEC_B64: &str = "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 #[tokio::test]
 async fn retries_follow_the_schedule_with_one_webhook_id_and_410_stops() {
     let clock = Arc::new(ManualClock::new(T0));
     let (relay, store) = make_relay(
-        "allow_cidrs = [\"127.0.0.0/8\"]\nretry_schedule = [\"0s\", \"5s\", \"5m\", \"30m\"]\n",
+        &format!("allow_cidrs = [\"127.0.0.0/8\"]\nretry_schedule = [\"0s\", \"5s\", \"5m\", \"30m\"]\nsigning_secret = \"whsec_{WHSEC_B64}\"\n"),
         clock.clone(),
     );
     let mut hook = hook().await;
@@ -448,6 +469,26 @@ async fn retries_follow_the_schedule_with_one_webhook_id_and_410_stops() {
     hook.until(&mut seen, |s| s.len() == 4).await;
     let ids: Vec<&str> = seen.iter().map(|g| g.webhook_id.as_str()).collect();
     assert!(ids.iter().all(|i| *i == ids[0]), "{ids:?}");
+    // Standard Webhooks: v1,<base64 HMAC-SHA256 of "id.timestamp.body"> over
+    // the exact bytes received, verified here independently of the sender.
+    let key = ring::hmac::Key::new(
+        ring::hmac::HMAC_SHA256,
+        &base64::Engine::decode(&base64::engine::general_purpose::STANDARD, WHSEC_B64).unwrap(),
+    );
+    for g in &seen {
+        let signed = [
+            g.webhook_id.as_bytes(),
+            b".",
+            g.timestamp.as_bytes(),
+            b".",
+            &g.raw,
+        ]
+        .concat();
+        let sig = g.signature.strip_prefix("v1,").expect("a v1 signature");
+        let sig = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, sig).unwrap();
+        ring::hmac::verify(&key, &signed, &sig).expect("signature verifies");
+    }
+    assert_eq!(seen[0].timestamp, (T0 / 1000).to_string());
     assert_eq!(
         seen[3].body,
         json!({"run_slug": "RUN1", "status": 3, "results": 7, "usage": "0"})
@@ -494,14 +535,19 @@ async fn a_used_up_schedule_leaves_the_event_dead_until_redelivered() {
     hook.script
         .lock()
         .unwrap()
-        .extend([(500, None), (502, None)]);
+        .extend([(302, None), (502, None)]);
     let url = relay
         .v2_callback_url(&format!("{}/cb", hook.base), None)
         .unwrap();
     let body = json!({"run_id": "RUN3", "run_status": "succeeded"});
     assert_eq!(v2_posts(&relay, &url, body).await, 200);
-    assert!(
-        matches!(dispatch(&relay).await[..], [Outcome::Retry { at_ms, .. }] if at_ms == T0 + 60_000)
+    // A redirect is a failure, not followed.
+    assert_eq!(
+        dispatch(&relay).await,
+        [Outcome::Retry {
+            at_ms: T0 + 60_000,
+            why: "HTTP 302".into()
+        }]
     );
     clock.set(T0 + 60_000);
     assert!(matches!(dispatch(&relay).await[..], [Outcome::Dead { .. }]));

@@ -22,20 +22,20 @@ use v1compat::upstream::HttpUpstream;
 use crate::support::{send, serve_scripted, Exchange, ScriptedV2, TestGateway};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Case {
-    about: String,
+pub(crate) struct Case {
+    pub(crate) about: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    config: String,
-    v1: V1Call,
+    pub(crate) config: String,
+    pub(crate) v1: V1Call,
     #[serde(default)]
     v2: Vec<Exchange>,
-    expect: Expect,
+    pub(crate) expect: Expect,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct V1Call {
-    method: String,
-    path: String,
+pub(crate) struct V1Call {
+    pub(crate) method: String,
+    pub(crate) path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -55,12 +55,12 @@ impl V1Call {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-struct Expect {
-    status: u16,
-    body: Value,
+pub(crate) struct Expect {
+    pub(crate) status: u16,
+    pub(crate) body: Value,
 }
 
-fn cases() -> Vec<(PathBuf, Case)> {
+pub(crate) fn cases() -> Vec<(PathBuf, Case)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let mut files = Vec::new();
     let mut dirs = vec![root];
@@ -188,6 +188,57 @@ fn check_v2(name: &str, case: &Case, v2: &ScriptedV2) -> Vec<String> {
         ));
     }
     problems
+}
+
+/// The case under `compat.business_error_status = "200"`: every V1 error
+/// envelope is the same, sent with HTTP 200.
+fn with_errors_as_200(case: &Case) -> Case {
+    let mut out = case.clone();
+    let key = "business_error_status = \"200\"\n";
+    out.config = match out.config.find("[compat]\n") {
+        Some(at) => {
+            let after = at + "[compat]\n".len();
+            format!("{}{key}{}", &out.config[..after], &out.config[after..])
+        }
+        None => format!("{}[compat]\n{key}", out.config),
+    };
+    if out.expect.body["code"] != 0 {
+        out.expect.status = 200;
+    }
+    out
+}
+
+/// Every golden error answer again under `compat.business_error_status =
+/// "200"`, in process and over HTTP: same V2 calls, same envelope, HTTP 200.
+#[tokio::test]
+async fn golden_errors_under_the_200_dialect() {
+    let mut problems = Vec::new();
+    let mut errors = 0;
+    for (path, case) in cases() {
+        if case.expect.body["code"] == 0 {
+            continue;
+        }
+        errors += 1;
+        let name = format!(
+            "{} (errors as 200)",
+            path.file_name().unwrap().to_string_lossy()
+        );
+        let case = with_errors_as_200(&case);
+        for (how, (got, v2)) in [
+            ("in-process", run_in_process(&case).await),
+            ("http", run_over_http(&case).await),
+        ] {
+            problems.extend(check_v2(&format!("{name} ({how})"), &case, &v2));
+            if got != case.expect {
+                problems.push(format!(
+                    "{name} ({how}): want {} {}, got {} {}",
+                    case.expect.status, case.expect.body, got.status, got.body
+                ));
+            }
+        }
+    }
+    assert!(errors >= 30, "only {errors} golden error cases");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// The operation a case's request routes to, by name (`route` for none).

@@ -317,7 +317,10 @@ fn exported() -> BTreeSet<String> {
         .filter_map(|l| l.split(['{', ' ']).next())
         .map(str::to_owned)
         .collect();
-    let declared = include_str!("../../src/telemetry.rs");
+    let declared = concat!(
+        include_str!("../../src/telemetry.rs"),
+        include_str!("../../src/callbacks/metrics.rs")
+    );
     for literal in declared.split('"').skip(1).step_by(2) {
         if literal.starts_with("v1compat_") && !literal.contains(' ') {
             names.insert(literal.to_owned());

@@ -96,11 +96,11 @@ fn bad_probes(key: &str) -> Vec<Probe> {
         Probe::new(Method::POST, detail)
             .header("content-type", "application/json")
             .body(r#"{"run_slug":"r"}"#),
-        // Not JSON by Content-Type.
+        // A form body: not JSON (the Content-Type alone refuses nothing, as in V1).
         Probe::new(Method::POST, detail)
             .header("api-key", key)
-            .header("content-type", "text/plain")
-            .body(r#"{"run_slug":"r"}"#),
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body("run_slug=r"),
         // A body over `limits.max_body_bytes` (1 KiB below).
         Probe::new(Method::POST, detail)
             .header("api-key", key)

@@ -27,11 +27,16 @@ fn manifest_dir() -> PathBuf {
 
 /// `target/conformance-venv` (next to `target/tmp`, whatever the target dir is).
 fn venv_dir() -> PathBuf {
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent().unwrap_or(tmp).join("conformance-venv")
+    target_dir().join("conformance-venv")
 }
 
-fn venv_python(venv: &Path) -> PathBuf {
+/// The target directory (the parent of `target/tmp`).
+pub(crate) fn target_dir() -> PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent().unwrap_or(tmp).to_path_buf()
+}
+
+pub(crate) fn venv_python(venv: &Path) -> PathBuf {
     if cfg!(windows) {
         venv.join("Scripts").join("python.exe")
     } else {
@@ -40,15 +45,15 @@ fn venv_python(venv: &Path) -> PathBuf {
 }
 
 /// What a finished command printed.
-struct Output {
-    success: bool,
-    status: String,
-    text: String,
+pub(crate) struct Output {
+    pub(crate) success: bool,
+    pub(crate) status: String,
+    pub(crate) text: String,
 }
 
 /// Run `cmd` to completion within `timeout`, collecting stdout and stderr (in
 /// threads, so a full pipe never stalls it); kill it when the time is up.
-fn run(mut cmd: Command, timeout: Duration) -> Result<Output, String> {
+pub(crate) fn run(mut cmd: Command, timeout: Duration) -> Result<Output, String> {
     let shown = format!("{cmd:?}");
     let mut child = cmd
         .stdin(Stdio::null())
@@ -107,15 +112,22 @@ fn fingerprint(bytes: &[u8]) -> String {
     format!("{h:016x}")
 }
 
-/// Create the venv if missing and install the pinned packages unless the stamp
-/// says this exact requirements file is already installed. Returns its python.
+/// The conformance venv with the packages of `conformance/python`.
 fn provision() -> Result<PathBuf, String> {
-    let requirements = manifest_dir().join("conformance/python/requirements.txt");
-    let wanted = std::fs::read(&requirements)
+    provision_venv(
+        &manifest_dir().join("conformance/python/requirements.txt"),
+        &venv_dir(),
+    )
+}
+
+/// Create the venv `venv` if missing and install the pinned packages of
+/// `requirements` unless the stamp says this exact file is already installed.
+/// Returns its python.
+pub(crate) fn provision_venv(requirements: &Path, venv: &Path) -> Result<PathBuf, String> {
+    let wanted = std::fs::read(requirements)
         .map(|b| fingerprint(&b))
         .map_err(|e| format!("{}: {e}", requirements.display()))?;
-    let venv = venv_dir();
-    let python = venv_python(&venv);
+    let python = venv_python(venv);
     let stamp = venv.join("requirements.stamp");
     if python.exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(&wanted) {
         return Ok(python);
@@ -135,12 +147,12 @@ fn provision() -> Result<PathBuf, String> {
             }
             Err(e) => return Err(format!("{e}\n`{python3}` was not found: {INSTALL_HINT}")),
         }
-        let _ = std::fs::remove_dir_all(&venv);
+        let _ = std::fs::remove_dir_all(venv);
         let mut create = Command::new(&python3);
-        create.args(["-m", "venv"]).arg(&venv);
+        create.args(["-m", "venv"]).arg(venv);
         let o = run(create, Duration::from_secs(120))?;
         if !o.success || !python.exists() {
-            let _ = std::fs::remove_dir_all(&venv);
+            let _ = std::fs::remove_dir_all(venv);
             let mut probe = Command::new(&python3);
             probe.args(["-c", "import ensurepip"]);
             let no_ensurepip = run(probe, Duration::from_secs(30)).map_or(true, |p| !p.success);
@@ -170,7 +182,7 @@ fn provision() -> Result<PathBuf, String> {
             "--no-input",
             "-r",
         ])
-        .arg(&requirements);
+        .arg(requirements);
     let o = run(install, INSTALL_TIMEOUT)?;
     if !o.success {
         let _ = std::fs::remove_file(&stamp);

@@ -1144,9 +1144,10 @@ async fn v1_surface() {
     let r = env
         .v1_post("/api/v1/task/run", json!({"task_slug": "01NOPE"}))
         .await;
+    // The native surface names what was wrong, as V1 did for its own validation.
     assert_eq!(
         r.json(),
-        json!({"code": 4000, "message": "Invalid request parameters", "data": null})
+        json!({"code": 4000, "message": "Invalid request parameters: callback_url is required", "data": null})
     );
     let r = env
         .v1_post(

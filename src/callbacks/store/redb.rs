@@ -4,8 +4,10 @@
 //! so one process owns it; leases left by a process that died are cleared
 //! when the next one opens the file.
 //!
-//! Tables: `events` (id → JSON event) and `runs` (`run\nid` → ()), the index
-//! that finds a run's other statuses for de-duplication and ordering.
+//! Tables: `events` (id → JSON event), `runs` (`run\nid` → ()), the index
+//! that finds a run's other statuses for de-duplication and ordering, and
+//! `states` (`state\nid` → ()), so claiming and the queue figures read only
+//! pending and dead events, never the delivered ones kept for listing.
 //! The blocking redb calls run on tokio's blocking pool.
 
 use std::path::Path;
@@ -17,6 +19,7 @@ use super::*;
 
 const EVENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("events");
 const RUNS: TableDefinition<&str, ()> = TableDefinition::new("runs");
+const STATES: TableDefinition<&str, ()> = TableDefinition::new("states");
 
 pub struct RedbStore {
     db: Arc<Database>,
@@ -25,7 +28,12 @@ pub struct RedbStore {
 type Tx<'a> = (
     ::redb::Table<'a, &'static str, &'static [u8]>,
     ::redb::Table<'a, &'static str, ()>,
+    ::redb::Table<'a, &'static str, ()>,
 );
+
+fn state_key(state: State, id: &str) -> String {
+    format!("{}\n{id}", state.as_str())
+}
 
 fn e(err: impl std::fmt::Display) -> StoreError {
     StoreError::new(err)
@@ -36,6 +44,14 @@ fn decode(bytes: &[u8]) -> StoreResult<Event> {
 }
 
 fn put(t: &mut Tx<'_>, ev: &Event) -> StoreResult<()> {
+    if let Some(old) = load(t, &ev.id)? {
+        if old.state != ev.state {
+            t.2.remove(state_key(old.state, &ev.id).as_str())
+                .map_err(e)?;
+        }
+    }
+    t.2.insert(state_key(ev.state, &ev.id).as_str(), ())
+        .map_err(e)?;
     let bytes = serde_json::to_vec(ev).map_err(e)?;
     t.0.insert(ev.id.as_str(), bytes.as_slice()).map_err(e)?;
     t.1.insert(format!("{}\n{}", ev.run_slug, ev.id).as_str(), ())
@@ -69,11 +85,22 @@ fn run_events(t: &Tx<'_>, run: &str) -> StoreResult<Vec<Event>> {
     Ok(out)
 }
 
-fn all_events(t: &Tx<'_>) -> StoreResult<Vec<Event>> {
-    let mut out = Vec::new();
-    for item in t.0.iter().map_err(e)? {
-        let (_, v) = item.map_err(e)?;
-        out.push(decode(v.value())?);
+/// The events in `state`, through the `states` index.
+fn in_state(t: &Tx<'_>, state: State) -> StoreResult<Vec<Event>> {
+    let from = format!("{}\n", state.as_str());
+    let to = format!("{}\u{b}", state.as_str());
+    let mut ids: Vec<String> = Vec::new();
+    for item in t.2.range(from.as_str()..to.as_str()).map_err(e)? {
+        let (k, _) = item.map_err(e)?;
+        if let Some((_, id)) = k.value().split_once('\n') {
+            ids.push(id.to_owned());
+        }
+    }
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(ev) = load(t, &id)? {
+            out.push(ev);
+        }
     }
     Ok(out)
 }
@@ -87,7 +114,7 @@ impl RedbStore {
         let db = Database::create(path).map_err(|err| e(format!("{}: {err}", path.display())))?;
         let store = RedbStore { db: Arc::new(db) };
         store.write_now(|t| {
-            for mut ev in all_events(t)? {
+            for mut ev in in_state(t, State::Pending)? {
                 if ev.lease_until_ms != 0 {
                     ev.lease_until_ms = 0;
                     ev.lease_owner.clear();
@@ -105,6 +132,7 @@ impl RedbStore {
             let mut t = (
                 tx.open_table(EVENTS).map_err(e)?,
                 tx.open_table(RUNS).map_err(e)?,
+                tx.open_table(STATES).map_err(e)?,
             );
             f(&mut t)?
         };
@@ -147,7 +175,7 @@ impl Store for RedbStore {
     ) -> StoreFuture<'_, Vec<Event>> {
         let owner = owner.to_owned();
         self.write(move |t| {
-            let mut due: Vec<Event> = all_events(t)?
+            let mut due: Vec<Event> = in_state(t, State::Pending)?
                 .into_iter()
                 .filter(|e| claimable(e, now_ms))
                 .collect();
@@ -213,9 +241,9 @@ impl Store for RedbStore {
 
     fn list(&self, state: State, since_ms: u64, limit: usize) -> StoreFuture<'_, Vec<Event>> {
         self.write(move |t| {
-            let mut out: Vec<Event> = all_events(t)?
+            let mut out: Vec<Event> = in_state(t, state)?
                 .into_iter()
-                .filter(|e| e.state == state && e.received_ms >= since_ms)
+                .filter(|e| e.received_ms >= since_ms)
                 .collect();
             out.sort_by_key(|e| e.received_ms);
             out.truncate(limit);
@@ -243,7 +271,7 @@ impl Store for RedbStore {
     ) -> StoreFuture<'_, u64> {
         self.write(move |t| {
             let mut n = 0;
-            for mut ev in all_events(t)? {
+            for mut ev in in_state(t, State::Dead)? {
                 if n as usize >= limit {
                     break;
                 }
@@ -258,15 +286,21 @@ impl Store for RedbStore {
     }
 
     fn stats(&self) -> StoreFuture<'_, Stats> {
-        self.write(|t| Ok(stats_of(all_events(t)?.iter())))
+        self.write(|t| {
+            let mut live = in_state(t, State::Pending)?;
+            live.extend(in_state(t, State::Dead)?);
+            Ok(stats_of(live.iter()))
+        })
     }
 
     fn prune(&self, before_ms: u64) -> StoreFuture<'_, u64> {
         self.write(move |t| {
             let mut n = 0;
-            for ev in all_events(t)? {
-                if ev.state == State::Done && ev.finished_ms < before_ms {
+            for ev in in_state(t, State::Done)? {
+                if ev.finished_ms < before_ms {
                     t.0.remove(ev.id.as_str()).map_err(e)?;
+                    t.2.remove(state_key(State::Done, &ev.id).as_str())
+                        .map_err(e)?;
                     t.1.remove(format!("{}\n{}", ev.run_slug, ev.id).as_str())
                         .map_err(e)?;
                     n += 1;

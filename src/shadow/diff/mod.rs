@@ -27,9 +27,10 @@ mod tally;
 
 pub use tally::{FieldTally, OpTally, Sample, Tally, Thresholds, SAMPLES_PER_FIELD};
 
-/// One side's answer as the V1 client would see it.
+/// One side's reply as the V1 client would see it: status and envelope
+/// JSON, borrowed for one comparison.
 #[derive(Debug, Clone, Copy)]
-pub struct Answer<'a> {
+pub struct Reply<'a> {
     pub status: u16,
     pub body: &'a Value,
 }
@@ -140,7 +141,7 @@ pub fn normalise(path: &str) -> String {
 type Flat = BTreeMap<String, Vec<Value>>;
 
 /// Flattens an answer: `http_status`, then the body's fields.
-pub fn flatten(answer: Answer<'_>, unordered: &BTreeSet<String>) -> Flat {
+pub fn flatten(answer: Reply<'_>, unordered: &BTreeSet<String>) -> Flat {
     let mut flat = Flat::new();
     flat.insert("http_status".into(), vec![Value::from(answer.status)]);
     match answer.body {
@@ -204,7 +205,7 @@ pub fn shape(v: &Value) -> String {
 }
 
 /// Compares two answers field by field under `rules`.
-pub fn compare(op: &str, legacy: Answer<'_>, translated: Answer<'_>, rules: &Rules) -> Comparison {
+pub fn compare(op: &str, legacy: Reply<'_>, translated: Reply<'_>, rules: &Rules) -> Comparison {
     let l = flatten(legacy, &rules.unordered);
     let t = flatten(translated, &rules.unordered);
     let paths: BTreeSet<&String> = l.keys().chain(t.keys()).collect();
@@ -280,8 +281,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn a(body: &Value) -> Answer<'_> {
-        Answer { status: 200, body }
+    fn a(body: &Value) -> Reply<'_> {
+        Reply { status: 200, body }
     }
 
     fn paths(c: &Comparison) -> Vec<&str> {
@@ -320,7 +321,7 @@ mod tests {
         let c = compare(
             "run_list",
             a(&l),
-            Answer {
+            Reply {
                 status: 400,
                 body: &t,
             },

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{compare, Answer, Comparison, FieldDiff, Rules};
+use super::{compare, Comparison, FieldDiff, Reply, Rules};
 
 /// When a baseline marks a field as noise. See [`Tally::is_real`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -99,9 +99,9 @@ impl Tally {
         &mut self,
         op: &str,
         id: &str,
-        legacy: Answer<'_>,
-        translated: Answer<'_>,
-        baseline: Option<Answer<'_>>,
+        legacy: Reply<'_>,
+        translated: Reply<'_>,
+        baseline: Option<Reply<'_>>,
         rules: &Rules,
     ) -> Comparison {
         let cmp = compare(op, legacy, translated, rules);

@@ -15,7 +15,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::capture::{Record, Side};
-use super::diff::{Answer, Compare, Rules, Tally, Thresholds};
+use super::diff::{Compare, Reply, Rules, Tally, Thresholds};
 
 mod html;
 mod text;
@@ -78,8 +78,8 @@ pub struct Report {
     pub failures: BTreeMap<(String, &'static str, String), u64>,
 }
 
-fn answer(side: &Side) -> Option<Answer<'_>> {
-    side.status.map(|status| Answer {
+fn answer(side: &Side) -> Option<Reply<'_>> {
+    side.status.map(|status| Reply {
         status,
         body: &side.body,
     })
