@@ -1,20 +1,36 @@
-//! Micro-benchmarks of the pure translation functions: what one V1 answer
-//! costs to build from V2 data, without any I/O.
+//! Micro-benchmarks of the translation, without any I/O: from the V2 answer
+//! bodies as they arrive (bytes) to the V1 envelope as it is sent (bytes),
+//! which is the part of a request v1compat adds over a plain proxy.
 
-use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion};
+use bytes::Bytes;
+use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use serde_json::{json, Value};
 
 use v1compat::config::Compat;
-use v1compat::ops::{logs, records, results};
+use v1compat::ops::results::V2ResultPage;
+use v1compat::ops::wire::OrDefault;
+use v1compat::ops::{self, logs, records, results, Read};
 use v1compat::paging::Window;
+use v1compat::v1;
+use v1compat::v2;
 
-fn run_record() -> Value {
-    json!({"slug":"01KS2A1M515HG7PZX9STTB0KPH","scraper_slug":"01KJXYJ7KCHXM0PDZHQD5293XE","scraper_title":"News Scraper",
-           "version":"v1.0.1","status":"running","results":4,"usage":"0.0217","traffic":0,"origin":"api_v2",
-           "started_at":1773383784,"finished_at":0,"duration":0})
+fn envelope(data: Value) -> Bytes {
+    Bytes::from(
+        json!({"code": 0, "message": "success", "data": data, "request_id": "01KS2A1M515HG7PZX9STTB0KPH"})
+            .to_string(),
+    )
 }
 
-fn result_pages(rows: usize) -> (Window, Vec<Value>) {
+fn run_record() -> Bytes {
+    envelope(
+        json!({"slug":"01KS2A1M515HG7PZX9STTB0KPH","scraper_slug":"01KJXYJ7KCHXM0PDZHQD5293XE","scraper_title":"News Scraper",
+           "version":"v1.0.1","status":"running","results":4,"usage":"0.0217","traffic":0,"origin":"api_v2",
+           "started_at":1773383784,"finished_at":0,"duration":0}),
+    )
+}
+
+/// The V2 pages (100 rows each, or fewer) a V1 window of `rows` rows reads.
+fn result_pages(rows: usize) -> (Window, Vec<Bytes>) {
     let window = Window {
         page_index: 1,
         page_size: rows as u64,
@@ -28,33 +44,15 @@ fn result_pages(rows: usize) -> (Window, Vec<Value>) {
             let list: Vec<Value> = (start..start + plan.limit as usize)
                 .map(|i| json!({"__coreclaw_data_id__": format!("{i:064x}"), "title": format!("Row {i}"), "rating": (i % 50) as f64 / 10.0, "url": format!("https://example.com/{i}")}))
                 .collect();
-            json!({"count": 5000, "headers": [{"key":"title","label":"Title"},{"key":"rating","label":"Rating"},{"key":"url","label":"URL"}], "list": list, "page_index": p, "page_size": plan.limit})
+            envelope(
+                json!({"count": 5000, "headers": [{"key":"title","label":"Title"},{"key":"rating","label":"Rating"},{"key":"url","label":"URL"}], "list": list, "page_index": p, "page_size": plan.limit}),
+            )
         })
         .collect();
     (window, pages)
 }
 
-fn bench(c: &mut Criterion) {
-    let compat = Compat::default();
-    let record = run_record();
-    c.bench_function("run_record", |b| {
-        b.iter(|| records::v1_record(black_box(&record), &compat))
-    });
-
-    for rows in [100usize, 1000] {
-        let (window, pages) = result_pages(rows);
-        let plan = window.plan();
-        c.bench_function(&format!("result_page_{rows}_rows"), |b| {
-            // The pages are consumed (their rows move into the answer): each
-            // iteration gets a fresh copy, made outside the timed part.
-            b.iter_batched(
-                || pages.clone(),
-                |pages| results::v1_result_page(window, &plan, black_box(pages)),
-                BatchSize::LargeInput,
-            )
-        });
-    }
-
+fn log_page() -> Bytes {
     let lines: Vec<Value> = (0..100)
         .map(|i| {
             json!(format!(
@@ -63,10 +61,57 @@ fn bench(c: &mut Criterion) {
             ))
         })
         .collect();
-    let log =
-        json!({"all_logs_url": "https://files.example/log", "list": lines, "result_count": 100});
+    envelope(
+        json!({"all_logs_url": "https://files.example/log", "list": lines, "result_count": 100}),
+    )
+}
+
+/// The general reading of a V2 body (operations without a typed reader).
+fn data(body: &Bytes) -> Value {
+    let env: v2::Envelope = serde_json::from_slice(body).expect("a V2 envelope");
+    env.data.unwrap_or(Value::Null)
+}
+
+/// The typed reading of a V2 body, as `Exchange::read` does it.
+fn typed<'a, T: serde::Deserialize<'a>>(body: &'a Bytes) -> Read<T> {
+    let env: v2::DataEnvelope<T> = serde_json::from_slice(body).expect("a V2 envelope");
+    Read::Typed(env.data)
+}
+
+fn bench(c: &mut Criterion) {
+    let compat = Compat::default();
+    let record = run_record();
+    c.bench_function("run_record", |b| {
+        b.iter(|| {
+            let v1 = records::detail_answer(typed(black_box(&record)), &compat).unwrap();
+            v1::Envelope::success(v1).to_bytes()
+        })
+    });
+
+    for rows in [100usize, 1000] {
+        let (window, pages) = result_pages(rows);
+        let plan = window.plan();
+        c.bench_function(&format!("result_page_{rows}_rows"), |b| {
+            b.iter(|| {
+                let pages = black_box(&pages)
+                    .iter()
+                    .map(|p| match typed::<OrDefault<V2ResultPage>>(p) {
+                        Read::Typed(page) => page.unwrap_or_default().0,
+                        Read::Untyped(_) => unreachable!("typed reads only"),
+                    })
+                    .collect();
+                let v1 = ops::raw_json(&results::v1_result_page(window, &plan, pages)).unwrap();
+                v1::Envelope::success(v1).to_bytes()
+            })
+        });
+    }
+
+    let log = log_page();
     c.bench_function("log_page_100_string_lines", |b| {
-        b.iter(|| logs::v1_log(black_box(&log)))
+        b.iter(|| {
+            let v1 = ops::raw_json(&logs::v1_log(&data(black_box(&log)))).unwrap();
+            v1::Envelope::success(v1).to_bytes()
+        })
     });
 }
 

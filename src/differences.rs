@@ -276,9 +276,8 @@ pub const RUN_CALLBACKS: Difference = Difference {
         ),
         field(Op::Rerun, "request.callback_url", S::Compared, D::Compared),
     ],
-    summary:
-        "V2 sends run callbacks to `callback_url` in its own shape, not V1's notification body",
-    setting: None,
+    summary: "V2 posts run callbacks in its own shape; the gateway relays them as V1's notification only with the relay on (callbacks.public_url set), otherwise V2's body reaches `callback_url`",
+    setting: Some("callbacks.mode"),
 };
 
 pub const EXPORT_DOWNLOAD_URL: Difference = Difference {

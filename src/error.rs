@@ -167,7 +167,7 @@ impl GatewayError {
                     status: StatusCode::BAD_REQUEST,
                     envelope: Envelope::error(c, format!("{m}: the api-key header is missing")),
                     origin: Origin::Client,
-                    cause: "missing_key",
+                    cause: "invalid_request",
                 }
             }
             _ => self.render(),

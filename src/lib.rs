@@ -4,33 +4,41 @@
 //! The request path, one way through:
 //!
 //! ```text
-//! V1 client ─▶ server    HTTP in: listeners, tower stack (request id,
-//!                        sensitive headers, trace, catch-panic), body read
+//! V1 client ─▶ conn      accept loop, connection cap, HTTP/1+2 settings,
+//!                        head/body deadlines, drain on shutdown
+//!           ─▶ server    HTTP in: tower stack (request id, sensitive headers,
+//!                        trace, catch-panic), body read off the socket
 //!           ─▶ pipeline  one raw V1 request → one V1 answer:
 //!              admit       route (unknown → V1 404), in-flight slot (held by
 //!                          a drop guard), key header, Content-Type, body size
-//!              translate   per-operation deadline ─▶ ops
+//!              translate   per-operation deadline ─▶ ops::handle
 //!              finish      envelope + diagnostic headers, request metrics
 //!           ─▶ ops       decode V1 input → pure mapping → V2 call(s) through
-//!                        Upstream → pure mapping back → V1 `data`
+//!                        Exchange → Upstream → pure mapping back → V1 `data`
 //!           ─▶ error     every failure → one V1 envelope (the only place)
 //! V1 client ◀─ server    HTTP out
 //! ```
+//!
+//! Before it: [`tls`] wraps an accepted connection when its listener has
+//! TLS. Beside it: [`reload`] swaps the configuration the pipeline reads
+//! (each request keeps the snapshot it was admitted with); [`probe`] is the
+//! container healthcheck; [`bind`] explains a port collision.
 //!
 //! Around the pipeline, never inside it: [`shadow::Mirror`] wraps
 //! `admit`/`translate` when `[shadow]` is on; `replay --upstream` and the
 //! golden tests call [`pipeline::Pipeline::answer`] in-process, so they see
 //! exactly what a live client sees.
 //!
-//! Modules: [`config`] (TOML + env → validated config), [`server`],
-//! [`pipeline`], [`route`], [`ops`] (one module per operation family),
-//! [`paging`] (V1 page windows → V2 page plans), [`upstream`] (the V2
-//! client), [`v1`]/[`v2`] (wire types), [`error`], [`telemetry`] (logs,
-//! metric names), [`sandbox`] (an embedded V2 reference service with a native
-//! V1 surface, for demos and tests), [`shadow`] (the migration shadow tester:
-//! live mirror, diff engine, capture, replay, report — beside the request
-//! path, never on it), [`differences`] (every V1↔V2 difference, once, as
-//! data: feeds shadow defaults, the differential test and `COMPATIBILITY.md`).
+//! Modules, in request order: [`conn`], [`server`], [`pipeline`], [`route`],
+//! [`ops`] (one module per operation family), [`paging`] (V1 page windows →
+//! V2 page plans), [`upstream`] (the V2 client), [`v1`]/[`v2`] (wire types),
+//! [`error`]. Beside them: [`config`] (TOML + env → validated config),
+//! [`telemetry`] (logs, metric names), [`differences`] (every V1↔V2
+//! difference, once, as data: feeds shadow defaults, the differential test
+//! and `COMPATIBILITY.md`), [`shadow`] (the migration shadow tester: live
+//! mirror, diff engine, capture, replay, report), [`sandbox`] (an embedded V2
+//! reference service with a native V1 surface) and the commands' helpers
+//! [`demo`] (`v1compat sandbox`), [`bind`], [`probe`].
 
 use std::sync::Arc;
 
@@ -50,14 +58,32 @@ pub mod ops;
 pub mod paging;
 pub mod pipeline;
 pub mod probe;
+pub mod reload;
 pub mod route;
 pub mod sandbox;
 pub mod server;
 pub mod shadow;
 pub mod telemetry;
+pub mod tls;
 pub mod upstream;
 pub mod v1;
 pub mod v2;
+
+/// Keeps a timer due within the second, for as long as the gateway runs.
+///
+/// Every request arms two timers (its deadline and its V2 attempt's). When a
+/// new timer is due before the time driver's next wake-up, tokio wakes the
+/// driver through its eventfd: a `write` and an extra `epoll_wait` per timer,
+/// four system calls a request that nginx does not make. With this tick
+/// pending, request timers, seconds away, are never the earliest; the price
+/// is one wake-up a second.
+async fn pace_timers() {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+    }
+}
 
 /// Runs the gateway on already-bound listeners until `shutdown` resolves,
 /// then drains in-flight requests within the configured grace period.
@@ -68,19 +94,57 @@ pub async fn run(
     upstream: Arc<dyn upstream::Upstream>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
+    let acceptor = |files: &Option<tls::TlsFiles>| {
+        files
+            .as_ref()
+            .map(tls::Acceptor::new)
+            .transpose()
+            .map_err(std::io::Error::other)
+    };
+    let tls = (acceptor(&config.public_tls)?, acceptor(&config.admin_tls)?);
+    let live = reload::Live::new(Arc::new(ops::Gateway::new(upstream, Arc::new(config))));
+    serve_live(public, admin, live, tls, None, shutdown).await
+}
+
+/// [`run`] for a configuration that reloads: on SIGHUP and when its file
+/// (or a file it names) changes. The triggers are installed before anything
+/// is served.
+pub async fn run_reloading(
+    public: TcpListener,
+    admin: TcpListener,
+    reloader: Arc<reload::Reloader>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let triggers = reload::triggers::Triggers::install(reloader.clone());
+    let live = reloader.live().clone();
+    let tls = reloader.tls();
+    serve_live(public, admin, live, tls, Some(triggers), shutdown).await
+}
+
+async fn serve_live(
+    public: TcpListener,
+    admin: TcpListener,
+    live: Arc<reload::Live>,
+    (public_tls, admin_tls): (Option<tls::Acceptor>, Option<tls::Acceptor>),
+    triggers: Option<reload::triggers::Triggers>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> std::io::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     // The callback relay (its store opened, its deliverer started) before
-    // anything serves: a store that cannot be opened stops start-up.
+    // anything serves: a store that cannot be opened stops start-up. It
+    // keeps the V2 client and settings it starts with; reloads carry it over.
+    let started = live.load();
     let relay = callbacks::Relay::start(
-        &config.callbacks,
-        upstream.clone(),
-        config.compat.clone(),
+        &started.config.callbacks,
+        started.upstream.clone(),
+        started.config.compat.clone(),
         stop_rx.clone(),
     )
     .await
     .map_err(std::io::Error::other)?;
-    let gateway = Arc::new(ops::Gateway::new(upstream, Arc::new(config)).with_callbacks(relay));
-    let pipeline = Arc::new(pipeline::Pipeline::new(gateway.clone()));
+    live.attach_callbacks(relay);
+    let gateway = live.load();
+    let pipeline = Arc::new(pipeline::Pipeline::live(live.clone()));
     let in_flight = pipeline.clone();
     // Built before anything serves: a capture file that cannot be opened
     // stops start-up instead of leaving a gateway without its public side.
@@ -92,8 +156,19 @@ pub async fn run(
     let public_drain = conn::Drain::new();
     let admin_drain = conn::Drain::new();
     let drain_delay = gateway.config.drain_delay;
+    // Reloads run until the admin listener is done.
+    let reloads = triggers.map(|t| {
+        let admin_drain = admin_drain.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = t.run() => {}
+                () = admin_drain.stopped() => {}
+            }
+        })
+    });
     let public = tokio::spawn(server::serve_public(
         public,
+        public_tls,
         pipeline,
         mirror,
         public_drain.clone(),
@@ -101,11 +176,14 @@ pub async fn run(
     let grace = gateway.config.grace_period;
     let admin = tokio::spawn(server::serve_admin(
         admin,
-        gateway,
+        admin_tls,
+        live,
         public_drain.clone(),
         admin_drain.clone(),
     ));
+    let pacer = tokio::spawn(pace_timers());
     shutdown.await;
+    pacer.abort();
     public_drain.begin();
     let draining = std::time::Instant::now();
     tracing::info!(
@@ -122,6 +200,9 @@ pub async fn run(
     let a = public.await;
     admin_drain.stop();
     let b = admin.await;
+    if let Some(reloads) = reloads {
+        let _ = reloads.await;
+    }
     tracing::info!(
         took_ms = draining.elapsed().as_millis() as u64,
         left_in_flight = in_flight.in_flight(),

@@ -4,15 +4,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
 use v1compat::bind::bind;
 use v1compat::config::{self, Config};
 use v1compat::shadow::cli::{self, ReplayArgs, ReportArgs};
-use v1compat::upstream::HttpUpstream;
-use v1compat::{probe, server, telemetry};
+use v1compat::{probe, reload, server, telemetry};
 
 /// sysexits EX_USAGE / EX_CONFIG-style code for a configuration that does not validate.
 const EXIT_BAD_CONFIG: u8 = 64;
@@ -155,11 +153,7 @@ fn main() -> ExitCode {
                 Ok(loaded) => loaded,
                 Err(problems) => return bad_config("invalid configuration:", &problems),
             };
-            let source = match &config {
-                Some(path) => path.display().to_string(),
-                None => "defaults".to_owned(),
-            };
-            match runtime().block_on(serve(loaded, source)) {
+            match runtime().block_on(serve(loaded, config)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("v1compat: {e}");
@@ -221,8 +215,12 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap_or_else(|e| panic!("cannot start the async runtime: {e}"))
 }
 
-async fn serve(loaded: config::Loaded, source: String) -> Result<(), String> {
+async fn serve(loaded: config::Loaded, path: Option<PathBuf>) -> Result<(), String> {
     let cfg = loaded.config;
+    let source = match &path {
+        Some(path) => path.display().to_string(),
+        None => "defaults".to_owned(),
+    };
     // Listening for SIGTERM starts here, before the start-up line: a stop
     // that follows that line at once is still a graceful one.
     let stop = stop_signal();
@@ -231,7 +229,15 @@ async fn serve(loaded: config::Loaded, source: String) -> Result<(), String> {
         tracing::warn!("{warning}");
     }
     telemetry::prometheus();
-    let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone())?);
+    // The reloader reads the same file and environment again (`loaded` has
+    // shown them valid) and keeps them for every reload.
+    let reloader = reload::Reloader::start(
+        reload::Source {
+            path,
+            env: std::env::vars().collect(),
+        },
+        reload::http_upstream(),
+    )?;
     let public = bind(cfg.public_addr, "listen.public", "V1COMPAT_LISTEN__PUBLIC").await?;
     let admin = bind(cfg.admin_addr, "listen.admin", "V1COMPAT_LISTEN__ADMIN").await?;
     tracing::info!(
@@ -243,7 +249,7 @@ async fn serve(loaded: config::Loaded, source: String) -> Result<(), String> {
         access_log = cfg.log.access,
         "v1compat listening"
     );
-    v1compat::run(public, admin, cfg, upstream, stop)
+    v1compat::run_reloading(public, admin, reloader, stop)
         .await
         .map_err(|e| e.to_string())
 }

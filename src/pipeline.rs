@@ -35,6 +35,7 @@ use crate::config::Config;
 use crate::dialect::Dialect;
 use crate::error::GatewayError;
 use crate::ops::{self, Gateway, V1Request};
+use crate::reload::Live;
 use crate::route::{self, Operation};
 use crate::telemetry;
 use crate::upstream::ApiKey;
@@ -137,6 +138,9 @@ pub struct Admitted {
     pub body: Bytes,
     /// The client's key (`api-key` or `Authorization: Bearer`), if any.
     pub key: Option<ApiKey>,
+    /// The configuration (and V2 client) this request started with and
+    /// finishes on, whatever a reload does meanwhile.
+    pub gateway: Arc<Gateway>,
     started: Instant,
     _in_flight: InFlight,
 }
@@ -179,27 +183,37 @@ impl Drop for InFlight {
     }
 }
 
-/// The pipeline of one gateway: the operations and the in-flight limit.
+/// The pipeline of one gateway: the operations (as the live configuration
+/// has them now) and the in-flight limit (fixed at start).
 pub struct Pipeline {
-    gateway: Arc<Gateway>,
+    live: Arc<Live>,
     in_flight: Arc<Semaphore>,
+    max_in_flight: usize,
 }
 
 impl Pipeline {
     pub fn new(gateway: Arc<Gateway>) -> Pipeline {
+        Pipeline::live(Live::new(gateway))
+    }
+
+    /// A pipeline that follows reloads of `live`.
+    pub fn live(live: Arc<Live>) -> Pipeline {
+        let max_in_flight = live.load().config.limits.max_in_flight;
         Pipeline {
-            in_flight: Arc::new(Semaphore::new(gateway.config.limits.max_in_flight)),
-            gateway,
+            live,
+            in_flight: Arc::new(Semaphore::new(max_in_flight)),
+            max_in_flight,
         }
     }
 
-    pub fn gateway(&self) -> &Arc<Gateway> {
-        &self.gateway
+    /// The gateway as configured now.
+    pub fn gateway(&self) -> Arc<Gateway> {
+        self.live.load()
     }
 
     /// Requests admitted and not yet answered.
     pub fn in_flight(&self) -> usize {
-        self.gateway.config.limits.max_in_flight - self.in_flight.available_permits()
+        self.max_in_flight - self.in_flight.available_permits()
     }
 
     /// The whole way through: admit, translate, render.
@@ -222,6 +236,7 @@ impl Pipeline {
         B: Future<Output = Result<Bytes, BodyError>>,
     {
         let started = Instant::now();
+        let gateway = self.live.load();
         let request_id =
             usable_request_id(&req.headers).unwrap_or_else(|| ulid::Ulid::new().to_string());
         let span = tracing::Span::current();
@@ -231,8 +246,8 @@ impl Pipeline {
             op: None,
             request_id: &request_id,
             started,
-            every_request: self.gateway.config.log.access,
-            dialect: *self.dialect(),
+            every_request: gateway.config.log.access,
+            dialect: gateway.config.compat.dialect,
         };
         let Some(op) = route::route(&req.method, &req.path) else {
             return Err(finish(&cx, Err(GatewayError::UnknownRoute), 0));
@@ -244,7 +259,7 @@ impl Pipeline {
         // did (`curl -d` sends `application/x-www-form-urlencoded`); a body
         // that is not JSON is still refused, naming the problem.
         let key = client_key(&req.headers).map_err(refuse)?;
-        let limit = self.gateway.config.limits.max_body_bytes;
+        let limit = gateway.config.limits.max_body_bytes;
         let too_large = || GatewayError::BadRequest(format!("body is larger than {limit} bytes"));
         let body = match req.body.await {
             Ok(body) if body.len() > limit => return Err(refuse(too_large())),
@@ -277,6 +292,7 @@ impl Pipeline {
             headers: req.headers,
             body,
             key,
+            gateway,
             started,
             _in_flight: in_flight,
         })
@@ -284,9 +300,9 @@ impl Pipeline {
 
     /// Runs the operation under its deadline and renders the V1 answer.
     pub async fn translate(&self, req: Admitted) -> V1Response {
-        let deadline = deadline(&self.gateway.config, req.op);
+        let deadline = deadline(&req.gateway.config, req.op);
         let calls = AtomicU32::new(0);
-        let result = dispatch_counting(&self.gateway, req.v1_request(), deadline, &calls).await;
+        let result = dispatch_counting(&req.gateway, req.v1_request(), deadline, &calls).await;
         finish(&self.context(&req), result, calls.load(Ordering::Relaxed))
     }
 
@@ -296,21 +312,21 @@ impl Pipeline {
             op: Some(req.op),
             request_id: &req.request_id,
             started: req.started,
-            every_request: self.gateway.config.log.access,
-            dialect: *self.dialect(),
+            every_request: req.gateway.config.log.access,
+            dialect: req.gateway.config.compat.dialect,
         }
     }
 
     /// The V1 dialect errors are rendered in (`[compat]`).
-    pub fn dialect(&self) -> &Dialect {
-        &self.gateway.config.compat.dialect
+    pub fn dialect(&self) -> Dialect {
+        self.live.load().config.compat.dialect
     }
 
     /// An answer that came from elsewhere (the legacy service, with
     /// `shadow.primary = "legacy"`), relayed as it came and counted.
     pub fn relay(&self, req: Admitted, status: StatusCode, body: Bytes) -> V1Response {
         let name = req.op.name();
-        metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status.as_u16().to_string())
+        metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status_label(status))
             .increment(1);
         metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name)
             .record(req.started.elapsed().as_secs_f64());
@@ -449,8 +465,8 @@ fn finish(
     if let Ok(v) = HeaderValue::from_str(cx.request_id) {
         response.headers.insert(REQUEST_ID, v);
     }
-    let status = response.status.as_u16().to_string();
-    metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status).increment(1);
+    metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status_label(response.status))
+        .increment(1);
     metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name)
         .record(cx.started.elapsed().as_secs_f64());
     if cx.op.is_some() {
@@ -458,6 +474,24 @@ fn finish(
             .record(f64::from(calls));
     }
     response
+}
+
+/// The `status` label of a V1 answer: the statuses the gateway answers with
+/// need no allocation; any other (a relayed legacy answer) is written out.
+fn status_label(status: StatusCode) -> metrics::SharedString {
+    let known = match status.as_u16() {
+        200 => "200",
+        400 => "400",
+        401 => "401",
+        404 => "404",
+        429 => "429",
+        500 => "500",
+        502 => "502",
+        503 => "503",
+        504 => "504",
+        other => return other.to_string().into(),
+    };
+    metrics::SharedString::const_str(known)
 }
 
 /// A V1 error envelope (in `dialect`) with its diagnostic headers; nothing

@@ -58,13 +58,17 @@ struct Public {
 /// `pipeline`, mirrored through `shadow` when given.
 pub async fn serve_public(
     listener: TcpListener,
+    tls: Option<crate::tls::Acceptor>,
     pipeline: Arc<Pipeline>,
     shadow: Option<Arc<Mirror>>,
     drain: Drain,
 ) -> std::io::Result<()> {
-    let config = &pipeline.gateway().config;
+    // Connection settings are read once: they need a restart to change.
+    let gateway = pipeline.gateway();
+    let config = &gateway.config;
     let listener_conf = conn::Listener {
         name: "public",
+        tls,
         settings: config.connections.clone(),
         grace: config.grace_period,
         answers: conn::Answers {
@@ -89,7 +93,7 @@ pub async fn serve_public(
             protocol: Some(protocol_refusal),
         },
     };
-    let dialect = *pipeline.dialect();
+    let dialect = pipeline.dialect();
     let state = Arc::new(Public { pipeline, shadow });
     // The stack, outermost first. Each layer's reason:
     let service = ServiceBuilder::new()
@@ -137,7 +141,8 @@ async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Byte
         }
     }
     let (parts, body) = req.into_parts();
-    let config = &state.pipeline.gateway().config;
+    let gateway = state.pipeline.gateway();
+    let config = &gateway.config;
     let limit = config.limits.max_body_bytes;
     let reader = BodyReader::new(&parts, &config.connections);
     let raw = RawV1Request {
@@ -196,12 +201,15 @@ fn to_http(answer: V1Response) -> Response<Full<Bytes>> {
 /// Serves `/healthz`, `/readyz`, `/metrics` and `/openapi.json`.
 pub async fn serve_admin(
     listener: TcpListener,
-    gateway: Arc<Gateway>,
+    tls: Option<crate::tls::Acceptor>,
+    live: Arc<crate::reload::Live>,
     readiness: Drain,
     drain: Drain,
 ) -> std::io::Result<()> {
+    let gateway = live.load();
     let listener_conf = conn::Listener {
         name: "admin",
+        tls,
         settings: gateway.config.connections.clone(),
         grace: gateway.config.grace_period,
         answers: conn::Answers {
@@ -217,7 +225,7 @@ pub async fn serve_admin(
     };
     let prometheus = telemetry::prometheus();
     let service = tower::service_fn(move |req: Request<Incoming>| {
-        let gateway = gateway.clone();
+        let gateway = live.load();
         let prometheus = prometheus.clone();
         let readiness = readiness.clone();
         async move {
@@ -296,10 +304,13 @@ fn admin_text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
 /// Whether a TCP connection to the upstream opens, within a deadline short
 /// enough for a readiness probe's own timeout (one second by default).
 async fn upstream_reachable(gw: &Gateway) -> Result<(), String> {
-    let url = &gw.config.upstream.base_url;
-    let host = url.host_str().ok_or("upstream has no host")?;
-    let port = url.port_or_known_default().ok_or("upstream has no port")?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
+    // Behind HTTPS_PROXY the first hop is the proxy, not V2.
+    let upstream = &gw.config.upstream;
+    let (host, port) = upstream
+        .proxy
+        .first_hop(&upstream.base_url)
+        .ok_or("upstream has no host or port")?;
+    let host = host.as_str();
     match tokio::time::timeout(
         UPSTREAM_PROBE_TIMEOUT,
         tokio::net::TcpStream::connect((host, port)),

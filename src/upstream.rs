@@ -13,10 +13,12 @@ use http::{Method, StatusCode};
 use crate::v2::V2Path;
 
 mod client;
+mod proxy;
 mod retry;
 mod route_label;
 pub(crate) use client::{pooled_client, tls_config, HyperClient};
 pub use client::{AuthStyle, HttpUpstream, UpstreamSettings};
+pub use proxy::ProxyEnv;
 pub use retry::RetrySettings;
 pub use route_label::V2_ROUTES;
 
@@ -52,7 +54,8 @@ pub struct V2Call {
     pub path: V2Path,
     pub body: Option<serde_json::Value>,
     pub key: Option<ApiKey>,
-    /// Calls that start, rerun or abort runs are never replayed; reads may be.
+    /// Whether the client may retry the call: calls that start, rerun or
+    /// abort runs are sent once ([`RetryPolicy::Never`]); reads may be retried.
     pub retry: RetryPolicy,
     /// Per-attempt deadline override (synchronous runs wait up to 5 minutes).
     pub attempt_timeout: Option<Duration>,

@@ -3,25 +3,29 @@
 //! messages of the retired V1 service.
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 /// The V1 envelope. `data` is always present, `null` on errors and on abort.
+/// Successful answers carry their `data` already written as JSON.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Envelope {
+pub struct Envelope<D = Value> {
     pub code: i64,
     pub message: String,
-    pub data: Value,
+    pub data: D,
 }
 
-impl Envelope {
-    pub fn success(data: Value) -> Envelope {
+impl<D> Envelope<D> {
+    pub fn success(data: D) -> Envelope<D> {
         Envelope {
             code: 0,
             message: "success".to_owned(),
             data,
         }
     }
+}
 
+impl Envelope {
     pub fn error(code: i64, message: impl Into<String>) -> Envelope {
         Envelope {
             code,
@@ -33,6 +37,51 @@ impl Envelope {
     pub fn to_bytes(&self) -> bytes::Bytes {
         // Serialising a struct of strings, integers and a Value cannot fail.
         serde_json::to_vec(self).map(Into::into).unwrap_or_default()
+    }
+}
+
+/// A V1 `data` value already written as JSON text (by serde_json, so it is
+/// valid JSON), to be put in an envelope without being parsed again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Json(Vec<u8>);
+
+impl Json {
+    /// Writes `data` into a buffer of `capacity` bytes (grown if too small).
+    pub fn write<T: Serialize + ?Sized>(data: &T, capacity: usize) -> serde_json::Result<Json> {
+        let mut out = Vec::with_capacity(capacity);
+        serde_json::to_writer(&mut out, data)?;
+        Ok(Json(out))
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Serialize for Json {
+    /// As the JSON it holds (for tests and diffs; the request path copies
+    /// the text instead).
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let raw: &RawValue = serde_json::from_slice(&self.0).map_err(serde::ser::Error::custom)?;
+        raw.serialize(s)
+    }
+}
+
+impl Envelope<Json> {
+    /// The envelope around already written `data`, in one buffer of the
+    /// right size: `data` is copied once and never parsed again.
+    pub fn to_bytes(&self) -> bytes::Bytes {
+        let data = self.data.as_bytes();
+        let mut out = Vec::with_capacity(data.len() + self.message.len() + 48);
+        out.extend_from_slice(b"{\"code\":");
+        // Writing a number or a string into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut out, &self.code);
+        out.extend_from_slice(b",\"message\":");
+        let _ = serde_json::to_writer(&mut out, &self.message);
+        out.extend_from_slice(b",\"data\":");
+        out.extend_from_slice(data);
+        out.push(b'}');
+        out.into()
     }
 }
 

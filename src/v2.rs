@@ -3,6 +3,10 @@
 //! vocabulary.
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use std::borrow::Cow;
+use std::sync::{Mutex, PoisonError};
+
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -14,19 +18,21 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'~');
 
-/// Query values additionally keep `,` readable is NOT done: V2 documents
-/// `filter_keys` as a URL-encoded comma-separated string, so `,` → `%2C`.
+/// Query values are encoded with the same set, commas included: V2 documents
+/// `filter_keys` as a URL-encoded comma-separated string, so `,` goes as `%2C`.
 const QUERY: &AsciiSet = SEGMENT;
 
 /// A V2 path with its query, assembled from fixed literals and checked
-/// identifiers only. There is no constructor from a raw string.
+/// identifiers only, and its metrics route label. There is no constructor
+/// from a raw string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct V2Path {
     path: String,
-    /// The path with every identifier as `{id}`: the bounded `route` label
-    /// of upstream metrics, known from how the path was built.
-    route: String,
     query: Vec<(&'static str, String)>,
+    /// The path with every identifier as `{id}`: the bounded `route` label
+    /// of upstream metrics, known from how the path was built (interned per
+    /// path shape, so no label string is built per call).
+    route: &'static str,
 }
 
 /// An identifier that is safe to place as one path segment.
@@ -118,26 +124,19 @@ impl V2Path {
     /// Joins fixed literal segments and identifiers. Literals are `'static`
     /// so only code, never input, can choose the route.
     pub fn new(parts: &[Part<'_>]) -> V2Path {
-        let mut path = String::from("/api/v2");
-        let mut route = path.clone();
+        let mut path = String::with_capacity(64);
+        path.push_str("/api/v2");
         for part in parts {
             path.push('/');
-            route.push('/');
             match part {
-                Part::Lit(s) => {
-                    path.push_str(s);
-                    route.push_str(s);
-                }
-                Part::Id(seg) => {
-                    path.extend(utf8_percent_encode(seg.as_str(), SEGMENT));
-                    route.push_str("{id}");
-                }
+                Part::Lit(s) => path.push_str(s),
+                Part::Id(seg) => path.extend(utf8_percent_encode(seg.as_str(), SEGMENT)),
             }
         }
         V2Path {
             path,
-            route,
             query: Vec::new(),
+            route: route_of(parts),
         }
     }
 
@@ -161,8 +160,8 @@ impl V2Path {
 
     /// The `route` label: `/api/v2/worker-runs/{id}/log`. Identifiers never
     /// appear in it, whatever they look like.
-    pub fn route(&self) -> &str {
-        &self.route
+    pub fn route(&self) -> &'static str {
+        self.route
     }
 
     pub fn path_and_query(&self) -> String {
@@ -175,6 +174,35 @@ impl V2Path {
         }
         out
     }
+}
+
+/// The route label of a path's parts, interned: the set of routes is fixed
+/// by the code (literals are `'static`, identifiers all read `{id}`), so the
+/// table stays small, and a label costs neither an allocation nor a metric
+/// key built from an owned string on each call.
+fn route_of(parts: &[Part<'_>]) -> &'static str {
+    /// A path's literals in order, `None` where an identifier goes.
+    type Shape = Vec<Option<&'static str>>;
+    static ROUTES: Mutex<Vec<(Shape, &'static str)>> = Mutex::new(Vec::new());
+    let shape = parts.iter().map(|p| match p {
+        Part::Lit(s) => Some(*s),
+        Part::Id(_) => None,
+    });
+    let mut routes = ROUTES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, route)) = routes
+        .iter()
+        .find(|(known, _)| known.iter().copied().eq(shape.clone()))
+    {
+        return route;
+    }
+    let mut label = String::from("/api/v2");
+    for part in shape.clone() {
+        label.push('/');
+        label.push_str(part.unwrap_or("{id}"));
+    }
+    let route: &'static str = Box::leak(label.into_boxed_str());
+    routes.push((shape.collect(), route));
+    route
 }
 
 /// A piece of a [`V2Path`].
@@ -196,6 +224,21 @@ pub struct Envelope {
     pub request_id: Option<String>,
     #[serde(default)]
     pub details: Option<Value>,
+}
+
+/// The V2 envelope with its `data` read as `T` (one of the typed readers of
+/// [`crate::ops::wire`]), strings borrowed from the body; `details` skipped.
+/// It refuses what [`Envelope`] refuses, and data `T` does not read.
+#[derive(Debug, Deserialize)]
+pub struct DataEnvelope<'a, T> {
+    pub code: Option<i64>,
+    #[serde(default, borrow)]
+    pub message: Option<Cow<'a, str>>,
+    pub data: Option<T>,
+    #[serde(default, borrow)]
+    pub request_id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub details: Option<IgnoredAny>,
 }
 
 /// V2 run statuses as documented; anything else is kept as `Other` and
@@ -286,6 +329,22 @@ mod tests {
         for bad in ["a/b/c", "/b", "a/", "../x", "a/.."] {
             assert!(Segment::worker(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn routes_hold_no_identifier() {
+        let id = Segment::new("01KS2A1M515HG7PZX9STTB0KPH").unwrap();
+        let odd = Segment::new("wörker:1").unwrap();
+        let log = V2Path::new(&[Part::Lit("worker-runs"), Part::Id(&id), Part::Lit("log")]);
+        assert_eq!(log.route(), "/api/v2/worker-runs/{id}/log");
+        let again = V2Path::new(&[Part::Lit("worker-runs"), Part::Id(&odd), Part::Lit("log")]);
+        assert!(std::ptr::eq(log.route(), again.route()), "interned once");
+        let store = V2Path::new(&[Part::Lit("store")]).query("keyword", "secret");
+        assert_eq!(store.route(), "/api/v2/store");
+        assert_eq!(
+            V2Path::new(&[Part::Lit("workers"), Part::Id(&odd)]).route(),
+            "/api/v2/workers/{id}"
+        );
     }
 
     #[test]

@@ -481,6 +481,12 @@ MEM=$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
   echo "| same, V2 answering in ${FANOUT_LATENCY_MS} ms | $f_s1000 µs vs $f_s100 µs (ratio $(awk -v a="$f_s1000" -v b="$f_s100" 'BEGIN { printf "%.2f", a / b }')) | $(verdict "$f_s1000" $((2 * f_s100))) |"
 } >"$WORK/RESULTS.md"
 
+# The deterministic figures of deploy/bench/instructions.sh live below this
+# marker in the same file: keep them.
+MARKER='<!-- instructions.sh figures: kept by run.sh -->'
+if [ -f "$OUT" ] && grep -qxF "$MARKER" "$OUT"; then
+  { echo; sed -n "\|^$MARKER\$|,\$p" "$OUT"; } >>"$WORK/RESULTS.md"
+fi
 mkdir -p "$(dirname "$OUT")"
 cp "$WORK/RESULTS.md" "$OUT"
 cat "$WORK/RESULTS.md"

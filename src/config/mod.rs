@@ -35,6 +35,9 @@ pub const ENV_PREFIX: &str = "V1COMPAT_";
 pub struct Config {
     pub public_addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// TLS on the public / admin listener, when configured.
+    pub public_tls: Option<crate::tls::TlsFiles>,
+    pub admin_tls: Option<crate::tls::TlsFiles>,
     pub upstream: UpstreamSettings,
     pub service_key: Option<crate::upstream::ApiKey>,
     pub request_timeout: Duration,
@@ -111,9 +114,14 @@ pub fn read(
     let mut table: toml::Table = toml::from_str(text)
         .map_err(|e: toml::de::Error| ConfigErrors(vec![keys::plain(e.message())]))?;
     let defaults = toml::Table::try_from(RawConfig::default()).unwrap_or_default();
+    // The proxy variables are not keys; they are read with the rest of the
+    // environment so a reload and a test see the same values as start-up.
+    let env: Vec<(String, String)> = env.into_iter().collect();
+    let proxy = crate::upstream::ProxyEnv::from_vars(env.iter().map(|(k, v)| (&**k, &**v)));
     let env = env::overlay(&mut table, &defaults, env);
     origins.variables.extend(env.set);
     let mut problems = env.problems;
+    problems.extend(proxy.problems());
     problems.extend(keys::remove_unknown(&mut table, &defaults));
     problems.extend(keys::remove_mistyped(&mut table));
     let raw: RawConfig = match toml::Value::Table(table).try_into() {
@@ -127,11 +135,14 @@ pub fn read(
     };
     let effective = raw.clone();
     match validate(raw) {
-        Ok(config) if problems.is_empty() => Ok(Loaded {
-            config,
-            effective,
-            warnings: env.warnings,
-        }),
+        Ok(mut config) if problems.is_empty() => {
+            config.upstream.proxy = proxy;
+            Ok(Loaded {
+                config,
+                effective,
+                warnings: env.warnings,
+            })
+        }
         Ok(_) => Err(ConfigErrors(in_file_order(&origins, problems))),
         Err(ConfigErrors(more)) => {
             problems.extend(more);

@@ -34,6 +34,12 @@ pub struct ListenSection {
     pub public: String,
     /// `/healthz`, `/readyz`, `/metrics`.
     pub admin: String,
+    /// PEM certificate chain and key for TLS on `public`; both or neither.
+    pub tls_cert_file: String,
+    pub tls_key_file: String,
+    /// The same for `admin`.
+    pub admin_tls_cert_file: String,
+    pub admin_tls_key_file: String,
 }
 
 impl Default for ListenSection {
@@ -41,6 +47,10 @@ impl Default for ListenSection {
         ListenSection {
             public: "127.0.0.1:8080".into(),
             admin: "127.0.0.1:9090".into(),
+            tls_cert_file: String::new(),
+            tls_key_file: String::new(),
+            admin_tls_cert_file: String::new(),
+            admin_tls_key_file: String::new(),
         }
     }
 }
@@ -62,6 +72,9 @@ pub struct UpstreamSection {
     pub pool_idle_timeout_ms: u64,
     pub pool_max_idle_per_host: usize,
     pub max_response_bytes: usize,
+    /// PEM file of CA certificates trusted for V2 besides the Mozilla roots
+    /// (a private CA in front of V2). Empty = none.
+    pub ca_file: String,
 }
 
 impl Default for UpstreamSection {
@@ -77,6 +90,7 @@ impl Default for UpstreamSection {
             pool_idle_timeout_ms: 90_000,
             pool_max_idle_per_host: 64,
             max_response_bytes: 16 << 20,
+            ca_file: String::new(),
         }
     }
 }

@@ -18,6 +18,14 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     };
     let public_addr = addr(&mut p, "listen.public", &raw.listen.public);
     let admin_addr = addr(&mut p, "listen.admin", &raw.listen.admin);
+    let l = &raw.listen;
+    let public_tls = tls_files(&mut p, "listen.tls", &l.tls_cert_file, &l.tls_key_file);
+    let admin_tls = tls_files(
+        &mut p,
+        "listen.admin_tls",
+        &l.admin_tls_cert_file,
+        &l.admin_tls_key_file,
+    );
     if public_addr == admin_addr && public_addr.port() != 0 {
         p.push("listen.admin: must differ from listen.public".into());
     }
@@ -190,6 +198,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     }
 
     let shadow = crate::shadow::config::validate(&raw.shadow, &mut p);
+    let extra_root_pem = read_ca_file(&u.ca_file, &mut p);
     let callbacks = crate::callbacks::config::validate(&raw.callbacks, &mut p);
     let connections = crate::conn::settings::validate(&raw.connections, &mut p);
 
@@ -203,6 +212,8 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     upstream.pool_idle_timeout = Duration::from_millis(u.pool_idle_timeout_ms);
     upstream.pool_max_idle_per_host = u.pool_max_idle_per_host;
     upstream.max_response_bytes = u.max_response_bytes;
+    upstream.extra_root_pem = extra_root_pem;
+    upstream.ca_file = (!u.ca_file.is_empty()).then(|| u.ca_file.clone().into());
     upstream.retry = RetrySettings {
         max_attempts: r.max_attempts,
         base_backoff: Duration::from_millis(r.base_backoff_ms),
@@ -216,6 +227,8 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     Ok(Config {
         public_addr,
         admin_addr,
+        public_tls,
+        admin_tls,
         upstream,
         service_key,
         request_timeout: Duration::from_millis(u.request_timeout_ms),
@@ -239,4 +252,64 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         shadow,
         callbacks,
     })
+}
+
+/// Reads `upstream.ca_file` (empty = none) and proves it holds usable
+/// certificates, so a bad file stops start-up or a reload here rather than
+/// failing every V2 call later.
+fn read_ca_file(path: &str, p: &mut Vec<String>) -> Option<Vec<u8>> {
+    if path.is_empty() {
+        return None;
+    }
+    let pem = match std::fs::read(path) {
+        Ok(pem) => pem,
+        Err(e) => {
+            p.push(format!("upstream.ca_file: {path}: {e}"));
+            return None;
+        }
+    };
+    if let Err(e) = crate::upstream::tls_config(Some(&pem)) {
+        p.push(format!("upstream.ca_file: {path}: {e}"));
+        return None;
+    }
+    Some(pem)
+}
+
+/// A listener's TLS files (`{prefix}_cert_file`, `{prefix}_key_file`): both
+/// or neither, and usable now (a key that does not match the certificate is
+/// caught here, not at the first handshake).
+fn tls_files(
+    p: &mut Vec<String>,
+    prefix: &str,
+    cert: &str,
+    key: &str,
+) -> Option<crate::tls::TlsFiles> {
+    match (cert.is_empty(), key.is_empty()) {
+        (true, true) => None,
+        (false, false) => {
+            let files = crate::tls::TlsFiles {
+                cert: cert.into(),
+                key: key.into(),
+            };
+            match crate::tls::check(&files) {
+                Ok(()) => Some(files),
+                Err(e) => {
+                    p.push(format!("{prefix}_cert_file: {e}"));
+                    None
+                }
+            }
+        }
+        (false, true) => {
+            p.push(format!(
+                "{prefix}_key_file: required with {prefix}_cert_file"
+            ));
+            None
+        }
+        (true, false) => {
+            p.push(format!(
+                "{prefix}_cert_file: required with {prefix}_key_file"
+            ));
+            None
+        }
+    }
 }

@@ -83,6 +83,8 @@ pub struct Answers {
 /// One listener's connection handling.
 pub struct Listener {
     pub name: &'static str,
+    /// TLS on this listener, when configured.
+    pub tls: Option<crate::tls::Acceptor>,
     pub settings: ConnSettings,
     pub grace: Duration,
     pub answers: Answers,
@@ -153,7 +155,7 @@ where
                 conf.settings.clone(),
                 drain.clone(),
                 conf.answers,
-                (conf.name, permit),
+                (conf.name, conf.tls.clone(), permit),
             ));
         }
         Err(_) => {
@@ -211,7 +213,11 @@ async fn connection<S, B>(
     settings: ConnSettings,
     drain: Drain,
     answers: Answers,
-    (listener, _permit): (&'static str, OwnedSemaphorePermit),
+    (listener, tls, _permit): (
+        &'static str,
+        Option<crate::tls::Acceptor>,
+        OwnedSemaphorePermit,
+    ),
 ) where
     S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
         + Clone
@@ -226,11 +232,21 @@ async fn connection<S, B>(
     let _ = socket.set_nodelay(true);
     let socket = Arc::new(socket);
     let activity = Activity::new();
-    let io = TokioIo::new(SharedStream::new(
-        socket.clone(),
-        activity.clone(),
-        answers.protocol,
-    ));
+    // TLS, when the listener has it, sits between the socket and hyper; a
+    // failed handshake ends the connection here. Under TLS the socket
+    // carries ciphertext, so hyper's own 400/414/431 cannot be recognised
+    // and replaced there: they stay hyper's (empty) answers.
+    let protocol = if tls.is_some() {
+        None
+    } else {
+        answers.protocol
+    };
+    let shared = SharedStream::new(socket.clone(), activity.clone(), protocol);
+    let Some(stream) = crate::tls::accept(tls.as_ref(), shared).await else {
+        gauge.decrement(1.0);
+        return;
+    };
+    let io = TokioIo::new(stream);
     let service = ConnService {
         inner: service,
         activity: activity.clone(),

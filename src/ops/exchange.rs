@@ -1,17 +1,19 @@
 //! One V1 request's conversation with V2: every upstream call an operation
-//! makes goes through [`Exchange::call`], which picks the key, reads the V2
-//! envelope into data or a [`GatewayError`], and records V2 request ids and
+//! makes goes through [`Exchange::fetch`] (or [`Exchange::call`]), which picks
+//! the key, reads the V2 envelope into data or a [`GatewayError`] (typed
+//! with [`Exchange::read`], or as a `Value`), and records V2 request ids and
 //! the call count for the diagnostics headers.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::Gateway;
 use crate::error::{GatewayError, Subject};
 use crate::upstream::{ApiKey, V2Call};
-use crate::v2::Envelope;
+use crate::v2::{DataEnvelope, Envelope};
 
 /// One V1 request's conversation with V2: the key to use, the request id to
 /// propagate, and a record of V2 request ids and call counts.
@@ -68,56 +70,114 @@ impl<'a> Exchange<'a> {
     /// sent none) on code 0, a [`GatewayError`] otherwise. On a V1 public
     /// operation a 401 for the client's key is retried once with the service key.
     pub async fn call(&self, call: V2Call, subject: Subject) -> Result<Value, GatewayError> {
+        let fetched = self.fetch(call, subject).await?;
+        self.envelope_data(&fetched, subject)
+    }
+
+    /// Sends one call and returns V2's successful answer unread (see
+    /// [`Exchange::read`]); a non-2xx answer is read here, into its error.
+    /// On a V1 public operation a 401 for the client's key is retried once
+    /// with the service key.
+    pub async fn fetch(&self, call: V2Call, subject: Subject) -> Result<Fetched, GatewayError> {
         let retry = match (&self.fallback_key, &call.key) {
             (Some(fallback), Some(used)) if fallback != used => {
                 Some(call.clone().with_key(Some(fallback.clone())))
             }
             _ => None,
         };
-        match (self.call_once(call, subject).await, retry) {
+        match (self.fetch_once(call, subject).await, retry) {
             (Err(GatewayError::Refused { status, .. }), Some(retry))
                 if status == http::StatusCode::UNAUTHORIZED =>
             {
-                self.call_once(retry, subject).await
+                self.fetch_once(retry, subject).await
             }
             (result, _) => result,
         }
     }
 
-    async fn call_once(&self, call: V2Call, subject: Subject) -> Result<Value, GatewayError> {
+    async fn fetch_once(&self, call: V2Call, subject: Subject) -> Result<Fetched, GatewayError> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         let reply = self.gw.upstream.call(call, self.request_id).await?;
-        let envelope: Envelope = serde_json::from_slice(&reply.body).map_err(|e| {
+        let fetched = Fetched {
+            status: reply.status,
+            retry_after: reply.retry_after,
+            body: reply.body,
+        };
+        if fetched.status.is_success() {
+            Ok(fetched)
+        } else {
+            // Never a success: only code 0 with a 2xx status is one.
+            self.envelope_data(&fetched, subject)
+                .and(Err(GatewayError::Garbled(
+                    "V2 answered an error status with a success envelope".into(),
+                )))
+        }
+    }
+
+    /// Reads a V2 answer's envelope, its `data` typed as `T` (see
+    /// [`wire`](super::wire)) without an intermediate `Value` tree. Data of a
+    /// shape `T` does not read comes back as a `Value` for the general
+    /// mapping, so both paths give the same answer.
+    pub fn read<'f, T: Deserialize<'f>>(
+        &self,
+        fetched: &'f Fetched,
+        subject: Subject,
+    ) -> Result<Read<T>, GatewayError> {
+        // Checked as UTF-8 once, so strings and raw rows are not checked again
+        // one by one; a body that is not UTF-8 takes the general path.
+        let parsed = std::str::from_utf8(&fetched.body)
+            .map_err(|_| ())
+            .and_then(|text| serde_json::from_str::<DataEnvelope<'f, T>>(text).map_err(|_| ()));
+        match parsed {
+            // A success; anything else is an error, read in full (details
+            // and all) by the general path.
+            Ok(envelope) if envelope.code == Some(0) && fetched.status.is_success() => {
+                self.record_request_id(envelope.request_id.as_deref());
+                Ok(Read::Typed(envelope.data))
+            }
+            _ => self.envelope_data(fetched, subject).map(Read::Untyped),
+        }
+    }
+
+    /// The general reading of a V2 answer: its `data` as a `Value`.
+    fn envelope_data(&self, fetched: &Fetched, subject: Subject) -> Result<Value, GatewayError> {
+        let envelope: Envelope = serde_json::from_slice(&fetched.body).map_err(|e| {
             GatewayError::Garbled(format!(
                 "HTTP {} with a body that is not a V2 envelope ({e})",
-                reply.status.as_u16()
+                fetched.status.as_u16()
             ))
         })?;
-        // Only ids that are safe to put in a response header are kept.
-        let v2_request_id = envelope
-            .request_id
-            .filter(|id| id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic()));
-        if let (Some(id), Ok(mut ids)) = (&v2_request_id, self.v2_ids.lock()) {
-            ids.push(id.clone());
-        }
+        let v2_request_id = self.record_request_id(envelope.request_id.as_deref());
         match envelope.code {
-            Some(0) if reply.status.is_success() => Ok(envelope.data.unwrap_or(Value::Null)),
-            None if reply.status.is_success() => {
+            Some(0) if fetched.status.is_success() => Ok(envelope.data.unwrap_or(Value::Null)),
+            None if fetched.status.is_success() => {
                 Err(GatewayError::Garbled("V2 envelope without a code".into()))
             }
             code => Err(GatewayError::Refused {
                 subject,
-                status: reply.status,
+                status: fetched.status,
                 code,
                 message: envelope.message.unwrap_or_default(),
                 details: crate::error::details_of(envelope.details.as_ref()),
                 v2_request_id,
                 // Rounded up, so a client never comes back too early.
-                retry_after: reply
+                retry_after: fetched
                     .retry_after
                     .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0)),
             }),
         }
+    }
+
+    /// Keeps V2's request id for the diagnostics header, if it is safe to put
+    /// in one, and returns it.
+    fn record_request_id(&self, request_id: Option<&str>) -> Option<String> {
+        let id = request_id
+            .filter(|id| id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic()))?
+            .to_owned();
+        if let Ok(mut ids) = self.v2_ids.lock() {
+            ids.push(id.clone());
+        }
+        Some(id)
     }
 
     /// Fetches V2 pages concurrently (bounded by `limits.fanout_concurrency`),
@@ -138,4 +198,36 @@ impl<'a> Exchange<'a> {
             .try_collect()
             .await
     }
+
+    /// [`Exchange::pages`], the answers left unread for [`Exchange::read`].
+    pub async fn fetch_pages<F>(
+        &self,
+        offsets: impl Iterator<Item = u64>,
+        subject: Subject,
+        make: F,
+    ) -> Result<Vec<Fetched>, GatewayError>
+    where
+        F: Fn(u64) -> V2Call,
+    {
+        use futures_util::stream::{self, StreamExt, TryStreamExt};
+        let width = self.gw.config.limits.fanout_concurrency.max(1);
+        stream::iter(offsets.map(|o| self.fetch(make(o), subject)))
+            .buffered(width)
+            .try_collect()
+            .await
+    }
+}
+
+/// A successful (2xx) V2 answer, received and counted, envelope unread.
+pub struct Fetched {
+    status: http::StatusCode,
+    retry_after: Option<std::time::Duration>,
+    body: bytes::Bytes,
+}
+
+/// What [`Exchange::read`] made of a V2 answer's `data`: typed (`None` when
+/// V2 sent no data), or a `Value` when it did not have the expected shape.
+pub enum Read<T> {
+    Typed(Option<T>),
+    Untyped(Value),
 }

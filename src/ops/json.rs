@@ -23,14 +23,6 @@ pub(crate) fn int_of(v: Option<&Value>) -> Option<i64> {
     }
 }
 
-/// Moves the items of a V2 list field out of `data` (an empty list if absent).
-pub(crate) fn take_list(data: &mut Value, field: &str) -> Vec<Value> {
-    match data.get_mut(field) {
-        Some(Value::Array(items)) => std::mem::take(items),
-        _ => Vec::new(),
-    }
-}
-
 /// The items of a V2 list field, or an empty list if absent.
 pub(crate) fn list_of<'v>(data: &'v Value, field: &str) -> &'v [Value] {
     data.get(field)

@@ -8,18 +8,18 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde_json::Value;
 
 use crate::config::Config;
 use crate::error::GatewayError;
 use crate::route::Operation;
 use crate::upstream::{ApiKey, Upstream};
+use crate::v1::Json;
 
 mod exchange;
 mod json;
 
-pub use exchange::Exchange;
-pub(crate) use json::{int_of, list_of, string_of, take_list};
+pub use exchange::{Exchange, Fetched, Read};
+pub(crate) use json::{int_of, list_of, string_of};
 
 pub mod account;
 pub mod catalog;
@@ -28,6 +28,7 @@ pub mod logs;
 pub mod records;
 pub mod results;
 pub mod runs;
+pub mod wire;
 pub mod worker_ids;
 
 /// What every request shares: the upstream, the configuration and the
@@ -35,14 +36,15 @@ pub mod worker_ids;
 pub struct Gateway {
     pub upstream: Arc<dyn Upstream>,
     pub config: Arc<Config>,
-    pub worker_ids: worker_ids::WorkerIds,
+    /// Shared so a reload that leaves `[workers]` alone keeps the cache.
+    pub worker_ids: Arc<worker_ids::WorkerIds>,
     /// The callback relay, when `[callbacks]` is in relay mode.
     pub callbacks: Option<Arc<crate::callbacks::Relay>>,
 }
 
 impl Gateway {
     pub fn new(upstream: Arc<dyn Upstream>, config: Arc<Config>) -> Gateway {
-        let worker_ids = worker_ids::WorkerIds::new(&config.workers);
+        let worker_ids = Arc::new(worker_ids::WorkerIds::new(&config.workers));
         Gateway {
             upstream,
             config,
@@ -79,11 +81,12 @@ pub struct V1Request {
     pub request_id: String,
 }
 
-/// A successfully translated request: the V1 `data`, plus what the
-/// pipeline reports in diagnostic headers. (The whole V1 answer, envelope
-/// and headers, is [`crate::pipeline::V1Response`].)
+/// A successfully translated request: the V1 `data` (JSON, written once by
+/// the operation), plus what the pipeline reports in diagnostic headers.
+/// (The whole V1 answer, envelope and headers, is
+/// [`crate::pipeline::V1Response`].)
 pub struct Translated {
-    pub data: Value,
+    pub data: Json,
     pub v2_request_ids: Vec<String>,
     pub upstream_calls: u32,
 }
@@ -117,20 +120,20 @@ pub async fn handle_counting(
     let query = input::Query::parse(req.query.as_deref());
     let body = || input::Body::parse(&req.body);
     let data = match req.op {
-        Operation::StoreSearch => catalog::store_search(&ex, &query).await,
-        Operation::WorkerDetail => catalog::worker_detail(&ex, &query).await,
-        Operation::ProxyRegions => catalog::proxy_regions(&ex, &query).await,
-        Operation::StartRun => runs::start_run(&ex, &body()?).await,
-        Operation::StartTaskRun => runs::start_task_run(&ex, &body()?).await,
-        Operation::Rerun => runs::rerun(&ex, &body()?).await,
-        Operation::AbortRun => runs::abort(&ex, &body()?).await,
-        Operation::RunDetail => records::run_detail(&ex, &body()?).await,
-        Operation::RunList => records::run_list(&ex, &body()?).await,
-        Operation::ResultList => results::result_list(&ex, &body()?).await,
-        Operation::ResultExport => results::export(&ex, &body()?).await,
-        Operation::RunLog => logs::run_log(&ex, &body()?).await,
-        Operation::AccountInfo => account::account_info(&ex, &body()?).await,
-    }?;
+        Operation::StoreSearch => raw_json(&catalog::store_search(&ex, &query).await?)?,
+        Operation::WorkerDetail => raw_json(&catalog::worker_detail(&ex, &query).await?)?,
+        Operation::ProxyRegions => raw_json(&catalog::proxy_regions(&ex, &query).await?)?,
+        Operation::StartRun => raw_json(&runs::start_run(&ex, &body()?).await?)?,
+        Operation::StartTaskRun => raw_json(&runs::start_task_run(&ex, &body()?).await?)?,
+        Operation::Rerun => raw_json(&runs::rerun(&ex, &body()?).await?)?,
+        Operation::AbortRun => raw_json(&runs::abort(&ex, &body()?).await?)?,
+        Operation::RunDetail => records::run_detail(&ex, &body()?).await?,
+        Operation::RunList => records::run_list(&ex, &body()?).await?,
+        Operation::ResultList => results::result_list(&ex, &body()?).await?,
+        Operation::ResultExport => raw_json(&results::export(&ex, &body()?).await?)?,
+        Operation::RunLog => raw_json(&logs::run_log(&ex, &body()?).await?)?,
+        Operation::AccountInfo => raw_json(&account::account_info(&ex, &body()?).await?)?,
+    };
     let v2_request_ids = ex.finish();
     let upstream_calls = calls.load(Ordering::Relaxed);
     Ok(Translated {
@@ -138,6 +141,22 @@ pub async fn handle_counting(
         v2_request_ids,
         upstream_calls,
     })
+}
+
+/// Writes a V1 `data` value as JSON, once; the envelope around it is added
+/// without parsing it again.
+pub fn raw_json<T: serde::Serialize + ?Sized>(data: &T) -> Result<Json, GatewayError> {
+    sized_json(data, 256)
+}
+
+/// [`raw_json`] into a buffer of `capacity` bytes: a large answer is not
+/// copied over and over as its buffer grows.
+pub fn sized_json<T: serde::Serialize + ?Sized>(
+    data: &T,
+    capacity: usize,
+) -> Result<Json, GatewayError> {
+    Json::write(data, capacity)
+        .map_err(|e| GatewayError::Internal(format!("answer not serialisable: {e}")))
 }
 
 #[cfg(test)]

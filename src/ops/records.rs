@@ -17,21 +17,83 @@
 //!
 //! V1↔V2 differences here (see `COMPATIBILITY.md`): [`aborted_status`](crate::differences::ABORTED_STATUS), [`unknown_status`](crate::differences::UNKNOWN_STATUS), [`origin_rename`](crate::differences::ORIGIN_RENAME), [`run_list_month`](crate::differences::RUN_LIST_MONTH).
 
-use serde_json::{json, Map, Value};
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::config::Compat;
 use crate::error::{GatewayError, Subject};
 use crate::ops::input::Body;
-use crate::ops::{int_of, list_of, string_of, Exchange};
+use crate::ops::wire::{self, IntLike, Object, StrOrNum};
+use crate::ops::{int_of, list_of, raw_json, sized_json, Exchange, Read};
 use crate::paging::Plan;
 use crate::upstream::V2Call;
 use crate::v1::status;
+use crate::v1::Json;
 use crate::v2::{Part, RunStatus, Segment, V2Path};
+
+/// A V2 run status as sent: text, a number (its integer value if it has
+/// one), or anything else (absent, null, other types).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum StatusField<'a> {
+    Text(Cow<'a, str>),
+    Number(Option<i64>),
+    #[default]
+    Other,
+}
+
+impl<'a> From<Option<&'a Value>> for StatusField<'a> {
+    fn from(v: Option<&'a Value>) -> Self {
+        match v {
+            Some(Value::String(s)) => StatusField::Text(Cow::Borrowed(s)),
+            Some(Value::Number(n)) => StatusField::Number(n.as_i64()),
+            _ => StatusField::Other,
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for StatusField<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = StatusField<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Self::Value, E> {
+                Ok(StatusField::Text(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(StatusField::Text(Cow::Owned(s.to_owned())))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Self::Value, E> {
+                Ok(StatusField::Number(Some(n)))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Self::Value, E> {
+                Ok(StatusField::Number(i64::try_from(n).ok()))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(StatusField::Number(None))
+            }
+            wire::anything_else_is!(StatusField::Other);
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
 
 /// V1 status integer for a V2 status value.
 pub fn v1_status(v2: Option<&Value>, compat: &Compat) -> i64 {
+    v1_status_of(&StatusField::from(v2), compat)
+}
+
+/// V1 status integer for a V2 status field.
+pub fn v1_status_of(v2: &StatusField<'_>, compat: &Compat) -> i64 {
     match v2 {
-        Some(Value::String(s)) => match RunStatus::parse(s) {
+        StatusField::Text(s) => match RunStatus::parse(s) {
             Some(RunStatus::Ready) => status::READY,
             Some(RunStatus::Running) => status::RUNNING,
             Some(RunStatus::Succeeded) => status::SUCCEEDED,
@@ -46,11 +108,11 @@ pub fn v1_status(v2: Option<&Value>, compat: &Compat) -> i64 {
                 }
             },
         },
-        Some(Value::Number(n)) => match n.as_i64() {
-            Some(i @ 1..=5) => i,
+        StatusField::Number(n) => match n {
+            Some(i @ 1..=5) => *i,
             _ => compat.unknown_status,
         },
-        _ => compat.unknown_status,
+        StatusField::Other => compat.unknown_status,
     }
 }
 
@@ -72,43 +134,113 @@ pub fn v2_status_filter(v1: i64) -> Result<Option<RunStatus>, GatewayError> {
     })
 }
 
+/// A V2 run record, the fields V1 keeps, read leniently (see [`wire`]):
+/// strings borrow from the V2 body.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct V2Run<'a> {
+    #[serde(borrow)]
+    pub status: StatusField<'a>,
+    #[serde(borrow)]
+    pub err_msg: StrOrNum<'a>,
+    #[serde(borrow)]
+    pub slug: StrOrNum<'a>,
+    #[serde(borrow)]
+    pub scraper_title: StrOrNum<'a>,
+    #[serde(borrow)]
+    pub scraper_slug: StrOrNum<'a>,
+    pub results: IntLike,
+    #[serde(borrow)]
+    pub usage: StrOrNum<'a>,
+    pub started_at: IntLike,
+    pub finished_at: IntLike,
+    pub duration: IntLike,
+    #[serde(borrow)]
+    pub origin: StrOrNum<'a>,
+    pub traffic: IntLike,
+    #[serde(borrow)]
+    pub version: StrOrNum<'a>,
+}
+
+impl<'a> V2Run<'a> {
+    /// The record of a `Value` (a list row); anything but an object has
+    /// none of the fields.
+    pub fn of_value(v: &'a Value) -> V2Run<'a> {
+        Object::<V2Run>::deserialize(v)
+            .map(|o| o.0)
+            .unwrap_or_default()
+    }
+}
+
 /// The 13-field V1 run record, in V1's field order.
+#[derive(Debug, Serialize)]
+pub struct V1Run<'a> {
+    pub status: i64,
+    pub err_msg: &'a str,
+    pub slug: &'a str,
+    pub scraper_title: &'a str,
+    pub scraper_slug: &'a str,
+    pub results: i64,
+    pub usage: &'a str,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub duration: i64,
+    pub origin: &'a str,
+    pub traffic: i64,
+    pub version: &'a str,
+}
+
+/// The V1 record of a V2 record.
+pub fn v1_run<'a>(v2: &'a V2Run<'a>, compat: &'a Compat) -> V1Run<'a> {
+    let origin = v2.origin.or_default();
+    V1Run {
+        status: v1_status_of(&v2.status, compat),
+        err_msg: v2.err_msg.or_default(),
+        slug: v2.slug.or_default(),
+        scraper_title: v2.scraper_title.or_default(),
+        scraper_slug: v2.scraper_slug.or_default(),
+        results: v2.results.0.unwrap_or(0),
+        usage: v2.usage.0.as_deref().unwrap_or("0"),
+        started_at: v2.started_at.0.unwrap_or(0),
+        finished_at: v2.finished_at.0.unwrap_or(0),
+        duration: v2.duration.0.unwrap_or(0),
+        origin: compat
+            .origin_rename
+            .get(origin)
+            .map_or(origin, String::as_str),
+        traffic: v2.traffic.0.unwrap_or(0),
+        version: v2.version.or_default(),
+    }
+}
+
+/// The 13-field V1 run record of a V2 record given as a `Value`.
 pub fn v1_record(v2: &Value, compat: &Compat) -> Value {
-    let s = |k: &str| string_of(v2.get(k)).unwrap_or_default();
-    let i = |k: &str| int_of(v2.get(k)).unwrap_or(0);
-    let origin = s("origin");
-    let origin = compat.origin_rename.get(&origin).cloned().unwrap_or(origin);
-    let usage = string_of(v2.get("usage")).unwrap_or_else(|| "0".to_owned());
-    json!({
-        "status": v1_status(v2.get("status"), compat),
-        "err_msg": s("err_msg"),
-        "slug": s("slug"),
-        "scraper_title": s("scraper_title"),
-        "scraper_slug": s("scraper_slug"),
-        "results": i("results"),
-        "usage": usage,
-        "started_at": i("started_at"),
-        "finished_at": i("finished_at"),
-        "duration": i("duration"),
-        "origin": origin,
-        "traffic": i("traffic"),
-        "version": s("version"),
-    })
+    serde_json::to_value(v1_run(&V2Run::of_value(v2), compat)).unwrap_or(Value::Null)
 }
 
 pub fn detail_call(run: &Segment) -> V2Call {
     V2Call::get(V2Path::new(&[Part::Lit("worker-runs"), Part::Id(run)]))
 }
 
-pub async fn run_detail(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
-    let run = body.run_slug()?;
-    let data = ex
-        .call(detail_call(&run).with_key(Some(ex.key()?)), Subject::Run)
-        .await?;
-    if !data.is_object() {
-        return Err(GatewayError::Garbled("run detail without a record".into()));
+/// The V1 run record (`data`) of a V2 run-detail answer.
+pub fn detail_answer(read: Read<Object<V2Run<'_>>>, compat: &Compat) -> Result<Json, GatewayError> {
+    let garbled = || GatewayError::Garbled("run detail without a record".into());
+    match read {
+        Read::Typed(Some(Object(run))) => raw_json(&v1_run(&run, compat)),
+        Read::Typed(None) => Err(garbled()),
+        Read::Untyped(data) if data.is_object() => {
+            raw_json(&v1_run(&V2Run::of_value(&data), compat))
+        }
+        Read::Untyped(_) => Err(garbled()),
     }
-    Ok(v1_record(&data, &ex.gw.config.compat))
+}
+
+pub async fn run_detail(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
+    let run = body.run_slug()?;
+    let fetched = ex
+        .fetch(detail_call(&run).with_key(Some(ex.key()?)), Subject::Run)
+        .await?;
+    detail_answer(ex.read(&fetched, Subject::Run)?, &ex.gw.config.compat)
 }
 
 /// The V2 run-list filters of a V1 run-list body.
@@ -127,7 +259,7 @@ pub fn list_call(filter: &ListFilter, offset: u64, limit: u64) -> V2Call {
 }
 
 /// Joins the V2 pages of a run list into the V1 `{count, list}`.
-pub fn v1_run_list(plan: &Plan, pages: Vec<Value>, compat: &Compat) -> Value {
+pub fn v1_run_list(plan: &Plan, pages: Vec<Value>, compat: &Compat) -> Result<Json, GatewayError> {
     let count = pages
         .first()
         .and_then(|p| int_of(p.get("count")))
@@ -138,15 +270,18 @@ pub fn v1_run_list(plan: &Plan, pages: Vec<Value>, compat: &Compat) -> Value {
             .map(|p| list_of(p, "list").iter().collect())
             .collect(),
     );
-    let list: Vec<Value> = rows.into_iter().map(|r| v1_record(r, compat)).collect();
-    // Built field by field: `json!` would serialize `list` into a copy.
-    let mut answer = Map::new();
-    answer.insert("count".into(), count.into());
-    answer.insert("list".into(), Value::Array(list));
-    Value::Object(answer)
+    let records: Vec<V2Run> = rows.into_iter().map(V2Run::of_value).collect();
+    let list: Vec<V1Run> = records.iter().map(|r| v1_run(r, compat)).collect();
+    #[derive(Serialize)]
+    struct RunList<'a> {
+        count: i64,
+        list: Vec<V1Run<'a>>,
+    }
+    let capacity = 64 + list.len() * 320;
+    sized_json(&RunList { count, list }, capacity)
 }
 
-pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
+pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
     let limits = &ex.gw.config.limits;
     let window = body.window(20, limits.max_page_size)?;
     let status = v2_status_filter(body.opt_int("status")?.unwrap_or(0))?;
@@ -162,12 +297,13 @@ pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayEr
             list_call(&filter, o, plan.limit).with_key(Some(key.clone()))
         })
         .await?;
-    Ok(v1_run_list(&plan, pages, &ex.gw.config.compat))
+    v1_run_list(&plan, pages, &ex.gw.config.compat)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn status_mapping_is_total() {

@@ -14,13 +14,21 @@
 //!
 //! V1↔V2 differences here (see `COMPATIBILITY.md`): [`result_header_format`](crate::differences::RESULT_HEADER_FORMAT), [`extra_export_formats`](crate::differences::EXTRA_EXPORT_FORMATS), [`export_download_url`](crate::differences::EXPORT_DOWNLOAD_URL).
 
-use serde_json::{json, Map, Value};
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
 
 use crate::error::{GatewayError, Subject};
 use crate::ops::input::Body;
-use crate::ops::{int_of, take_list, Exchange};
+use crate::ops::wire::{self, IntLike, Kind, List, OrDefault, StrOnly};
+use crate::ops::{sized_json, Exchange, Read};
 use crate::paging::{Plan, Window};
 use crate::upstream::V2Call;
+use crate::v1::Json;
 use crate::v2::{Part, Segment, V2Path};
 
 /// V1 `result/list` default page size.
@@ -38,84 +46,296 @@ pub fn result_call(run: &Segment, offset: u64, limit: u64) -> V2Call {
     )
 }
 
+/// A V2 result page read without a `Value` tree: the rows stay the raw JSON
+/// V2 sent, to be copied into the V1 page unchanged.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct V2ResultPage<'a> {
+    pub count: IntLike,
+    #[serde(borrow)]
+    pub headers: List<OrDefault<V2Header<'a>>>,
+    #[serde(borrow)]
+    pub list: List<&'a RawValue>,
+}
+
+/// A V2 column header; fields that are not strings read as absent.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct V2Header<'a> {
+    #[serde(borrow)]
+    pub key: StrOnly<'a>,
+    #[serde(borrow)]
+    pub label: StrOnly<'a>,
+    #[serde(borrow)]
+    pub format: StrOnly<'a>,
+}
+
+/// The V1 result page (`data`), in V1's field order.
+#[derive(Debug, Serialize)]
+pub struct V1ResultPage<'a> {
+    pub count: i64,
+    pub headers: Vec<V1Header<'a>>,
+    pub list: Vec<&'a RawValue>,
+    pub page_index: u64,
+    pub page_size: u64,
+}
+
+/// A V1 column header.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct V1Header<'a> {
+    pub label: Cow<'a, str>,
+    pub key: Cow<'a, str>,
+    pub format: Cow<'a, str>,
+}
+
+impl V1Header<'_> {
+    fn into_owned(self) -> V1Header<'static> {
+        V1Header {
+            label: Cow::Owned(self.label.into_owned()),
+            key: Cow::Owned(self.key.into_owned()),
+            format: Cow::Owned(self.format.into_owned()),
+        }
+    }
+}
+
 /// V1 headers: V2's `key`/`label` plus a `format` inferred from the rows.
-pub fn v1_headers(v2_headers: &[Value], rows: &[Value]) -> Vec<Value> {
+pub fn v1_headers<'a>(
+    v2_headers: &[OrDefault<V2Header<'a>>],
+    rows: &[&RawValue],
+) -> Vec<V1Header<'a>> {
+    let to_infer: Vec<&str> = v2_headers
+        .iter()
+        .filter(|h| h.0.format.0.is_none())
+        .map(|h| h.0.key.0.as_deref().unwrap_or_default())
+        .collect();
+    let mut inferred = infer_formats(&to_infer, rows).into_iter();
     v2_headers
         .iter()
-        .map(|h| {
-            let key = h.get("key").and_then(Value::as_str).unwrap_or_default();
-            let label = h.get("label").and_then(Value::as_str).unwrap_or(key);
-            let format = match h.get("format").and_then(Value::as_str) {
-                Some(f) => f.to_owned(),
-                None => infer_format(key, rows).to_owned(),
+        .map(|OrDefault(h)| {
+            let key = h.key.0.clone().unwrap_or_default();
+            let label = h.label.0.clone().unwrap_or_else(|| key.clone());
+            let format = match &h.format.0 {
+                Some(f) => f.clone(),
+                None => Cow::Borrowed(inferred.next().unwrap_or("text")),
             };
-            json!({ "label": label, "key": key, "format": format })
+            V1Header { label, key, format }
         })
         .collect()
 }
 
-fn infer_format(key: &str, rows: &[Value]) -> &'static str {
-    let mut values = rows
+/// [`v1_headers`] for headers and rows held as `Value`s (the results inside
+/// a synchronous run's answer).
+pub fn v1_headers_of_values(v2_headers: &[Value], rows: &[Value]) -> Vec<Value> {
+    let headers: Vec<OrDefault<V2Header>> = v2_headers
         .iter()
-        .filter_map(|r| r.get(key))
-        .filter(|v| !v.is_null())
-        .peekable();
-    if values.peek().is_some() && values.all(Value::is_number) {
-        "number"
-    } else {
-        "text"
+        .map(|h| OrDefault::deserialize(h).unwrap_or_default())
+        .collect();
+    let raw: Vec<Box<RawValue>> = rows
+        .iter()
+        .filter_map(|r| serde_json::value::to_raw_value(r).ok())
+        .collect();
+    let rows: Vec<&RawValue> = raw.iter().map(|r| &**r).collect();
+    v1_headers(&headers, &rows)
+        .iter()
+        .map(|h| serde_json::to_value(h).unwrap_or(Value::Null))
+        .collect()
+}
+
+/// For each key, `number` when the column has at least one non-null value
+/// in the rows and every non-null value is a JSON number, else `text`. The
+/// rows are scanned, not kept: only the kind of each wanted value is read.
+fn infer_formats(keys: &[&str], rows: &[&RawValue]) -> Vec<&'static str> {
+    #[derive(Clone, Copy)]
+    struct Column {
+        seen: bool,
+        numbers_only: bool,
+    }
+    let mut columns = vec![
+        Column {
+            seen: false,
+            numbers_only: true
+        };
+        keys.len()
+    ];
+    let mut kinds: Vec<Option<Kind>> = vec![None; keys.len()];
+    for row in rows {
+        // Once every column has a non-number, the rest cannot change it.
+        if columns.iter().all(|c| !c.numbers_only) {
+            break;
+        }
+        kinds.iter_mut().for_each(|k| *k = None);
+        let mut de = serde_json::Deserializer::from_str(row.get());
+        // A raw row is valid JSON; a row that is not an object has no fields.
+        let scan = RowScan {
+            keys,
+            kinds: &mut kinds,
+        };
+        if scan.deserialize(&mut de).is_err() {
+            continue;
+        }
+        for (c, k) in columns.iter_mut().zip(&kinds) {
+            match k {
+                Some(Kind::Number) => c.seen = true,
+                Some(Kind::Other) => {
+                    c.seen = true;
+                    c.numbers_only = false;
+                }
+                Some(Kind::Null) | None => {}
+            }
+        }
+    }
+    columns
+        .iter()
+        .map(|c| {
+            if c.seen && c.numbers_only {
+                "number"
+            } else {
+                "text"
+            }
+        })
+        .collect()
+}
+
+/// Reads one row, noting the kind of the value of each wanted key (the last
+/// one wins when a key repeats, as in a parsed object) and skipping the rest.
+struct RowScan<'k, 's> {
+    keys: &'k [&'k str],
+    kinds: &'s mut [Option<Kind>],
+}
+
+impl<'de> DeserializeSeed<'de> for RowScan<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
     }
 }
 
-/// The V1 result page from the V2 pages of a plan. The pages are taken by
-/// value so their rows move into the answer rather than being copied.
-pub fn v1_result_page(window: Window, plan: &Plan, mut pages: Vec<Value>) -> Value {
-    let count = pages
-        .first()
-        .and_then(|p| int_of(p.get("count")))
-        .unwrap_or(0);
-    let v2_headers = pages
-        .first_mut()
-        .map(|p| take_list(p, "headers"))
-        .unwrap_or_default();
-    let rows = plan.assemble(pages.iter_mut().map(|p| take_list(p, "list")).collect());
-    let headers = v1_headers(&v2_headers, &rows);
-    // Built field by field: `json!` would serialize `rows` into a copy.
-    let mut page = Map::new();
-    page.insert("count".into(), count.into());
-    page.insert("headers".into(), Value::Array(headers));
-    page.insert("list".into(), Value::Array(rows));
-    page.insert("page_index".into(), window.page_index.into());
-    page.insert("page_size".into(), window.page_size.into());
-    Value::Object(page)
+impl<'de> Visitor<'de> for RowScan<'_, '_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a result row")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(StrOnly(key)) = map.next_key::<StrOnly>()? {
+            let key = key.as_deref().unwrap_or_default();
+            let mut wanted = self.keys.iter().enumerate().filter(|(_, k)| **k == key);
+            match wanted.next() {
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+                Some((first, _)) => {
+                    let kind = map.next_value::<Kind>()?;
+                    self.kinds[first] = Some(kind);
+                    for (i, _) in wanted {
+                        self.kinds[i] = Some(kind);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        wire::drain_seq(seq)
+    }
 }
 
-pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
+/// The typed page of a V2 answer. Data the typed reading refused (repeated
+/// keys, say) is written back out from its `Value` into `spare` and read
+/// from there, so it maps exactly as the `Value` said.
+fn page_of<'a>(
+    read: Read<OrDefault<V2ResultPage<'a>>>,
+    spare: &'a mut Option<String>,
+) -> Result<V2ResultPage<'a>, GatewayError> {
+    match read {
+        Read::Typed(page) => Ok(page.map(|p| p.0).unwrap_or_default()),
+        Read::Untyped(data) => {
+            let text = spare.insert(data.to_string());
+            serde_json::from_str::<OrDefault<V2ResultPage>>(text)
+                .map(|p| p.0)
+                .map_err(|e| GatewayError::Garbled(format!("unreadable result page ({e})")))
+        }
+    }
+}
+
+/// The V1 result page from the V2 pages of a plan; rows are moved, not
+/// copied or parsed into values.
+pub fn v1_result_page<'a>(
+    window: Window,
+    plan: &Plan,
+    mut pages: Vec<V2ResultPage<'a>>,
+) -> V1ResultPage<'a> {
+    let count = pages.first().and_then(|p| p.count.0).unwrap_or(0);
+    let v2_headers = pages
+        .first_mut()
+        .map(|p| std::mem::take(&mut p.headers.0))
+        .unwrap_or_default();
+    let rows = plan.assemble(pages.into_iter().map(|p| p.list.0).collect());
+    let headers = v1_headers(&v2_headers, &rows);
+    V1ResultPage {
+        count,
+        headers,
+        list: rows,
+        page_index: window.page_index,
+        page_size: window.page_size,
+    }
+}
+
+pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
     let run = body.run_slug()?;
     let window = body.window(DEFAULT_PAGE_SIZE, ex.gw.config.limits.max_page_size)?;
     let plan = window.plan();
     let key = ex.key()?;
-    let pages = ex
-        .pages(plan.offsets.clone(), Subject::Run, |o| {
+    let fetched = ex
+        .fetch_pages(plan.offsets.clone(), Subject::Run, |o| {
             result_call(&run, o, plan.limit).with_key(Some(key.clone()))
         })
         .await?;
+    let reads = fetched
+        .iter()
+        .map(|f| ex.read::<OrDefault<V2ResultPage>>(f, Subject::Run))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut spares: Vec<Option<String>> = (0..reads.len()).map(|_| None).collect();
+    let pages = reads
+        .into_iter()
+        .zip(spares.iter_mut())
+        .map(|(read, spare)| page_of(read, spare))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut page = v1_result_page(window, &plan, pages);
-    let count = int_of(page.get("count")).unwrap_or(0);
-    let empty = page["list"].as_array().map_or(true, Vec::is_empty);
-    if empty && count > 0 {
+    if page.list.is_empty() && page.count > 0 {
         // A page past the end has no rows to infer column formats from, but
         // V1 still typed its headers: read them off the run's first row.
-        let mut sample = ex
-            .call(result_call(&run, 1, 1).with_key(Some(key)), Subject::Run)
+        let sample = ex
+            .fetch(result_call(&run, 1, 1).with_key(Some(key)), Subject::Run)
             .await?;
-        let (headers, rows) = (
-            take_list(&mut sample, "headers"),
-            take_list(&mut sample, "list"),
-        );
-        page["headers"] = Value::Array(v1_headers(&headers, &rows));
+        let mut spare = None;
+        let first = page_of(ex.read(&sample, Subject::Run)?, &mut spare)?;
+        page.headers = v1_headers(&first.headers.0, &first.list.0)
+            .into_iter()
+            .map(V1Header::into_owned)
+            .collect();
     }
-    Ok(page)
+    // Rows, plus separators, headers and the other fields.
+    let capacity =
+        page.list.iter().map(|r| r.get().len() + 1).sum::<usize>() + page.headers.len() * 96 + 128;
+    sized_json(&page, capacity)
 }
 
 /// Checks the V1 export body and builds the V2 call.
@@ -188,26 +408,70 @@ pub async fn export(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayErro
 mod tests {
     use super::*;
 
+    fn headers_of(v2_headers: &str, rows: &str) -> Vec<V1Header<'static>> {
+        let headers: List<OrDefault<V2Header>> = serde_json::from_str(v2_headers).unwrap();
+        let rows: Vec<&RawValue> = serde_json::from_str(rows).unwrap();
+        v1_headers(&headers.0, &rows)
+            .into_iter()
+            .map(V1Header::into_owned)
+            .collect()
+    }
+
     #[test]
     fn formats_are_inferred_from_rows() {
-        let headers = vec![
-            json!({"key": "title", "label": "Title"}),
-            json!({"key": "rating", "label": "Rating"}),
-            json!({"key": "empty", "label": "E"}),
-            json!({"key": "d", "label": "D", "format": "date"}),
-        ];
-        let rows = vec![
-            json!({"title": "a", "rating": 4.5, "empty": null}),
-            json!({"title": "b", "rating": null}),
-        ];
-        let out = v1_headers(&headers, &rows);
-        assert_eq!(out[0]["format"], "text");
-        assert_eq!(out[1]["format"], "number");
-        assert_eq!(out[2]["format"], "text");
-        assert_eq!(out[3]["format"], "date");
+        let out = headers_of(
+            r#"[{"key": "title", "label": "Title"}, {"key": "rating", "label": "Rating"},
+                {"key": "empty", "label": "E"}, {"key": "d", "label": "D", "format": "date"}]"#,
+            r#"[{"title": "a", "rating": 4.5, "empty": null}, {"title": "b", "rating": null}]"#,
+        );
+        assert_eq!(out[0].format, "text");
+        assert_eq!(out[1].format, "number");
+        assert_eq!(out[2].format, "text");
+        assert_eq!(out[3].format, "date");
         assert_eq!(
-            out[0],
+            serde_json::to_value(&out[0]).unwrap(),
             json!({"label": "Title", "key": "title", "format": "text"})
+        );
+    }
+
+    #[test]
+    fn formats_read_the_last_of_a_repeated_key_and_skip_non_objects() {
+        let out = headers_of(
+            r#"[{"key": "n"}, {"key": "n"}, 7, {"key": 3, "label": "L"}]"#,
+            r#"[{"n": "x", "n": 1}, [1, 2], "row", {"n": 2, "other": {"n": "deep"}}]"#,
+        );
+        assert_eq!(out[0].format, "number");
+        assert_eq!(out[1].format, "number");
+        assert_eq!(out[1].label, "n");
+        assert_eq!(
+            serde_json::to_value(&out[2]).unwrap(),
+            json!({"label": "", "key": "", "format": "text"})
+        );
+        assert_eq!(out[3].label, "L");
+        assert_eq!(out[3].key, "");
+    }
+
+    #[test]
+    fn rows_pass_through_byte_for_byte() {
+        let plan = Window {
+            page_index: 1,
+            page_size: 2,
+        }
+        .plan();
+        let body = r#"{"count": 2, "headers": [{"key": "a", "label": "A"}],
+            "list": [{"a": 1.50, "b": "\u00e9"}, {"a": 2e3}], "page_index": 1}"#;
+        let page: OrDefault<V2ResultPage> = serde_json::from_str(body).unwrap();
+        let v1 = v1_result_page(
+            Window {
+                page_index: 1,
+                page_size: 2,
+            },
+            &plan,
+            vec![page.0],
+        );
+        assert_eq!(
+            std::str::from_utf8(crate::ops::raw_json(&v1).unwrap().as_bytes()).unwrap(),
+            r#"{"count":2,"headers":[{"label":"A","key":"a","format":"number"}],"list":[{"a": 1.50, "b": "\u00e9"},{"a": 2e3}],"page_index":1,"page_size":2}"#
         );
     }
 

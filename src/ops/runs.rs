@@ -24,7 +24,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{GatewayError, Subject};
 use crate::ops::input::{self, Body};
-use crate::ops::results::{result_call, v1_headers, DEFAULT_PAGE_SIZE};
+use crate::ops::results::{result_call, v1_headers_of_values, DEFAULT_PAGE_SIZE};
 use crate::ops::{int_of, list_of, string_of, Exchange};
 use crate::paging::{Plan, Window};
 use crate::upstream::V2Call;
@@ -183,7 +183,7 @@ pub fn v1_sync(data: &Value, window: Window, plan: &Plan, extra_pages: &[Value])
     let mut pages = vec![list_of(&first, "list").to_vec()];
     pages.extend(extra_pages.iter().map(|p| list_of(p, "list").to_vec()));
     let rows = plan.assemble(pages);
-    let headers = v1_headers(list_of(&first, "headers"), &rows);
+    let headers = v1_headers_of_values(list_of(&first, "headers"), &rows);
     json!({
         "run_slug": string_of(data.get("run_slug")).unwrap_or_default(),
         "run_status": if completed { "completed" } else { "running" },

@@ -20,8 +20,8 @@ use super::catalog::WorkerSpec;
 use super::checks::{check_input, parse_body, window, Fields, Query, ZeroLimits};
 use super::serve::{json as json_resp, Body, Dropped, Req};
 use super::state::{AbortError, NewRun, Origin, Run, RunView};
-use super::v2_catalog::regions_value;
-use super::v2_runs::{logs_url, wait_done};
+use super::v2::catalog::regions_value;
+use super::v2::runs::{logs_url, wait_done};
 use super::{lock, Shared};
 use crate::dialect::{Dialect, EmptyStoreSearch, MissingKeyStatus};
 

@@ -24,7 +24,7 @@
 //! Files: `config` (what can be set), `catalog` (workers and the seed), `clock`
 //! (simulated time), `state` (accounts, tasks, runs, lifecycle), `data` (deterministic
 //! rows and logs), `checks` (request contract checks shared by both surfaces), `v2`
-//! (routing and envelopes) with `v2_catalog`, `v2_runs`, `v2_tasks`, `legacy_v1`,
+//! (routing and envelopes, with `v2::catalog`, `v2::runs`, `v2::tasks`), `legacy_v1`,
 //! `admin` (`/__sandbox/*`), `faults`, `exports`, `callbacks`, `serve` (the accept
 //! loop and body helpers; not named `http`, which would shadow the crate).
 
@@ -41,9 +41,6 @@ mod legacy_v1;
 mod serve;
 mod state;
 mod v2;
-mod v2_catalog;
-mod v2_runs;
-mod v2_tasks;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

@@ -133,6 +133,7 @@ pub async fn replay_command(args: ReplayArgs, mut cfg: Config) -> Result<bool, S
             .unwrap_or(cfg.shadow.copy_timeout),
         max_body_bytes: cfg.shadow.max_body_bytes,
         progress: !args.quiet,
+        proxy: cfg.upstream.proxy.clone(),
     };
     let stats = replay(opts).await?;
     println!(

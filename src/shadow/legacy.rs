@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 
-use crate::upstream::UpstreamFailure;
+use crate::upstream::{ProxyEnv, UpstreamFailure};
 
 /// Marks a request as a shadow copy; such requests are never mirrored again.
 pub const LOOP_GUARD: HeaderName = HeaderName::from_static("x-v1compat-shadow");
@@ -75,8 +75,9 @@ impl std::fmt::Debug for LegacyClient {
 }
 
 impl LegacyClient {
-    /// A client to `base_url` (http or https). Does not connect.
-    pub fn new(base_url: &url::Url) -> Result<LegacyClient, String> {
+    /// A client to `base_url` (http or https), through `proxy` where it
+    /// applies. Does not connect.
+    pub fn new(base_url: &url::Url, proxy: &ProxyEnv) -> Result<LegacyClient, String> {
         let host = base_url
             .host_str()
             .ok_or_else(|| format!("{base_url}: no host"))?;
@@ -86,6 +87,7 @@ impl LegacyClient {
         let tls = crate::upstream::tls_config(None)?;
         let client = crate::upstream::pooled_client(
             tls,
+            proxy,
             Duration::from_secs(2),
             Duration::from_secs(30),
             32,

@@ -138,7 +138,8 @@ impl Mirror {
         let Some(base) = cfg.legacy_base_url.as_ref().filter(|_| cfg.enabled) else {
             return Ok(None);
         };
-        let legacy = LegacyClient::new(base).map_err(std::io::Error::other)?;
+        let legacy = LegacyClient::new(base, &gateway.config.upstream.proxy)
+            .map_err(std::io::Error::other)?;
         let capture = match &cfg.capture_path {
             Some(path) => Some(CaptureWriter::start(path, true).map_err(|e| {
                 std::io::Error::new(

@@ -62,6 +62,8 @@ pub struct ReplayOptions {
     pub timeout: Duration,
     pub max_body_bytes: usize,
     pub progress: bool,
+    /// Proxy variables for both sides' connections.
+    pub proxy: crate::upstream::ProxyEnv,
 }
 
 /// What a replay did.
@@ -179,9 +181,9 @@ pub async fn replay(opts: ReplayOptions) -> Result<ReplayStats, String> {
         .filter(|l| !l.trim().is_empty())
         .count();
 
-    let legacy = LegacyClient::new(&opts.legacy)?;
+    let legacy = LegacyClient::new(&opts.legacy, &opts.proxy)?;
     let gateway = match &opts.translated {
-        TranslatedSide::Gateway(url) => Some(LegacyClient::new(url)?),
+        TranslatedSide::Gateway(url) => Some(LegacyClient::new(url, &opts.proxy)?),
         TranslatedSide::InProcess(_) => None,
     };
     let writer = CaptureWriter::start(&opts.out, false)

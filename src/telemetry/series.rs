@@ -136,9 +136,9 @@ mod tests {
                     status: StatusCode::from_u16(status).unwrap(),
                     code: None,
                     message: String::new(),
+                    details: Vec::new(),
                     v2_request_id: None,
                     retry_after: None,
-                    details: Vec::new(),
                 });
             }
         }
@@ -166,8 +166,15 @@ mod tests {
 
     #[test]
     fn every_rendered_error_has_its_series_registered() {
-        for e in every_error() {
-            let r = e.render();
+        let missing_key_400 = crate::dialect::Dialect {
+            missing_key_status: crate::dialect::MissingKeyStatus::BadRequest,
+            ..Default::default()
+        };
+        let renders = every_error().into_iter().flat_map(|e| {
+            let other = e.render_in(&missing_key_400);
+            [(e.render(), e.clone()), (other, e)]
+        });
+        for (r, e) in renders {
             assert!(
                 ERROR_KINDS.contains(&(r.origin, r.cause)),
                 "{e:?} renders ({}, {}), which is not registered at start",

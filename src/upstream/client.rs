@@ -24,6 +24,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 use tracing::debug;
 
+use super::proxy::{ProxyConnector, ProxyEnv};
 use super::retry::{
     parse_retry_after, plan_wait, retry_reason, GiveUp, RetryBudget, RetrySettings,
 };
@@ -66,6 +67,10 @@ pub struct UpstreamSettings {
     /// PEM certificates trusted in addition to the Mozilla roots (a private
     /// CA in front of V2, or a test server).
     pub extra_root_pem: Option<Vec<u8>>,
+    /// Where `extra_root_pem` was read from (`upstream.ca_file`), if a file.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// `HTTPS_PROXY` / `HTTP_PROXY` / `ALL_PROXY` / `NO_PROXY`, as loaded.
+    pub proxy: ProxyEnv,
 }
 
 impl UpstreamSettings {
@@ -82,6 +87,8 @@ impl UpstreamSettings {
             retry: RetrySettings::default(),
             user_agent: concat!("v1compat/", env!("CARGO_PKG_VERSION")).to_owned(),
             extra_root_pem: None,
+            ca_file: None,
+            proxy: ProxyEnv::default(),
         }
     }
 }
@@ -110,11 +117,13 @@ impl std::fmt::Debug for UpstreamSettings {
                     .as_ref()
                     .map(|p| format!("{} bytes", p.len())),
             )
+            .field("ca_file", &self.ca_file)
+            .field("proxy", &self.proxy)
             .finish()
     }
 }
 
-pub(crate) type HyperClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub(crate) type HyperClient = Client<HttpsConnector<ProxyConnector>, Full<Bytes>>;
 
 /// The real [`Upstream`]: one connection pool (HTTP/1.1, and HTTP/2 where
 /// TLS negotiates it) shared by every call. Cheap to clone.
@@ -159,6 +168,7 @@ impl HttpUpstream {
         let tls = tls_config(settings.extra_root_pem.as_deref())
             .map_err(|p| problems.push(p))
             .ok();
+        problems.extend(settings.proxy.problems());
         let (Some(origin_and_prefix), Some(user_agent), Some(tls), true) =
             (origin_and_prefix, user_agent, tls, problems.is_empty())
         else {
@@ -167,6 +177,7 @@ impl HttpUpstream {
 
         let client = pooled_client(
             tls,
+            &settings.proxy,
             settings.connect_timeout,
             settings.pool_idle_timeout,
             settings.pool_max_idle_per_host,
@@ -216,10 +227,12 @@ fn origin_and_prefix(url: &url::Url) -> Result<String, String> {
     Ok(origin_and_prefix)
 }
 
-/// A pooled HTTP/1.1 + HTTP/2 client over plain TCP or rustls, shared by the
-/// V2 upstream and the shadow tester's legacy client.
+/// A pooled HTTP/1.1 + HTTP/2 client over plain TCP or rustls, directly or
+/// through the proxy `proxy` names, shared by the V2 upstream and the shadow
+/// tester's legacy client.
 pub(crate) fn pooled_client(
     tls: rustls::ClientConfig,
+    proxy: &ProxyEnv,
     connect_timeout: Duration,
     idle_timeout: Duration,
     max_idle_per_host: usize,
@@ -234,7 +247,7 @@ pub(crate) fn pooled_client(
         .https_or_http()
         .enable_http1()
         .enable_http2()
-        .wrap_connector(http);
+        .wrap_connector(ProxyConnector::new(http, proxy));
     Client::builder(TokioExecutor::new())
         // Without a timer the pool never evicts idle connections.
         .pool_timer(TokioTimer::new())
@@ -323,7 +336,7 @@ struct Prepared {
     headers: HeaderMap,
     body: Bytes,
     timeout: Duration,
-    route: String,
+    route: &'static str,
 }
 
 /// One attempt's answer, before the retry decision.
@@ -368,9 +381,9 @@ impl Inner {
             timeout: call
                 .attempt_timeout
                 .unwrap_or(self.settings.attempt_timeout),
-            route: call.path.route().to_owned(),
+            route: call.path.route(),
         };
-        let route = &prepared.route;
+        let route = prepared.route;
         let retry = &self.settings.retry;
         let max_attempts = match call.retry {
             RetryPolicy::SafeToRetry => retry.max_attempts.max(1),
@@ -412,7 +425,7 @@ impl Inner {
                 Err(cause) => {
                     metrics::counter!(
                         UPSTREAM_RETRIES_SKIPPED_TOTAL,
-                        "route" => route.clone(),
+                        "route" => route,
                         "cause" => cause.as_str()
                     )
                     .increment(1);
@@ -422,7 +435,7 @@ impl Inner {
             };
             metrics::counter!(
                 UPSTREAM_RETRIES_TOTAL,
-                "route" => route.clone(),
+                "route" => route,
                 "reason" => reason.as_str()
             )
             .increment(1);
@@ -498,11 +511,11 @@ impl Inner {
         };
         metrics::counter!(
             UPSTREAM_REQUESTS_TOTAL,
-            "route" => route.to_owned(),
+            "route" => *route,
             "status_class" => status_class
         )
         .increment(1);
-        metrics::histogram!(UPSTREAM_DURATION_SECONDS, "route" => route.to_owned())
+        metrics::histogram!(UPSTREAM_DURATION_SECONDS, "route" => *route)
             .record(elapsed.as_secs_f64());
         match &outcome {
             Ok(answer) => debug!(

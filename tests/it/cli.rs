@@ -139,6 +139,26 @@ fn serve_with_an_invalid_config_exits_64_before_binding() {
 }
 
 #[test]
+fn a_taken_port_fails_with_a_hint() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let f = config_file(&format!(
+        "[listen]\npublic = \"127.0.0.1:{port}\"\nadmin = \"127.0.0.1:0\"\n[upstream]\nbase_url = \"http://127.0.0.1:1\"\n"
+    ));
+    let out = v1compat(&["serve", "--config", f.path().to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("127.0.0.1:{port} (listen.public)")),
+        "{err}"
+    );
+    assert!(
+        err.contains("hint:") && err.contains("V1COMPAT_LISTEN__PUBLIC"),
+        "{err}"
+    );
+}
+
+#[test]
 fn missing_config_file_is_a_config_error() {
     let out = v1compat(&["check-config", "--config", "/nonexistent/v1compat.toml"]);
     assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
@@ -234,6 +254,25 @@ async fn serve_answers_and_never_logs_keys() {
     assert_eq!(status, 200);
     let metrics = String::from_utf8_lossy(&metrics).into_owned();
     assert!(metrics.contains("v1compat_requests_total"), "{metrics}");
+
+    // SIGHUP reloads (nothing changed) and the gateway keeps serving.
+    let hup = Command::new("kill")
+        .args(["-HUP", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while let Some(line) = rx.recv().await {
+            if line.contains("configuration reloaded") {
+                return;
+            }
+        }
+        panic!("v1compat exited on SIGHUP");
+    })
+    .await
+    .expect("no reload logged after SIGHUP");
+    let (status, _, _) = send(public, "GET", "/api/scraper?slug=w", &[], None).await;
+    assert_eq!(status, 200);
 
     let killed = Command::new("kill")
         .args(["-TERM", &pid.to_string()])

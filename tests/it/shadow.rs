@@ -162,6 +162,7 @@ impl World {
             timeout: Duration::from_secs(10),
             max_body_bytes: 4 << 20,
             progress: false,
+            proxy: Default::default(),
         }
     }
 }

@@ -16,7 +16,11 @@ use serde_json::{json, Map, Value};
 use super::checks::{parse_body, Query};
 use super::faults::{FaultKind, FaultRule};
 use super::serve::{bytes_response, json as json_resp, truncated, Body, Dropped, Req};
-use super::{admin, lock, v2_catalog, v2_runs, v2_tasks, Shared};
+use super::{admin, lock, Shared};
+
+pub(super) mod catalog;
+pub(super) mod runs;
+mod tasks;
 
 /// A V2 error: HTTP status, application code, message and details.
 #[derive(Debug, Clone, PartialEq)]
@@ -455,27 +459,27 @@ async fn operate(shared: &Arc<Shared>, req: &Req, action: Action, params: Params
         body,
     };
     match action {
-        Action::Regions => v2_catalog::regions(&call),
-        Action::Store | Action::Workers => v2_catalog::store(&call),
-        Action::Account => v2_catalog::account(&call),
-        Action::Worker => v2_catalog::worker(&call),
-        Action::InputSchema => v2_catalog::input_schema(&call),
-        Action::RunWorker => v2_runs::run_worker(&call).await,
-        Action::RunTask => v2_runs::run_task(&call).await,
-        Action::Rerun => v2_runs::rerun(&call).await,
-        Action::ListRuns => v2_runs::list(&call),
-        Action::RunDetail => v2_runs::detail(&call),
-        Action::Abort => v2_runs::abort(&call),
-        Action::Log => v2_runs::log(&call),
-        Action::Result => v2_runs::result(&call),
-        Action::Export => v2_runs::export(&call),
-        Action::ListTasks => v2_tasks::list(&call),
-        Action::CreateTask => v2_tasks::create(&call),
-        Action::GetTask => v2_tasks::get(&call),
-        Action::UpdateTask => v2_tasks::update(&call),
-        Action::DeleteTask => v2_tasks::delete(&call),
-        Action::GetTaskInput => v2_tasks::get_input(&call),
-        Action::UpdateTaskInput => v2_tasks::update_input(&call),
+        Action::Regions => catalog::regions(&call),
+        Action::Store | Action::Workers => catalog::store(&call),
+        Action::Account => catalog::account(&call),
+        Action::Worker => catalog::worker(&call),
+        Action::InputSchema => catalog::input_schema(&call),
+        Action::RunWorker => runs::run_worker(&call).await,
+        Action::RunTask => runs::run_task(&call).await,
+        Action::Rerun => runs::rerun(&call).await,
+        Action::ListRuns => runs::list(&call),
+        Action::RunDetail => runs::detail(&call),
+        Action::Abort => runs::abort(&call),
+        Action::Log => runs::log(&call),
+        Action::Result => runs::result(&call),
+        Action::Export => runs::export(&call),
+        Action::ListTasks => tasks::list(&call),
+        Action::CreateTask => tasks::create(&call),
+        Action::GetTask => tasks::get(&call),
+        Action::UpdateTask => tasks::update(&call),
+        Action::DeleteTask => tasks::delete(&call),
+        Action::GetTaskInput => tasks::get_input(&call),
+        Action::UpdateTaskInput => tasks::update_input(&call),
     }
 }
 

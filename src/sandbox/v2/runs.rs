@@ -6,15 +6,15 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::catalog::WorkerSpec;
-use super::checks::{check_input, query_int, query_paging, window, Fields, ZeroLimits};
-use super::config::LogEntries;
-use super::data::month_utc8;
-use super::lock;
-use super::state::{AbortError, NewRun, Origin, Run, RunView, State, Status};
-use super::v2::{ApiError, Call, Outcome, RunRef};
-use super::v2_catalog::resolve_worker;
-use super::Shared;
+use super::catalog::resolve_worker;
+use super::{ApiError, Call, Outcome, RunRef};
+use crate::sandbox::catalog::WorkerSpec;
+use crate::sandbox::checks::{check_input, query_int, query_paging, window, Fields, ZeroLimits};
+use crate::sandbox::config::LogEntries;
+use crate::sandbox::data::month_utc8;
+use crate::sandbox::lock;
+use crate::sandbox::state::{AbortError, NewRun, Origin, Run, RunView, State, Status};
+use crate::sandbox::Shared;
 
 /// Longest a synchronous run request waits, in simulated seconds.
 pub const SYNC_WAIT_SECONDS: i64 = 300;

@@ -3,10 +3,10 @@
 
 use serde_json::{json, Value};
 
-use super::checks::{query_paging, window};
-use super::lock;
-use super::state::State;
-use super::v2::{ApiError, Call, Outcome};
+use super::{ApiError, Call, Outcome};
+use crate::sandbox::checks::{query_paging, window};
+use crate::sandbox::lock;
+use crate::sandbox::state::State;
 
 /// Proxy regions (same list in both generations; `language` is passed through).
 pub const REGIONS: &[(&str, &str)] = &[

@@ -1,14 +1,14 @@
 //! V2 saved tasks: create, list, get, update, get/update input, delete. A task is a
-//! worker + preset input (+ version, schedule); running it is in `v2_runs`. Shapes
+//! worker + preset input (+ version, schedule); running it is in `v2::runs`. Shapes
 //! follow facts §2.14.
 
 use serde_json::{json, Map, Value};
 
-use super::checks::{check_input, query_paging, window, Fields, ZeroLimits};
-use super::lock;
-use super::state::{State, Task};
-use super::v2::{ApiError, Call, Outcome};
-use super::v2_catalog::resolve_worker;
+use super::catalog::resolve_worker;
+use super::{ApiError, Call, Outcome};
+use crate::sandbox::checks::{check_input, query_paging, window, Fields, ZeroLimits};
+use crate::sandbox::lock;
+use crate::sandbox::state::{State, Task};
 
 const SCHEDULE: &[&str] = &[
     "schedule_type",

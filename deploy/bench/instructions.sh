@@ -1,0 +1,331 @@
+#!/usr/bin/env bash
+# v1compat's deterministic cost per request next to a plain reverse proxy
+# (nginx), with the same sandbox V2 behind both: user-space instructions
+# (valgrind --tool=callgrind) and system calls (strace -c -f) per request,
+# over keep-alive requests on one connection after a warm-up. Instruction
+# counts do not depend on what else the machine runs. See deploy/bench/README.md.
+#
+#   deploy/bench/instructions.sh [--requests N] [--warmup N] [--out FILE]
+#                                [--profile DIR] [--log-level LEVEL]
+#                                [--binary PATH] [--no-install] [--no-build]
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+HERE="$ROOT/deploy/bench"
+REQUESTS=300
+WARMUP=50
+OUT=""
+PROFILE=""
+LOG_LEVEL=warn   # as deploy/bench/run.sh runs it
+INSTALL=1
+BUILD=1
+BIN=""
+KEY=sandbox-key
+SEED=7
+COMMAND="deploy/bench/instructions.sh${*:+ $*}"
+
+usage() {
+  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+  exit 64
+}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --requests) REQUESTS="$2"; shift 2 ;;
+    --warmup) WARMUP="$2"; shift 2 ;;
+    --out) OUT="$2"; shift 2 ;;
+    --profile) PROFILE="$2"; shift 2 ;;
+    --log-level) LOG_LEVEL="$2"; shift 2 ;;
+    --binary) BIN="$2"; BUILD=0; shift 2 ;;
+    --no-install) INSTALL=0; shift ;;
+    --no-build) BUILD=0; shift ;;
+    -h|--help) usage ;;
+    *) echo "unknown argument: $1" >&2; usage ;;
+  esac
+done
+[[ "$REQUESTS" =~ ^[1-9][0-9]*0$ ]] || { echo "--requests must be a positive multiple of 10" >&2; exit 64; }
+[[ "$WARMUP" =~ ^[1-9][0-9]*0$ ]] || { echo "--warmup must be a positive multiple of 10" >&2; exit 64; }
+# A 1,000-row V1 page is ten V2 calls: a fifth of the requests keeps the
+# run short and still makes hundreds of V2 calls.
+REQUESTS_1000=$(( REQUESTS / 5 > 20 ? REQUESTS / 5 : 20 ))
+WARMUP_1000=$(( WARMUP / 5 > 5 ? WARMUP / 5 : 5 ))
+
+log() { printf '[instructions %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# ---------------------------------------------------------------- tools
+need_pkgs=()
+command -v valgrind >/dev/null || need_pkgs+=(valgrind)
+command -v strace >/dev/null || need_pkgs+=(strace)
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need_pkgs+=(nginx-light)
+command -v curl >/dev/null || need_pkgs+=(curl)
+command -v python3 >/dev/null || need_pkgs+=(python3)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  [ "$INSTALL" = 1 ] || die "missing: ${need_pkgs[*]} (run without --no-install, or install them)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  log "installing ${need_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null; then
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+  fi
+fi
+NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
+
+if [ "$BUILD" = 1 ]; then
+  log "cargo build --release --bin v1compat"
+  (cd "$ROOT" && timeout 3600 cargo build --release --quiet --bin v1compat)
+fi
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+[ -n "$BIN" ] || BIN="$TARGET_DIR/release/v1compat"
+[ -x "$BIN" ] || die "no release build at $BIN (drop --no-build)"
+
+# ---------------------------------------------------------------- processes
+WORK="$(mktemp -d /tmp/v1compat-instructions.XXXXXX)"
+PIDS=()
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do
+    for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL "$p" 2>/dev/null || true
+  done
+  if [ "$rc" != 0 ]; then log "failed (exit $rc); logs kept in $WORK"; else rm -rf "$WORK"; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+stop() { # pid: TERM, then wait for it to go (valgrind writes its last dump first)
+  kill -TERM "$1" 2>/dev/null || true
+  for _ in $(seq 1 150); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.2; done
+  kill -KILL "$1" 2>/dev/null || true
+}
+wait_http() { # url what pid
+  for _ in $(seq 1 600); do
+    curl -s -o /dev/null --max-time 2 "$1" && return 0
+    kill -0 "$3" 2>/dev/null || die "$2 exited (see $WORK/*.log)"
+    sleep 0.2
+  done
+  die "$2 did not come up at $1 (see $WORK/*.log)"
+}
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+log "starting the sandbox V2 service (seed $SEED)"
+"$BIN" sandbox --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --upstream-listen 127.0.0.1:0 \
+  --legacy-listen 127.0.0.1:0 --api-key "$KEY" --seed "$SEED" --ready-file "$WORK/sandbox.ready" \
+  >"$WORK/sandbox.log" 2>&1 &
+UP_PID=$!; PIDS+=("$UP_PID")
+for _ in $(seq 1 300); do
+  [ -s "$WORK/sandbox.ready" ] && break
+  kill -0 "$UP_PID" 2>/dev/null || die "the sandbox exited (see $WORK/sandbox.log)"
+  sleep 0.1
+done
+V2=$(sed -n 's/.* upstream=\(http:[^ ]*\).*/\1/p' "$WORK/sandbox.ready")
+[ -n "$V2" ] || die "the sandbox wrote no upstream address"
+V2_PORT=${V2##*:}
+
+AUTH="Authorization: Bearer $KEY"
+BULK=01KD4N6P8R0T2V4W6Y8Z0B2D4F   # coreclaw~tiktok-comments-bulk: 2600 rows
+SMALL=01KC2X8Q3R5T7V9W1Y3Z5B7D9F  # coreclaw~amazon-product-by-asin: 8 rows
+start_run() {
+  curl -sf -X POST "$V2/api/v2/workers/$1/runs" -H "$AUTH" -H 'content-type: application/json' \
+    -d '{"is_async":true}' | sed -n 's/.*"run_slug":"\([^"]*\)".*/\1/p'
+}
+RUN_BULK=$(start_run "$BULK"); RUN_SMALL=$(start_run "$SMALL")
+[ -n "$RUN_BULK" ] && [ -n "$RUN_SMALL" ] || die "could not start the runs to read"
+curl -sf -X POST "$V2/__sandbox/advance" -H 'content-type: application/json' -d '{"seconds":600}' >/dev/null
+for r in "$RUN_BULK" "$RUN_SMALL"; do
+  curl -sf "$V2/api/v2/worker-runs/$r" -H "$AUTH" | grep -q '"status":"succeeded"' \
+    || die "run $r did not finish after advancing the clock"
+done
+log "runs to read: bulk $RUN_BULK (2600 rows), small $RUN_SMALL"
+
+# Workloads: what nginx proxies (V2, one or several paths sent in turn) and
+# what v1compat translates (one V1 request), with the V2 calls per V1 request.
+WORKLOADS=(detail result-100 result-1000)
+declare -A NG_PATHS V1_PATH V1_BODY V2_CALLS V1_COUNT V1_WARM
+NG_PATHS[detail]="/api/v2/worker-runs/$RUN_SMALL"
+V1_PATH[detail]=/api/v1/run/detail; V1_BODY[detail]="{\"run_slug\":\"$RUN_SMALL\"}"
+NG_PATHS[result-100]="/api/v2/worker-runs/$RUN_BULK/result?offset=1&limit=100"
+V1_PATH[result-100]=/api/v1/run/result/list
+V1_BODY[result-100]="{\"run_slug\":\"$RUN_BULK\",\"page_index\":1,\"page_size\":100}"
+NG_PATHS[result-1000]=$(for o in 1 2 3 4 5 6 7 8 9 10; do printf '/api/v2/worker-runs/%s/result?offset=%d&limit=100 ' "$RUN_BULK" "$o"; done)
+V1_PATH[result-1000]=/api/v1/run/result/list
+V1_BODY[result-1000]="{\"run_slug\":\"$RUN_BULK\",\"page_index\":1,\"page_size\":1000}"
+for w in detail result-100; do V2_CALLS[$w]=1; V1_COUNT[$w]=$REQUESTS; V1_WARM[$w]=$WARMUP; done
+V2_CALLS[result-1000]=10; V1_COUNT[result-1000]=$REQUESTS_1000; V1_WARM[result-1000]=$WARMUP_1000
+
+RESULTS="$WORK/results.jsonl"   # one line per proxy, tool and workload
+: >"$RESULTS"
+[ -n "$PROFILE" ] && mkdir -p "$PROFILE"
+
+VALGRIND=(valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$WORK/cg.%p")
+
+start_nginx() { # tool -> sets PROXY_PID, PROXY_PORT
+  local port; port=$(free_port)
+  rm -rf "$WORK/nginx"; mkdir -p "$WORK/nginx"
+  local user=""; [ "$(id -u)" = 0 ] && user="user root;"
+  # One process (no master): what valgrind and strace see is the whole proxy.
+  cat >"$WORK/nginx/nginx.conf" <<EOF
+$user
+daemon off;
+master_process off;
+worker_processes 1;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/nginx/body;
+  proxy_temp_path $WORK/nginx/proxy;
+  fastcgi_temp_path $WORK/nginx/fastcgi;
+  uwsgi_temp_path $WORK/nginx/uwsgi;
+  scgi_temp_path $WORK/nginx/scgi;
+  upstream v2 {
+    server 127.0.0.1:$V2_PORT;
+    keepalive 64;
+  }
+  server {
+    listen 127.0.0.1:$port;
+    keepalive_requests 1000000;
+    keepalive_timeout 600s;
+    location / {
+      proxy_pass http://v2;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffer_size 16k;
+      proxy_buffers 64 16k;
+      proxy_max_temp_file_size 0;
+    }
+  }
+}
+EOF
+  local pre=(); [ "$1" = callgrind ] && pre=("${VALGRIND[@]}")
+  "${pre[@]}" "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -e "$WORK/nginx/error.log" \
+    >"$WORK/nginx-$1.log" 2>&1 &
+  PROXY_PID=$!; PIDS+=("$PROXY_PID"); PROXY_PORT=$port
+  wait_http "http://127.0.0.1:$port/__sandbox/healthz" "nginx ($1)" "$PROXY_PID"
+}
+
+start_v1compat() { # tool -> sets PROXY_PID, PROXY_PORT
+  local port admin; port=$(free_port); admin=$(free_port)
+  local pre=(); [ "$1" = callgrind ] && pre=("${VALGRIND[@]}")
+  V1COMPAT_UPSTREAM__BASE_URL="$V2" V1COMPAT_UPSTREAM__SERVICE_KEY="$KEY" \
+  V1COMPAT_LISTEN__PUBLIC="127.0.0.1:$port" V1COMPAT_LISTEN__ADMIN="127.0.0.1:$admin" \
+  V1COMPAT_LOG__LEVEL="$LOG_LEVEL" \
+    "${pre[@]}" "$BIN" serve >"$WORK/v1compat-$1.log" 2>&1 &
+  PROXY_PID=$!; PIDS+=("$PROXY_PID"); PROXY_PORT=$port
+  wait_http "http://127.0.0.1:$admin/healthz" "v1compat ($1)" "$PROXY_PID"
+}
+
+measure() { # proxy tool workload
+  local proxy="$1" tool="$2" w="$3" out args=()
+  case "$tool" in
+    callgrind) out="$WORK/cg" ;;
+    strace) out="$WORK/strace-$proxy-$w.txt" ;;
+  esac
+  if [ "$proxy" = nginx ]; then
+    local p
+    for p in ${NG_PATHS[$w]}; do args+=(--path "$p"); done
+    args+=(--header "$AUTH" --warmup "$WARMUP" --count "$REQUESTS")
+  else
+    args+=(--path "${V1_PATH[$w]}" --method POST --body "${V1_BODY[$w]}" --header "api-key: $KEY"
+      --warmup "${V1_WARM[$w]}" --count "${V1_COUNT[$w]}")
+  fi
+  local line
+  line=$(python3 "$HERE/drive.py" --port "$PROXY_PORT" "${args[@]}" --measure "$tool" \
+    --pid "$PROXY_PID" --out "$out") || die "$proxy $w ($tool) failed"
+  printf '{"proxy":"%s","tool":"%s","workload":"%s","result":%s}\n' "$proxy" "$tool" "$w" "$line" >>"$RESULTS"
+  log "$proxy $w $tool: ${line:0:160}"
+  if [ "$tool" = callgrind ] && [ -n "$PROFILE" ]; then
+    local dump; dump=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["dump"])' "$line")
+    cp "$dump" "$PROFILE/callgrind.$proxy.$w"
+  fi
+}
+
+for proxy in nginx v1compat; do
+  for tool in callgrind strace; do
+    log "$proxy under $tool"
+    "start_$proxy" "$tool"
+    for w in "${WORKLOADS[@]}"; do measure "$proxy" "$tool" "$w"; done
+    stop "$PROXY_PID"
+  done
+done
+
+# ---------------------------------------------------------------- report
+REPORT="$WORK/report.md"
+python3 - "$RESULTS" >"$WORK/tables.md" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+get = lambda p, t, w: next(r["result"] for r in rows if r["proxy"] == p and r["tool"] == t and r["workload"] == w)
+calls = {"detail": 1, "result-100": 1, "result-1000": 10}
+label = {"detail": "run detail", "result-100": "result list, 100 rows",
+         "result-1000": "result list, 1,000 rows (nginx: the ten 100-row V2 calls)"}
+target = {"detail": 2.0, "result-100": 5.0, "result-1000": 5.0}
+def k(n):
+    return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.1f} k"
+print("| Workload | nginx instructions / request | v1compat instructions / request | ratio (target) | syscalls / request nginx → v1compat | bytes to the client nginx / v1compat |")
+print("|---|---|---|---|---|---|")
+verdicts = []
+for w in calls:
+    ng, gw = get("nginx", "callgrind", w), get("v1compat", "callgrind", w)
+    ngs, gws = get("nginx", "strace", w), get("v1compat", "strace", w)
+    ni = ng["instructions"] / ng["requests"] * calls[w]
+    gi = gw["instructions"] / gw["requests"]
+    ns = ngs["syscalls"] / ngs["requests"] * calls[w]
+    gs = gws["syscalls"] / gws["requests"]
+    ratio = gi / ni
+    ok = "PASS" if ratio <= target[w] else "MISS"
+    verdicts.append(f"| {label[w]}: instructions ≤ {target[w]:.1f}× nginx | {ratio:.2f}× | {ok} |")
+    if w == "detail":
+        ok = "PASS" if gs <= ns + 1 else "MISS"
+        verdicts.append(f"| {label[w]}: system calls ≤ nginx + 1 | {ns:.2f} → {gs:.2f} | {ok} |")
+    print(f"| {label[w]} | {k(ni)} | {k(gi)} | {ratio:.2f}× (≤ {target[w]:.1f}×) | {ns:.2f} → {gs:.2f} | {ng['bytes_per_request'] * calls[w]} / {gw['bytes_per_request']} |")
+print()
+print("System calls per request, by call (strace -c -f):")
+print()
+print("| Workload | Proxy | Calls per request |")
+print("|---|---|---|")
+for w in calls:
+    for p in ("nginx", "v1compat"):
+        r = get(p, "strace", w)
+        n = r["requests"] / (calls[w] if p == "nginx" else 1)
+        parts = sorted(r["by_syscall"].items(), key=lambda kv: -kv[1])
+        print(f"| {w} | {p} | " + ", ".join(f"{name} {c / n:.2f}" for name, c in parts) + " |")
+print()
+print("### Targets")
+print()
+print("| Target | Figure | Result |")
+print("|---|---|---|")
+print("\n".join(verdicts))
+EOF
+
+MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
+{
+  echo "Produced by \`deploy/bench/instructions.sh\` (see [README.md](README.md))."
+  echo
+  echo "| | |"
+  echo "|---|---|"
+  echo "| Date | $(date -u '+%Y-%m-%d %H:%M UTC') |"
+  echo "| Command | \`$COMMAND\` |"
+  echo "| Commit | $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)') |"
+  echo "| Machine | $(nproc) CPUs, ${MODEL:-unknown CPU}, Linux $(uname -r) |"
+  echo "| Versions | $("$BIN" --version), $("$NGINX" -v 2>&1 | sed 's/.*: //'), $(valgrind --version), $(strace -V | head -1 | sed 's/ -- version / /'), $(rustc --version 2>/dev/null | awk '{print "rustc " $2}') |"
+  echo "| Requests | one keep-alive connection per workload and tool; $WARMUP warm-up then $REQUESTS counted requests through nginx; through v1compat the same for run detail and 100 rows, $WARMUP_1000 then $REQUESTS_1000 for 1,000 rows |"
+  echo "| v1compat | \`serve\`, release build, log level \`$LOG_LEVEL\`, metrics recorder on, no shadow mirror |"
+  echo "| nginx | one process (\`master_process off\`), keep-alive upstream, access log off |"
+  echo
+  echo "Instructions: callgrind's count of user-space instructions of the proxy process (every"
+  echo "thread) between zeroing (\`callgrind_control -z\`) after the warm-up and the dump"
+  echo "(\`callgrind_control -d\`) after the counted requests. System calls: \`strace -c -f\`"
+  echo "attached to every thread of a second, uninstrumented process for the same requests."
+  echo "The V2 service (the embedded sandbox, seed $SEED) runs uninstrumented in its own process."
+  echo
+  cat "$WORK/tables.md"
+} >"$REPORT"
+
+[ -n "$OUT" ] && { mkdir -p "$(dirname "$OUT")"; cp "$REPORT" "$OUT"; log "written to $OUT"; }
+cat "$REPORT"

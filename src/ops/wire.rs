@@ -1,0 +1,402 @@
+//! Typed, borrowing readers of V2 `data`, for the operations whose answers
+//! are large or frequent (run records, result pages). They read straight
+//! from the V2 body, without a `serde_json::Value` tree in between: strings
+//! borrow from the body where they can, and rows that pass through unchanged
+//! stay raw JSON slices.
+//!
+//! Each reader is as lenient as the `Value` helpers it stands in for
+//! ([`string_of`](super::string_of), [`int_of`](super::int_of),
+//! [`list_of`](super::list_of)): a value of an unexpected type reads as
+//! absent, never as an error, so the typed path and the `Value` path map
+//! the same V2 data to the same V1 answer.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+/// Consumes whatever a `visit_map`/`visit_seq` was given, so a reader that
+/// does not want it can still leave the parser past it.
+pub(crate) fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
+    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+    Ok(())
+}
+
+pub(crate) fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
+    while seq.next_element::<IgnoredAny>()?.is_some() {}
+    Ok(())
+}
+
+/// Implements the visitor methods of a lenient reader that read any value
+/// it does not want as `$none`.
+macro_rules! anything_else_is {
+    ($none:expr) => {
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            $crate::ops::wire::drain_map(map)?;
+            Ok($none)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+            $crate::ops::wire::drain_seq(seq)?;
+            Ok($none)
+        }
+    };
+}
+pub(crate) use anything_else_is;
+
+/// A string, or a number written as a string (as [`string_of`](super::string_of)).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct StrOrNum<'a>(pub Option<Cow<'a, str>>);
+
+impl<'a> StrOrNum<'a> {
+    pub fn or_default(&self) -> &str {
+        self.0.as_deref().unwrap_or_default()
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for StrOrNum<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = StrOrNum<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Self::Value, E> {
+                Ok(StrOrNum(Some(Cow::Borrowed(s))))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(StrOrNum(Some(Cow::Owned(s.to_owned()))))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<Self::Value, E> {
+                Ok(StrOrNum(Some(Cow::Owned(s))))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Self::Value, E> {
+                Ok(StrOrNum(Some(Cow::Owned(n.to_string()))))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Self::Value, E> {
+                Ok(StrOrNum(Some(Cow::Owned(n.to_string()))))
+            }
+            fn visit_f64<E: de::Error>(self, n: f64) -> Result<Self::Value, E> {
+                // Written as serde_json writes a `Number`, so both paths agree.
+                Ok(StrOrNum(
+                    serde_json::Number::from_f64(n).map(|n| Cow::Owned(n.to_string())),
+                ))
+            }
+            anything_else_is!(StrOrNum(None));
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// A string; anything else reads as absent (as `Value::as_str`).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct StrOnly<'a>(pub Option<Cow<'a, str>>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for StrOnly<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = StrOnly<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Self::Value, E> {
+                Ok(StrOnly(Some(Cow::Borrowed(s))))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(StrOnly(Some(Cow::Owned(s.to_owned()))))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<Self::Value, E> {
+                Ok(StrOnly(Some(Cow::Owned(s))))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(StrOnly(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(StrOnly(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(StrOnly(None))
+            }
+            anything_else_is!(StrOnly(None));
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// An integer: a number (a float truncated) or a numeric string (as
+/// [`int_of`](super::int_of)).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct IntLike(pub Option<i64>);
+
+impl<'de> Deserialize<'de> for IntLike {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = IntLike;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Self::Value, E> {
+                Ok(IntLike(Some(n)))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Self::Value, E> {
+                Ok(IntLike(Some(i64::try_from(n).unwrap_or(n as f64 as i64))))
+            }
+            fn visit_f64<E: de::Error>(self, n: f64) -> Result<Self::Value, E> {
+                Ok(IntLike(Some(n as i64)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(IntLike(s.trim().parse().ok()))
+            }
+            anything_else_is!(IntLike(None));
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The items of a list field; anything but an array reads as no items (as
+/// [`list_of`](super::list_of)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct List<T>(pub Vec<T>);
+
+impl<T> Default for List<T> {
+    fn default() -> Self {
+        List(Vec::new())
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for List<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = List<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(List(items))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                drain_map(map)?;
+                Ok(List::default())
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(List::default())
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(List::default())
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(List::default())
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(List::default())
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(List::default())
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(List::default())
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(List::default())
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// A JSON object read field by field by `T`'s derived `Deserialize`; an
+/// array, which serde would otherwise accept for a struct, is refused.
+pub struct Object<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = Object<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(Object)
+            }
+        }
+        d.deserialize_map(V(PhantomData))
+    }
+}
+
+/// An object read by `T`'s derived `Deserialize`; anything else reads as
+/// `T::default()` (as `Value::get` finds no field in a non-object).
+#[derive(Debug, Default)]
+pub struct OrDefault<T>(pub T);
+
+impl<'de, T: Deserialize<'de> + Default> Deserialize<'de> for OrDefault<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de> + Default> Visitor<'de> for V<T> {
+            type Value = OrDefault<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(OrDefault)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                drain_seq(seq)?;
+                Ok(OrDefault(T::default()))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(OrDefault(T::default()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(OrDefault(T::default()))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(OrDefault(T::default()))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(OrDefault(T::default()))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(OrDefault(T::default()))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(OrDefault(T::default()))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(OrDefault(T::default()))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// What a column value is, for the V1 header `format` (the value itself is
+/// skipped, not kept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Null,
+    Number,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Kind {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Kind;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Kind::Number)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Kind::Number)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Kind::Number)
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Kind::Other)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Kind::Null)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Kind::Null)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                drain_map(map)?;
+                Ok(Kind::Other)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                drain_seq(seq)?;
+                Ok(Kind::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{int_of, string_of};
+    use serde_json::Value;
+
+    const SAMPLES: &[&str] = &[
+        r#""text""#,
+        r#""esc\"aped\u00e9""#,
+        r#"" 42 ""#,
+        "42",
+        "-7",
+        "1.5",
+        "2.0",
+        "1e3",
+        "18446744073709551615",
+        "true",
+        "null",
+        "[1,2]",
+        r#"{"a":[{"b":null}]}"#,
+    ];
+
+    #[test]
+    fn readers_agree_with_the_value_helpers() {
+        for s in SAMPLES {
+            let v: Value = serde_json::from_str(s).unwrap();
+            let so: StrOrNum = serde_json::from_str(s).unwrap();
+            assert_eq!(so.0.map(Cow::into_owned), string_of(Some(&v)), "{s}");
+            let i: IntLike = serde_json::from_str(s).unwrap();
+            assert_eq!(i.0, int_of(Some(&v)), "{s}");
+            let l: List<IgnoredAny> = serde_json::from_str(s).unwrap();
+            assert_eq!(l.0.len(), v.as_array().map_or(0, Vec::len), "{s}");
+            let k: Kind = serde_json::from_str(s).unwrap();
+            let expect = match v {
+                Value::Null => Kind::Null,
+                Value::Number(_) => Kind::Number,
+                _ => Kind::Other,
+            };
+            assert_eq!(k, expect, "{s}");
+        }
+    }
+
+    #[test]
+    fn strings_borrow_from_the_body_unless_escaped() {
+        let so: StrOrNum = serde_json::from_str(r#""plain""#).unwrap();
+        assert!(matches!(so.0, Some(Cow::Borrowed("plain"))));
+        let so: StrOrNum = serde_json::from_str(r#""a\nb""#).unwrap();
+        assert_eq!(so.0.as_deref(), Some("a\nb"));
+    }
+
+    #[test]
+    fn objects_refuse_arrays() {
+        #[derive(Deserialize)]
+        struct S {
+            #[allow(dead_code)]
+            a: Option<i64>,
+        }
+        assert!(serde_json::from_str::<Object<S>>(r#"{"a":1}"#).is_ok());
+        assert!(serde_json::from_str::<Object<S>>("[1]").is_err());
+    }
+}
