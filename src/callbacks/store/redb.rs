@@ -66,31 +66,27 @@ fn load(t: &Tx<'_>, id: &str) -> StoreResult<Option<Event>> {
     }
 }
 
+/// The events of one run, through the `runs` index.
 fn run_events(t: &Tx<'_>, run: &str) -> StoreResult<Vec<Event>> {
-    let from = format!("{run}\n");
-    let to = format!("{run}\u{b}");
-    let mut ids: Vec<String> = Vec::new();
-    for item in t.1.range(from.as_str()..to.as_str()).map_err(e)? {
-        let (k, _) = item.map_err(e)?;
-        if let Some((_, id)) = k.value().split_once('\n') {
-            ids.push(id.to_owned());
-        }
-    }
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        if let Some(ev) = load(t, &id)? {
-            out.push(ev);
-        }
-    }
-    Ok(out)
+    indexed(t, &t.1, run)
 }
 
 /// The events in `state`, through the `states` index.
 fn in_state(t: &Tx<'_>, state: State) -> StoreResult<Vec<Event>> {
-    let from = format!("{}\n", state.as_str());
-    let to = format!("{}\u{b}", state.as_str());
+    indexed(t, &t.2, state.as_str())
+}
+
+/// The events an index lists under `prefix`: its keys are `{prefix}\n{id}`,
+/// so the range `{prefix}\n..{prefix}\u{b}` (the next character) holds them all.
+fn indexed(
+    t: &Tx<'_>,
+    index: &::redb::Table<'_, &'static str, ()>,
+    prefix: &str,
+) -> StoreResult<Vec<Event>> {
+    let from = format!("{prefix}\n");
+    let to = format!("{prefix}\u{b}");
     let mut ids: Vec<String> = Vec::new();
-    for item in t.2.range(from.as_str()..to.as_str()).map_err(e)? {
+    for item in index.range(from.as_str()..to.as_str()).map_err(e)? {
         let (k, _) = item.map_err(e)?;
         if let Some((_, id)) = k.value().split_once('\n') {
             ids.push(id.to_owned());
