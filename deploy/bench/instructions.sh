@@ -127,21 +127,8 @@ V2=$(sed -n 's/.* upstream=\(http:[^ ]*\).*/\1/p' "$WORK/sandbox.ready")
 [ -n "$V2" ] || die "the sandbox wrote no upstream address"
 V2_PORT=${V2##*:}
 
-AUTH="Authorization: Bearer $KEY"
-BULK=01KD4N6P8R0T2V4W6Y8Z0B2D4F   # coreclaw~tiktok-comments-bulk: 2600 rows
-SMALL=01KC2X8Q3R5T7V9W1Y3Z5B7D9F  # coreclaw~amazon-product-by-asin: 8 rows
-start_run() {
-  curl -sf -X POST "$V2/api/v2/workers/$1/runs" -H "$AUTH" -H 'content-type: application/json' \
-    -d '{"is_async":true}' | sed -n 's/.*"run_slug":"\([^"]*\)".*/\1/p'
-}
-RUN_BULK=$(start_run "$BULK"); RUN_SMALL=$(start_run "$SMALL")
-[ -n "$RUN_BULK" ] && [ -n "$RUN_SMALL" ] || die "could not start the runs to read"
-curl -sf -X POST "$V2/__sandbox/advance" -H 'content-type: application/json' -d '{"seconds":600}' >/dev/null
-for r in "$RUN_BULK" "$RUN_SMALL"; do
-  curl -sf "$V2/api/v2/worker-runs/$r" -H "$AUTH" | grep -q '"status":"succeeded"' \
-    || die "run $r did not finish after advancing the clock"
-done
-log "runs to read: bulk $RUN_BULK (2600 rows), small $RUN_SMALL"
+# shellcheck source=deploy/bench/seed-runs.sh
+. "$ROOT/deploy/bench/seed-runs.sh"
 
 # Workloads: what nginx proxies (V2, one or several paths sent in turn) and
 # what v1compat translates (one V1 request), with the V2 calls per V1 request.
