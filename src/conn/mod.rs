@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! accept ─▶ cap (full: 429 envelope, close) ─▶ connection task
-//!   connection task: hyper auto (h1 | h2) over SharedStream
+//!   connection task: hyper auto (h1 | h2) over Refusals(TLS?(SharedStream))
 //!     ├─ ConnService: busy count, HEAD without body, cut envelope, close after stop
 //!     ├─ idle for idle_timeout → graceful close
 //!     └─ stop → close now if idle and nothing unread, else after the request
@@ -15,14 +15,15 @@
 //! Protocol-level refusals that hyper writes itself (a request line or
 //! header it cannot parse → 400, a URI over its limit → 414, too many or
 //! too large headers → 431) come with an empty body and no hook to change
-//! it; [`stream`] recognises them on the way out and writes the listener's
-//! envelope instead. What hyper refuses without any answer (garbage HTTP/2
+//! it; [`refusal`] recognises them on the way out, on the plaintext side of
+//! TLS, and writes the listener's envelope instead. What hyper refuses without any answer (garbage HTTP/2
 //! frames, a head that never completes) is closed without one; the README
 //! lists these cases.
 
 pub mod activity;
 pub mod body;
 pub mod drain;
+mod refusal;
 mod service;
 pub mod settings;
 mod stream;
@@ -45,12 +46,13 @@ use tokio::task::JoinSet;
 
 pub use body::{BodyError, BodyReader, ConnHandle};
 pub use drain::Drain;
+pub use refusal::ProtocolAnswer;
 pub use service::CutAnswer;
 pub use settings::{ConnSettings, ConnectionSection};
-pub use stream::ProtocolAnswer;
 
 use crate::telemetry::{OPEN_CONNECTIONS, SHED_CONNECTIONS};
 use activity::Activity;
+use refusal::Refusals;
 use service::ConnService;
 use stream::SharedStream;
 
@@ -77,7 +79,7 @@ pub struct Answers {
     /// In place of hyper's empty 400/414/431 for a head it cannot parse
     /// (written as raw HTTP/1.1; the connection then closes). `None` keeps
     /// hyper's.
-    pub protocol: Option<stream::ProtocolAnswer>,
+    pub protocol: Option<refusal::ProtocolAnswer>,
 }
 
 /// One listener's connection handling.
@@ -233,20 +235,15 @@ async fn connection<S, B>(
     let socket = Arc::new(socket);
     let activity = Activity::new();
     // TLS, when the listener has it, sits between the socket and hyper; a
-    // failed handshake ends the connection here. Under TLS the socket
-    // carries ciphertext, so hyper's own 400/414/431 cannot be recognised
-    // and replaced there: they stay hyper's (empty) answers.
-    let protocol = if tls.is_some() {
-        None
-    } else {
-        answers.protocol
-    };
-    let shared = SharedStream::new(socket.clone(), activity.clone(), protocol);
+    // failed handshake ends the connection here. Hyper's own 400/414/431
+    // are replaced above it, where they are still plaintext, so the
+    // envelope goes through the TLS session like any answer.
+    let shared = SharedStream::new(socket.clone(), activity.clone());
     let Some(stream) = crate::tls::accept(tls.as_ref(), shared).await else {
         gauge.decrement(1.0);
         return;
     };
-    let io = TokioIo::new(stream);
+    let io = TokioIo::new(Refusals::new(stream, answers.protocol));
     let service = ConnService {
         inner: service,
         activity: activity.clone(),

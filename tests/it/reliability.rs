@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use v1compat::upstream::{Upstream, UpstreamFuture, V2Call, V2Reply};
@@ -96,7 +96,7 @@ impl Answer {
 
 /// Reads one answer (with a `content-length`) from `stream`, leaving any
 /// bytes after it unread. `None` if the connection ended first.
-pub(crate) async fn read_answer(stream: &mut TcpStream) -> Option<Answer> {
+pub(crate) async fn read_answer<S: AsyncRead + Unpin>(stream: &mut S) -> Option<Answer> {
     let mut buf = Vec::new();
     let mut byte = [0u8; 1];
     while !buf.ends_with(b"\r\n\r\n") {
@@ -125,7 +125,7 @@ pub(crate) async fn read_answer(stream: &mut TcpStream) -> Option<Answer> {
 }
 
 /// Whether the server closes `stream` within `within` (EOF or reset).
-async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+async fn closed_within<S: AsyncRead + Unpin>(stream: &mut S, within: Duration) -> bool {
     let mut sink = [0u8; 1024];
     let read_to_end = async {
         loop {
@@ -599,11 +599,8 @@ async fn a_request_outliving_the_grace_period_gets_an_envelope() {
         .unwrap();
 }
 
-/// Requests hyper cannot parse: hyper picks the status, the gateway writes
-/// the V1 envelope in place of hyper's empty body, and the connection closes.
-#[tokio::test]
-async fn protocol_level_refusals() {
-    let (gw, _) = gateway(Duration::ZERO, "").await;
+/// Requests hyper cannot parse, each with the statuses hyper may pick for it.
+pub(crate) fn unparsable_requests() -> Vec<(&'static str, Vec<u8>, &'static [u16])> {
     let long_path = format!("GET /{} HTTP/1.1\r\nhost: t\r\n\r\n", "a".repeat(70_000));
     let many_headers = format!(
         "GET /api/store HTTP/1.1\r\nhost: t\r\n{}\r\n",
@@ -611,7 +608,7 @@ async fn protocol_level_refusals() {
             .map(|i| format!("x-h{i}: v\r\n"))
             .collect::<String>()
     );
-    let cases: [(&str, Vec<u8>, &[u16]); 4] = [
+    vec![
         (
             "invalid UTF-8 in the request line",
             b"GET /\xff\xfe HTTP/1.1\r\nhost: t\r\n\r\n".to_vec(),
@@ -624,29 +621,50 @@ async fn protocol_level_refusals() {
             b"POST /api/v1/run/detail HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\n{}".to_vec(),
             &[400],
         ),
-    ];
-    for (what, bytes, statuses) in cases {
+    ]
+}
+
+/// Sends one unparsable request on `stream` and checks the answer: one of
+/// `statuses`, the V1 envelope with `x-v1compat-error: protocol`, and the
+/// connection closed after it.
+pub(crate) async fn refused_with_an_envelope<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    what: &str,
+    bytes: &[u8],
+    statuses: &[u16],
+) {
+    let _ = stream.write_all(bytes).await;
+    let _ = stream.flush().await;
+    let a = tokio::time::timeout(BOUND, read_answer(stream))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no answer in time"))
+        .unwrap_or_else(|| panic!("{what}: no answer"));
+    assert!(statuses.contains(&a.status), "{what}: {}", a.head);
+    let v = a.json();
+    assert_eq!(v["code"], 4000, "{what}: {v}");
+    let message = v["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Invalid request parameters: the request"),
+        "{what}: {v}"
+    );
+    assert_eq!(v["data"], Value::Null);
+    assert!(a.head.contains("content-type: application/json"), "{what}");
+    assert!(a.head.contains("x-v1compat-error: protocol"), "{what}");
+    assert!(
+        closed_within(stream, Duration::from_secs(3)).await,
+        "{what}"
+    );
+}
+
+/// Requests hyper cannot parse: hyper picks the status, the gateway writes
+/// the V1 envelope in place of hyper's empty body, and the connection closes.
+/// (The same over TLS: tls.rs.)
+#[tokio::test]
+async fn protocol_level_refusals() {
+    let (gw, _) = gateway(Duration::ZERO, "").await;
+    for (what, bytes, statuses) in unparsable_requests() {
         let mut s = TcpStream::connect(gw.addr).await.unwrap();
-        let _ = s.write_all(&bytes).await;
-        let a = tokio::time::timeout(BOUND, read_answer(&mut s))
-            .await
-            .unwrap()
-            .unwrap_or_else(|| panic!("{what}: no answer"));
-        assert!(statuses.contains(&a.status), "{what}: {}", a.head);
-        let v = a.json();
-        assert_eq!(v["code"], 4000, "{what}: {v}");
-        let message = v["message"].as_str().unwrap();
-        assert!(
-            message.starts_with("Invalid request parameters: the request"),
-            "{what}: {v}"
-        );
-        assert_eq!(v["data"], Value::Null);
-        assert!(a.head.contains("content-type: application/json"), "{what}");
-        assert!(a.head.contains("x-v1compat-error: protocol"), "{what}");
-        assert!(
-            closed_within(&mut s, Duration::from_secs(3)).await,
-            "{what}"
-        );
+        refused_with_an_envelope(&mut s, what, &bytes, statuses).await;
     }
 }
 

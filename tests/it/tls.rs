@@ -1,7 +1,8 @@
 //! TLS on the listeners: a client trusting the test CA reaches V1 on the
 //! public listener and `/healthz` on the admin one; an untrusting client
-//! and a plain-HTTP client get nothing; the certificate is read again on
-//! reload and a bad replacement keeps the old one.
+//! and a plain-HTTP client get nothing; requests hyper cannot parse get the
+//! V1 envelope inside the session; the certificate is read again on reload
+//! and a bad replacement keeps the old one.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -98,6 +99,37 @@ async fn both_listeners_serve_tls_to_a_client_trusting_the_ca() {
         "plain HTTP got an answer from a TLS listener"
     );
     assert_eq!(v2.total(), 1);
+}
+
+/// Requests hyper cannot parse, sent inside a TLS session: the V1 envelope
+/// replaces hyper's empty 400 / 414 / 431 there too, written through the
+/// session, and the connection closes after it.
+#[tokio::test]
+async fn protocol_level_refusals_over_tls_are_envelopes() {
+    let ca = TestCa::new("listener CA");
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = ca.leaf(&["localhost"]).write(dir.path());
+    let v2 = MockV2::untouchable().await;
+    let config = format!(
+        "[listen]\ntls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n\
+         [upstream]\nbase_url = \"{}\"\n",
+        cert.display(),
+        key.display(),
+        v2.url(),
+    );
+    let gw = TestGateway::over_http(&config).await;
+    let mut client = ca.client_config();
+    client.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+    for (what, bytes, statuses) in crate::reliability::unparsable_requests() {
+        let tcp = TcpStream::connect(gw.addr).await.unwrap();
+        let mut tls = connector
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+            .unwrap();
+        crate::reliability::refused_with_an_envelope(&mut tls, what, &bytes, statuses).await;
+    }
+    assert_eq!(v2.total(), 0);
 }
 
 #[test]
