@@ -52,6 +52,7 @@ pub mod conn;
 pub mod dialect;
 pub mod differences;
 pub mod error;
+pub mod gateway;
 pub mod openapi;
 pub mod ops;
 pub mod paging;
@@ -102,7 +103,7 @@ pub async fn run(
             .map_err(std::io::Error::other)
     };
     let tls = (acceptor(&config.public_tls)?, acceptor(&config.admin_tls)?);
-    let live = reload::Live::new(Arc::new(ops::Gateway::new(upstream, Arc::new(config))));
+    let live = reload::Live::new(Arc::new(gateway::Gateway::new(upstream, Arc::new(config))));
     serve_live(public, admin, live, tls, None, shutdown).await
 }
 
@@ -136,7 +137,7 @@ async fn serve_live(
     let started = live.load();
     let relay = callbacks::Relay::start(
         &started.config.callbacks,
-        started.upstream.clone(),
+        started.upstream().clone(),
         started.config.compat.clone(),
         stop_rx.clone(),
     )

@@ -131,7 +131,7 @@ pub async fn serve_public(
 /// HTTP in, HTTP out: the pipeline (or the mirror around it) does the rest.
 async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Bytes>> {
     // Callback relay: V2's callbacks arrive on the public listener.
-    if let Some(relay) = state.pipeline.gateway().callbacks.as_ref() {
+    if let Some(relay) = state.pipeline.gateway().callbacks() {
         if crate::callbacks::token_of(req.uri().path()).is_some() {
             return relay.receive(req).await;
         }

@@ -16,7 +16,7 @@ use hyper::body::Incoming;
 use tokio::net::TcpListener;
 
 use crate::conn::{self, Drain};
-use crate::ops::Gateway;
+use crate::gateway::Gateway;
 use crate::telemetry;
 
 /// Bounds `/readyz`'s V2 check below a probe's default one-second timeout.
@@ -55,7 +55,7 @@ pub async fn serve_admin(
         async move {
             let text = admin_text;
             // Callback relay operator endpoints (/callbacks/...).
-            if let Some(relay) = gateway.callbacks.as_ref() {
+            if let Some(relay) = gateway.callbacks() {
                 if let Some(r) = relay
                     .admin(req.method(), req.uri().path(), req.uri().query())
                     .await
