@@ -11,7 +11,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
-use v1compat::ops::Gateway;
+use v1compat::gateway::Gateway;
 use v1compat::pipeline::{Pipeline, RawV1Request, V1Response};
 use v1compat::sandbox::{Sandbox, SandboxConfig};
 use v1compat::upstream::{HttpUpstream, Upstream, UpstreamFuture, V2Call};

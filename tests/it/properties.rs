@@ -13,7 +13,7 @@ use percent_encoding::percent_decode_str;
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
-use v1compat::ops::{self, Gateway, V1Request};
+use v1compat::ops::{self, Translator, V1Request};
 use v1compat::route::Operation;
 use v1compat::upstream::{ApiKey, Upstream, UpstreamFuture, V2Call, V2Reply};
 use v1compat::v2::{Part, Segment, V2Path, RESERVED_RUN_WORDS};
@@ -174,13 +174,13 @@ fn assert_safe(path_and_query: &str) {
     }
 }
 
-fn gateway(upstream: Arc<Recorder>) -> Gateway {
+fn translator(upstream: Arc<Recorder>) -> Translator {
     let config = v1compat::config::load(
         "[upstream]\nbase_url = \"http://127.0.0.1:9\"\nservice_key = \"svc\"\n[workers]\nverify = false\n",
         Vec::new(),
     )
     .unwrap();
-    Gateway::new(upstream, Arc::new(config))
+    Translator::new(upstream, config.translation())
 }
 
 proptest! {
@@ -195,7 +195,7 @@ proptest! {
     ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let recorder = Arc::new(Recorder::default());
-        let gw = gateway(recorder.clone());
+        let tr = translator(recorder.clone());
         let req = V1Request {
             op,
             query,
@@ -204,7 +204,7 @@ proptest! {
             request_id: "prop".into(),
         };
         // An error must render as a V1 envelope; neither side may panic.
-        if let Err(err) = rt.block_on(ops::handle(&gw, req)) {
+        if let Err(err) = rt.block_on(ops::handle(&tr, req)) {
             let r = err.render();
             prop_assert!(r.envelope.code != 0);
             prop_assert!(r.envelope.data.is_null());
