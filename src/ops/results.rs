@@ -356,34 +356,35 @@ pub fn export_call(body: &Body, extra_formats: bool) -> Result<V2Call, GatewayEr
             format!("must be one of {}", allowed.join(", ")),
         ));
     }
-    let keys = match body.get("filter_keys") {
+    let array_of_strings = || GatewayError::bad("filter_keys", "must be an array of strings");
+    let keys: Vec<&str> = match body.get("filter_keys") {
         None => Vec::new(),
         Some(Value::Array(items)) => items
             .iter()
-            .map(|k| match k.as_str().map(str::trim) {
-                // Characters, not bytes: a key of non-ASCII letters is as long as it looks.
-                Some(k) if !k.is_empty() && !k.contains(',') && k.chars().count() <= 256 => {
-                    Ok(k.to_owned())
-                }
-                _ => Err(GatewayError::bad(
-                    "filter_keys",
-                    "must be an array of non-empty field keys without commas",
-                )),
-            })
-            .collect::<Result<Vec<_>, _>>()?,
-        Some(_) => {
-            return Err(GatewayError::bad(
-                "filter_keys",
-                "must be an array of strings",
-            ))
-        }
+            .map(|k| k.as_str().ok_or_else(array_of_strings))
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(array_of_strings()),
     };
+    // V1 looked the run up before it compared the keys with the run's
+    // columns: an id no run can have is 404 / 70001 whatever the keys hold.
+    let run = run.known()?;
+    let keys = keys
+        .into_iter()
+        .map(|k| match k.trim() {
+            // Characters, not bytes: a key of non-ASCII letters is as long as it looks.
+            k if !k.is_empty() && !k.contains(',') && k.chars().count() <= 256 => Ok(k.to_owned()),
+            _ => Err(GatewayError::bad(
+                "filter_keys",
+                "must be an array of non-empty field keys without commas",
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     if keys.len() > 1000 {
         return Err(GatewayError::bad("filter_keys", "has more than 1000 keys"));
     }
     let path = V2Path::new(&[
         Part::Lit("worker-runs"),
-        Part::Id(run.known()?),
+        Part::Id(run),
         Part::Lit("result"),
         Part::Lit("export"),
     ])

@@ -1580,6 +1580,18 @@ async fn hostile_ids_answer_as_native_v1_without_reaching_v2() {
                     "/api/v1/run/result/export",
                     json!({"format": "json", "filter_keys": ["title"]}),
                 ),
+                // Keys no run has: V1 compared them only once it had the run.
+                run(
+                    "result_export",
+                    "/api/v1/run/result/export",
+                    json!({"format": "csv", "filter_keys": ["a,b", " ", "x".repeat(300)]}),
+                ),
+                // Not strings: refused before the run is looked up, on both sides.
+                run(
+                    "result_export",
+                    "/api/v1/run/result/export",
+                    json!({"format": "csv", "filter_keys": [1]}),
+                ),
                 run("rerun", "/api/v1/rerun", json!({"callback_url": CALLBACK})),
                 // Another fault in the body is still reported first, as V1 did.
                 run("rerun", "/api/v1/rerun", json!({})),
