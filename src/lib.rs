@@ -53,6 +53,7 @@ pub mod demo;
 pub mod dialect;
 pub mod differences;
 pub mod error;
+pub mod http_client;
 pub mod openapi;
 pub mod ops;
 pub mod paging;
