@@ -20,6 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use v1compat::shadow::Mirror;
 use v1compat::upstream::{HttpUpstream, Upstream, UpstreamFuture, V2Call, V2Reply};
 
 /// One expected V2 call and the answer to give.
@@ -187,6 +188,8 @@ pub struct TestGateway {
     pub addr: SocketAddr,
     #[allow(dead_code)] // plumbing for tests of the admin listener
     pub admin: SocketAddr,
+    /// The live shadow mirror, when the configuration enables one.
+    mirror: Option<Arc<Mirror>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
 }
@@ -198,15 +201,33 @@ impl TestGateway {
         let (addr, admin_addr) = (public.local_addr().unwrap(), admin.local_addr().unwrap());
         let config = v1compat::config::load(config_toml, Vec::new()).unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(v1compat::run(public, admin, config, upstream, async {
-            let _ = rx.await;
-        }));
+        let (mirror_tx, mirror_rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(v1compat::run_with_mirror(
+            public,
+            admin,
+            config,
+            upstream,
+            mirror_tx,
+            async {
+                let _ = rx.await;
+            },
+        ));
+        // Resolves before anything is served: with the mirror, or without
+        // one (shadow off, or start-up failed and the task says why).
+        let mirror = mirror_rx.await.ok();
         TestGateway {
             addr,
             admin: admin_addr,
+            mirror,
             stop: Some(tx),
             task: Some(task),
         }
+    }
+
+    /// The live shadow mirror; panics when the configuration has none.
+    #[allow(dead_code)] // plumbing for the shadow tests
+    pub fn mirror(&self) -> &Mirror {
+        self.mirror.as_deref().expect("[shadow] is enabled")
     }
 
     /// A gateway in front of the real [`HttpUpstream`], configured from the
