@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use v1compat::config::Compat;
 use v1compat::ops::results::V2ResultPage;
 use v1compat::ops::wire::OrDefault;
-use v1compat::ops::{self, logs, records, results, Read};
+use v1compat::ops::{self, logs, results, run_records, Read};
 use v1compat::paging::Window;
 use v1compat::v1;
 use v1compat::v2;
@@ -83,7 +83,7 @@ fn bench(c: &mut Criterion) {
     let record = run_record();
     c.bench_function("run_record", |b| {
         b.iter(|| {
-            let v1 = records::detail_answer(typed(black_box(&record)), &compat).unwrap();
+            let v1 = run_records::detail_answer(typed(black_box(&record)), &compat).unwrap();
             v1::Envelope::success(v1).to_bytes()
         })
     });

@@ -38,7 +38,7 @@
 //! and `COMPATIBILITY.md`), [`shadow`] (the migration shadow tester: live
 //! mirror, diff engine, capture, replay, report), [`sandbox`] (an embedded V2
 //! reference service with a native V1 surface) and the commands' helpers
-//! [`demo`] (`v1compat sandbox`), [`bind`], [`probe`].
+//! [`quickstart`] (`v1compat sandbox`), [`bind`], [`probe`].
 
 use std::sync::Arc;
 
@@ -49,7 +49,6 @@ pub mod bind;
 pub mod callbacks;
 pub mod config;
 pub mod conn;
-pub mod demo;
 pub mod dialect;
 pub mod differences;
 pub mod error;
@@ -59,6 +58,7 @@ pub mod ops;
 pub mod paging;
 pub mod pipeline;
 pub mod probe;
+pub mod quickstart;
 pub mod reload;
 pub mod route;
 pub mod sandbox;

@@ -62,7 +62,7 @@ enum Command {
     },
     /// Run the gateway on its embedded sandbox: a V2 reference service, the gateway
     /// pointed at it and a native V1 service, in one process. Port 0 picks a free port.
-    Sandbox(v1compat::demo::DemoOptions),
+    Sandbox(v1compat::quickstart::QuickstartOptions),
     /// Replay V1 traffic to the legacy service and through the translation, and capture both answers.
     #[command(
         long_about = "Replays a capture (from [shadow] capture_path or an earlier replay), or a plain JSONL \
@@ -112,7 +112,7 @@ fn main() -> ExitCode {
             check_config(&config, print)
         }
         Command::Sandbox(opts) => {
-            match runtime().block_on(v1compat::demo::run(opts, server::shutdown_signal())) {
+            match runtime().block_on(v1compat::quickstart::run(opts, server::shutdown_signal())) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("v1compat sandbox: {e}");

@@ -35,7 +35,7 @@ use super::store::Store;
 use super::token::{Claims, Sealer};
 use crate::config::Compat;
 use crate::http_client;
-use crate::ops::records::{detail_call, v1_status};
+use crate::ops::run_records::{detail_call, v1_status};
 use crate::ops::{int_of, string_of};
 use crate::upstream::{ApiKey, Upstream};
 use crate::v2::Segment;

@@ -2,7 +2,7 @@
 //! its own callback body.
 //!
 //! ```text
-//! V1 run/task run/rerun ─(callback_url)─▶ ops::runs ─▶ [`Relay::v2_callback_url`]:
+//! V1 run/task run/rerun ─(callback_url)─▶ ops::run_actions ─▶ [`Relay::v2_callback_url`]:
 //!     check the client URL, seal it (and the key) into a token,
 //!     V2 gets {public_url}/callbacks/v2/{token}
 //! V2 ─POST─▶ server ─▶ [`Relay::receive`] (receive): open token → store (commit) → 2xx

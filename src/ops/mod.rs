@@ -25,9 +25,9 @@ pub mod account;
 pub mod catalog;
 pub mod input;
 pub mod logs;
-pub mod records;
 pub mod results;
-pub mod runs;
+pub mod run_actions;
+pub mod run_records;
 pub mod wire;
 pub mod worker_ids;
 
@@ -123,12 +123,12 @@ pub async fn handle_counting(
         Operation::StoreSearch => raw_json(&catalog::store_search(&ex, &query).await?)?,
         Operation::WorkerDetail => raw_json(&catalog::worker_detail(&ex, &query).await?)?,
         Operation::ProxyRegions => raw_json(&catalog::proxy_regions(&ex, &query).await?)?,
-        Operation::StartRun => raw_json(&runs::start_run(&ex, &body()?).await?)?,
-        Operation::StartTaskRun => raw_json(&runs::start_task_run(&ex, &body()?).await?)?,
-        Operation::Rerun => raw_json(&runs::rerun(&ex, &body()?).await?)?,
-        Operation::AbortRun => raw_json(&runs::abort(&ex, &body()?).await?)?,
-        Operation::RunDetail => records::run_detail(&ex, &body()?).await?,
-        Operation::RunList => records::run_list(&ex, &body()?).await?,
+        Operation::StartRun => raw_json(&run_actions::start_run(&ex, &body()?).await?)?,
+        Operation::StartTaskRun => raw_json(&run_actions::start_task_run(&ex, &body()?).await?)?,
+        Operation::Rerun => raw_json(&run_actions::rerun(&ex, &body()?).await?)?,
+        Operation::AbortRun => raw_json(&run_actions::abort(&ex, &body()?).await?)?,
+        Operation::RunDetail => run_records::run_detail(&ex, &body()?).await?,
+        Operation::RunList => run_records::run_list(&ex, &body()?).await?,
         Operation::ResultList => results::result_list(&ex, &body()?).await?,
         Operation::ResultExport => raw_json(&results::export(&ex, &body()?).await?)?,
         Operation::RunLog => raw_json(&logs::run_log(&ex, &body()?).await?)?,

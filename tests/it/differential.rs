@@ -116,7 +116,7 @@ level = "warn"
 # The native V1 surface shows the origin of runs started on V2 as V2 reports it
 # (`api_v2`), so the gateway must not rename it here. The default renaming
 # (`api_v2`/`openapi` → `api`) is a choice for real V1 clients, covered by the unit
-# tests of ops::records.
+# tests of ops::run_records.
 origin_rename = {{}}
 # V1 exported `csv` and `json` only; the native surface refuses V2's other formats.
 # Accepting them is a convenience for V1 clients that the comparison cannot share.

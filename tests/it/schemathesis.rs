@@ -9,7 +9,7 @@
 //! requests; its summary is printed whether it passes or fails.
 //!
 //! Each failure a run found has a regression test next to the code it fixed
-//! (`ops::runs`, `ops::results`, `sandbox::checks`).
+//! (`ops::run_actions`, `ops::results`, `sandbox::checks`).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

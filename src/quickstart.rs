@@ -1,6 +1,7 @@
-//! The `v1compat sandbox` command: the embedded V2 reference service, the
-//! gateway pointed at it and the native V1 surface, in one process, so a new
-//! user can try the gateway with one command and no account.
+//! The `v1compat sandbox` command, a quick start: the embedded V2 reference
+//! service ([`crate::sandbox`]), the gateway pointed at it and the native V1
+//! surface, in one process, so a new user can try the gateway with one
+//! command and no account. Off the request path: it only wires the parts.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,7 +15,7 @@ use crate::upstream::HttpUpstream;
 
 /// What `v1compat sandbox` was asked for (its command-line flags).
 #[derive(Debug, Clone, clap::Args)]
-pub struct DemoOptions {
+pub struct QuickstartOptions {
     /// Gateway (V1 API) address.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
@@ -48,7 +49,7 @@ pub struct DemoOptions {
 
 /// Starts everything, prints how to use it, and runs until `shutdown`.
 pub async fn run(
-    opts: DemoOptions,
+    opts: QuickstartOptions,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), String> {
     let mut cfg = match &opts.config {

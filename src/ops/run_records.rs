@@ -1,4 +1,5 @@
-//! Run records: `POST /api/v1/run/detail` → `GET /api/v2/worker-runs/{runId}`
+//! Run records, read only (starting and stopping runs is `run_actions`):
+//! `POST /api/v1/run/detail` → `GET /api/v2/worker-runs/{runId}`
 //! and `POST /api/v1/run/list` → `GET /api/v2/worker-runs`.
 //!
 //! | V1 field | V2 field | rule |

@@ -1,4 +1,6 @@
-//! Starting and stopping runs. None of these calls is ever replayed upstream.
+//! Run actions: starting runs (`scraper/run`, `task/run`, `rerun`) and
+//! stopping them (`scraper/abort`); reading runs is `run_records`. None of
+//! these calls is ever replayed upstream.
 //!
 //! | V1 | V2 | rule |
 //! |---|---|---|
