@@ -31,8 +31,9 @@
 //!
 //! Modules, in request order: [`conn`], [`server`], [`pipeline`], [`route`],
 //! [`ops`] (one module per operation family), [`paging`] (V1 page windows →
-//! V2 page plans), [`upstream`] (the V2 client), [`v1`]/[`v2`] (wire types),
-//! [`error`]. Beside them: [`config`] (TOML + env → validated config),
+//! V2 page plans), [`upstream`] (the V2 client, built from
+//! [`http_client`], which the legacy V1 and callback clients share too),
+//! [`v1`]/[`v2`] (wire types), [`error`]. Beside them: [`config`] (TOML + env → validated config),
 //! [`telemetry`] (logs, metric names), [`differences`] (every V1↔V2
 //! difference, once, as data: feeds shadow defaults, the differential test
 //! and `COMPATIBILITY.md`), [`shadow`] (the migration shadow tester: live
