@@ -17,10 +17,9 @@ use http::{Method, StatusCode};
 use crate::v2::V2Path;
 
 mod client;
-mod proxy;
+pub(crate) mod proxy;
 mod retry;
 mod route_label;
-pub(crate) use client::{pooled_client, tls_config, HyperClient};
 pub use client::{AuthStyle, HttpUpstream, UpstreamSettings};
 pub use proxy::ProxyEnv;
 pub use retry::RetrySettings;
