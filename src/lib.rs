@@ -42,9 +42,9 @@
 //! record leaves open). Beside them: [`gateway`], [`config`] (TOML + env →
 //! validated config), [`reload`], [`callbacks`] (the callback relay: V2
 //! callbacks → V1 notifications), [`telemetry`] (logs, metric names),
-//! [`openapi`] (the V1 contract served on the admin listener), [`differences`] (every V1↔V2
-//! difference, once, as data: feeds shadow defaults, the differential test
-//! and `COMPATIBILITY.md`), [`shadow`] (the migration shadow tester: live
+//! [`openapi`] (the V1 contract served on the admin listener),
+//! [`differences`] (every V1↔V2 difference, once, as data: feeds shadow
+//! defaults, the differential test and `COMPATIBILITY.md`), [`shadow`] (the migration shadow tester: live
 //! mirror, diff engine, capture, replay, report), [`sandbox`] (an embedded V2
 //! reference service with a native V1 surface) and the commands' helpers
 //! [`quickstart`] (`v1compat sandbox`), [`bind`], [`probe`].
