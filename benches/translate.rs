@@ -6,10 +6,9 @@ use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use serde_json::{json, Value};
 
-use v1compat::config::Compat;
 use v1compat::ops::results::V2ResultPage;
 use v1compat::ops::wire::OrDefault;
-use v1compat::ops::{self, logs, results, run_records, Read};
+use v1compat::ops::{self, logs, results, run_records, Compat, Read};
 use v1compat::paging::Window;
 use v1compat::v1;
 use v1compat::v2;

@@ -8,21 +8,26 @@
 //!                        head/body deadlines, drain on shutdown
 //!           ─▶ server    HTTP in: tower stack (request id, sensitive headers,
 //!                        trace, catch-panic), body read off the socket
-//!           ─▶ pipeline  one raw V1 request → one V1 answer:
-//!              admit       route (unknown → V1 404), in-flight slot (held by
-//!                          a drop guard), key header, Content-Type, body size
+//!           ─▶ pipeline  one raw V1 request → one V1 answer, on the gateway
+//!                        snapshot it was admitted with (config + translator):
+//!              admit       route (unknown → V1 404), key header, body (size,
+//!                          deadline), in-flight slot (held by a drop guard)
 //!              translate   per-operation deadline ─▶ ops::handle
 //!              finish      envelope + diagnostic headers, request metrics
 //!           ─▶ ops       decode V1 input → pure mapping → V2 call(s) through
-//!                        Exchange → Upstream → pure mapping back → V1 `data`
+//!                        Exchange → pure mapping back → V1 `data`
+//!           ─▶ upstream  the pooled V2 client: auth, deadlines, retries
 //!           ─▶ error     every failure → one V1 envelope (the only place)
 //! V1 client ◀─ server    HTTP out
 //! ```
 //!
 //! Before it: [`tls`] wraps an accepted connection when its listener has
-//! TLS. Beside it: [`reload`] swaps the configuration the pipeline reads
-//! (each request keeps the snapshot it was admitted with); [`probe`] is the
-//! container healthcheck; [`bind`] explains a port collision.
+//! TLS. Beside it: [`gateway`] is one configuration snapshot (the validated
+//! [`config`] and the [`ops::Translator`] built from it, with
+//! [`ops::Settings`], so the operations never read the application's
+//! configuration); [`reload`] swaps the snapshot (each request keeps the one
+//! it was admitted with); `server::admin` serves probes and metrics;
+//! [`probe`] is the container healthcheck; [`bind`] explains a port collision.
 //!
 //! Around the pipeline, never inside it: [`shadow::Mirror`] wraps
 //! `admit`/`translate` when `[shadow]` is on; `replay --upstream` and the
@@ -33,8 +38,12 @@
 //! [`ops`] (one module per operation family), [`paging`] (V1 page windows →
 //! V2 page plans), [`upstream`] (the V2 client, built from
 //! [`http_client`], which the legacy V1 and callback clients share too),
-//! [`v1`]/[`v2`] (wire types), [`error`]. Beside them: [`config`] (TOML + env → validated config),
-//! [`telemetry`] (logs, metric names), [`differences`] (every V1↔V2
+//! [`v1`]/[`v2`] (wire types), [`error`], [`dialect`] (the V1 behaviours
+//! the record leaves open).
+//! Beside them: [`gateway`], [`config`] (TOML + env → validated config),
+//! [`reload`], [`callbacks`] (the callback relay: V2 callbacks → V1
+//! notifications), [`telemetry`] (logs, metric names), [`openapi`] (the V1
+//! contract served on the admin listener), [`differences`] (every V1↔V2
 //! difference, once, as data: feeds shadow defaults, the differential test
 //! and `COMPATIBILITY.md`), [`shadow`] (the migration shadow tester: live
 //! mirror, diff engine, capture, replay, report), [`sandbox`] (an embedded V2
@@ -53,6 +62,7 @@ pub mod conn;
 pub mod dialect;
 pub mod differences;
 pub mod error;
+pub mod gateway;
 pub mod http_client;
 pub mod openapi;
 pub mod ops;
@@ -126,7 +136,7 @@ async fn run_serving(
         tls_acceptor(&config.public_tls)?,
         tls_acceptor(&config.admin_tls)?,
     );
-    let live = reload::Live::new(Arc::new(ops::Gateway::new(upstream, Arc::new(config))));
+    let live = reload::Live::new(Arc::new(gateway::Gateway::new(upstream, Arc::new(config))));
     serve_live(public, admin, live, tls, None, on_mirror, shutdown).await
 }
 
@@ -169,7 +179,7 @@ async fn serve_live(
     let started = live.load();
     let relay = callbacks::Relay::start(
         &started.config.callbacks,
-        started.upstream.clone(),
+        started.upstream().clone(),
         started.config.compat.clone(),
         stop_rx.clone(),
     )

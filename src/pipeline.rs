@@ -34,7 +34,8 @@ pub use access::TARGET as ACCESS_LOG_TARGET;
 use crate::config::Config;
 use crate::dialect::Dialect;
 use crate::error::GatewayError;
-use crate::ops::{self, Gateway, V1Request};
+use crate::gateway::Gateway;
+use crate::ops::{self, V1Request};
 use crate::reload::Live;
 use crate::route::{self, Operation};
 use crate::telemetry;
@@ -373,7 +374,7 @@ async fn dispatch_counting(
     deadline: Duration,
     calls: &AtomicU32,
 ) -> Result<ops::Translated, GatewayError> {
-    let handled = ops::handle_counting(gw, v1, calls).in_current_span();
+    let handled = ops::handle_counting(&gw.translator, v1, calls).in_current_span();
     match tokio::time::timeout(deadline, handled).await {
         Ok(result) => result,
         Err(_) => Err(GatewayError::Deadline(deadline)),

@@ -26,7 +26,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::broadcast;
 
 use crate::config::{self, Config};
-use crate::ops::Gateway;
+use crate::gateway::Gateway;
 use crate::telemetry;
 use crate::tls;
 use crate::upstream::{HttpUpstream, Upstream};
@@ -55,12 +55,7 @@ impl Live {
     /// live gateway; reloads carry it over from then on.
     pub fn attach_callbacks(&self, relay: Option<Arc<crate::callbacks::Relay>>) {
         let g = self.load();
-        self.current.store(Arc::new(Gateway {
-            upstream: g.upstream.clone(),
-            config: g.config.clone(),
-            worker_ids: g.worker_ids.clone(),
-            callbacks: relay,
-        }));
+        self.current.store(Arc::new(g.with_callbacks(relay)));
     }
 }
 
@@ -269,7 +264,7 @@ impl Reloader {
         let old = self.live.load();
         let (new, restart_needed) = keep_restart_only(&old.config, new);
         let upstream = if same_upstream(&old.config, &new) {
-            old.upstream.clone()
+            old.upstream().clone()
         } else {
             match (self.build_upstream)(&new) {
                 Ok(upstream) => upstream,
@@ -279,17 +274,9 @@ impl Reloader {
         if *current_stamp == new_stamp && restart_needed.is_empty() {
             return Outcome::Unchanged;
         }
-        let worker_ids = if format!("{:?}", old.config.workers) == format!("{:?}", new.workers) {
-            old.worker_ids.clone()
-        } else {
-            Arc::new(crate::ops::worker_ids::WorkerIds::new(&new.workers))
-        };
-        self.live.current.store(Arc::new(Gateway {
-            upstream,
-            config: Arc::new(new),
-            worker_ids,
-            callbacks: old.callbacks.clone(),
-        }));
+        self.live
+            .current
+            .store(Arc::new(old.reloaded(upstream, new)));
         *current_stamp = new_stamp;
         Outcome::Applied { restart_needed }
     }

@@ -1,17 +1,15 @@
-//! HTTP in and out: the listeners and the tower stack in front of the
-//! [`pipeline`](crate::pipeline). The public listener reads a V1 request off
-//! the socket, hands it to the pipeline (or to the shadow mirror wrapped
-//! around it) and writes the answer back; the admin listener serves
-//! `/healthz`, `/readyz`, `/metrics` and `/openapi.json` (the V1 contract,
-//! [`crate::openapi`]). Connections, their deadlines and
-//! the drain on shutdown belong to the connection layer ([`crate::conn`]).
+//! HTTP in and out: the public listener and the tower stack in front of the
+//! [`pipeline`](crate::pipeline). It reads a V1 request off the socket, hands
+//! it to the pipeline (or to the shadow mirror wrapped around it) and writes
+//! the answer back. The admin listener (`/healthz`, `/readyz`, `/metrics`,
+//! `/openapi.json`) is [`admin`]. Connections, their deadlines and the drain
+//! on shutdown belong to the connection layer ([`crate::conn`]).
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
@@ -24,15 +22,13 @@ use tower_http::trace::TraceLayer;
 use crate::conn::{self, BodyReader, Drain};
 use crate::dialect::Dialect;
 use crate::error::GatewayError;
-use crate::ops::Gateway;
 use crate::pipeline::{
     self, usable_request_id, BodyError, Pipeline, RawV1Request, V1Response, API_KEY, REQUEST_ID,
 };
 use crate::shadow::Mirror;
-use crate::telemetry;
 
-/// Bounds `/readyz`'s V2 check below a probe's default one-second timeout.
-const UPSTREAM_PROBE_TIMEOUT: Duration = Duration::from_millis(700);
+pub mod admin;
+pub use admin::serve_admin;
 
 /// Request ids are ULIDs unless the client sent a usable one.
 #[derive(Clone, Copy, Default)]
@@ -135,7 +131,7 @@ pub async fn serve_public(
 /// HTTP in, HTTP out: the pipeline (or the mirror around it) does the rest.
 async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Bytes>> {
     // Callback relay: V2's callbacks arrive on the public listener.
-    if let Some(relay) = state.pipeline.gateway().callbacks.as_ref() {
+    if let Some(relay) = state.pipeline.gateway().callbacks() {
         if crate::callbacks::token_of(req.uri().path()).is_some() {
             return relay.receive(req).await;
         }
@@ -196,133 +192,6 @@ fn to_http(answer: V1Response) -> Response<Full<Bytes>> {
     *resp.status_mut() = answer.status;
     *resp.headers_mut() = answer.headers;
     resp
-}
-
-/// Serves `/healthz`, `/readyz`, `/metrics` and `/openapi.json`.
-pub async fn serve_admin(
-    listener: TcpListener,
-    tls: Option<crate::tls::Acceptor>,
-    live: Arc<crate::reload::Live>,
-    readiness: Drain,
-    drain: Drain,
-) -> std::io::Result<()> {
-    let gateway = live.load();
-    let listener_conf = conn::Listener {
-        name: "admin",
-        tls,
-        settings: gateway.config.connections.clone(),
-        grace: gateway.config.grace_period,
-        answers: conn::Answers {
-            cut: || admin_text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into()),
-            shed: || {
-                admin_text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "too many connections\n".into(),
-                )
-            },
-            protocol: None,
-        },
-    };
-    let prometheus = telemetry::prometheus();
-    let service = tower::service_fn(move |req: Request<Incoming>| {
-        let gateway = live.load();
-        let prometheus = prometheus.clone();
-        let readiness = readiness.clone();
-        async move {
-            let text = admin_text;
-            // Callback relay operator endpoints (/callbacks/...).
-            if let Some(relay) = gateway.callbacks.as_ref() {
-                if let Some(r) = relay
-                    .admin(req.method(), req.uri().path(), req.uri().query())
-                    .await
-                {
-                    return Ok::<_, Infallible>(r);
-                }
-            }
-            let resp = match (req.method(), req.uri().path()) {
-                (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into()),
-                // Draining comes first: a load balancer must stop sending
-                // before the public listener stops accepting.
-                (&Method::GET, "/readyz") if readiness.is_draining() => text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "not ready: draining\n".into(),
-                ),
-                // Ready means "this replica can serve V1": it is running with a
-                // valid configuration and accepting. V2 reachability is
-                // reported (body and gauge) but does not fail the probe: V2
-                // is the same for every replica, so failing on it would take
-                // them all out of the Service at once and turn V1 error
-                // envelopes into refused connections.
-                (&Method::GET, "/readyz") => {
-                    let upstream = match upstream_reachable(&gateway).await {
-                        Ok(()) => {
-                            metrics::gauge!(telemetry::UPSTREAM_REACHABLE).set(1.0);
-                            "reachable".to_owned()
-                        }
-                        Err(why) => {
-                            metrics::gauge!(telemetry::UPSTREAM_REACHABLE).set(0.0);
-                            why
-                        }
-                    };
-                    text(StatusCode::OK, format!("ready\nupstream: {upstream}\n"))
-                }
-                (&Method::GET, "/openapi.json") => {
-                    let mut r = Response::new(Full::new(Bytes::from_static(
-                        crate::openapi::V1_DOCUMENT.as_bytes(),
-                    )));
-                    r.headers_mut().insert(
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static("application/json"),
-                    );
-                    r
-                }
-                (&Method::GET, "/metrics") => match &prometheus {
-                    Some(h) => text(StatusCode::OK, h.render()),
-                    None => text(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "metrics recorder unavailable\n".into(),
-                    ),
-                },
-                _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
-            };
-            Ok::<_, Infallible>(resp)
-        }
-    });
-    conn::serve(listener, service, listener_conf, drain).await
-}
-
-fn admin_text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(body)));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4"),
-    );
-    r
-}
-
-/// Whether a TCP connection to the upstream opens, within a deadline short
-/// enough for a readiness probe's own timeout (one second by default).
-async fn upstream_reachable(gw: &Gateway) -> Result<(), String> {
-    // Behind HTTPS_PROXY the first hop is the proxy, not V2.
-    let upstream = &gw.config.upstream;
-    let (host, port) = upstream
-        .proxy
-        .first_hop(&upstream.base_url)
-        .ok_or("upstream has no host or port")?;
-    let host = host.as_str();
-    match tokio::time::timeout(
-        UPSTREAM_PROBE_TIMEOUT,
-        tokio::net::TcpStream::connect((host, port)),
-    )
-    .await
-    {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(format!("upstream {host}:{port} unreachable: {e}")),
-        Err(_) => Err(format!(
-            "upstream {host}:{port} did not accept within {UPSTREAM_PROBE_TIMEOUT:?}"
-        )),
-    }
 }
 
 /// Resolves when the process is asked to stop (SIGTERM or ctrl-c).

@@ -1,7 +1,11 @@
 //! The V2 side of the request path: what an operation hands to the upstream
-//! (a [`V2Call`]) and what comes back (a [`V2Reply`]), behind the [`Upstream`]
-//! trait so operations can run against the real pooled HTTPS client
-//! ([`HttpUpstream`]) or a test double.
+//! (a [`V2Call`]) and what comes back (a [`V2Reply`], or an
+//! [`UpstreamFailure`] when nothing did), behind the [`Upstream`] trait so
+//! operations run against the real pooled HTTPS client ([`HttpUpstream`]) or
+//! a test double. The parts: `client` (the pool, headers, deadlines, size
+//! cap, upstream metrics), `retry` (which failures are retried, backoff, the
+//! retry budget), `proxy` (outbound proxies from the environment),
+//! `route_label` (the `route` label values registered at start).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -62,7 +66,8 @@ pub struct V2Call {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryPolicy {
-    /// Idempotent read: retried on connect errors, 429 and 5xx.
+    /// Idempotent read: retried on a refused or broken connection, 429 and
+    /// 5xx, within the retry budget; never after an attempt timed out.
     SafeToRetry,
     /// Has side effects upstream: sent exactly once.
     Never,
@@ -127,7 +132,8 @@ pub enum UpstreamFailure {
 }
 
 impl UpstreamFailure {
-    /// Short stable name for the `x-v1compat-upstream-error` header and metrics.
+    /// Short stable name: the `x-v1compat-error` cause header, the error
+    /// metrics and the upstream log lines.
     pub fn kind(&self) -> &'static str {
         match self {
             UpstreamFailure::Unreachable(_) => "unreachable",

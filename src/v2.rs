@@ -1,6 +1,7 @@
 //! V2 wire types: the paths the gateway may call (built only from validated,
-//! percent-encoded segments), the envelope it reads back, and the run status
-//! vocabulary.
+//! percent-encoded segments, each carrying its metrics route label), the
+//! envelope it reads back (whole, or with `data` typed by the readers of
+//! `ops::wire`), and the run status vocabulary.
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use std::borrow::Cow;
@@ -66,9 +67,9 @@ pub const RESERVED_RUN_WORDS: &[&str] = &["last"];
 pub const MAX_ID_LEN: usize = 200;
 
 impl Segment {
-    /// Validates a run, task or worker identifier. Slashes, `?`, `#`, `%`,
-    /// whitespace, control characters and dot-only names are refused outright
-    /// rather than encoded: no real identifier has them, and refusing keeps
+    /// Validates a run, task or worker identifier. Slashes and backslashes,
+    /// `?`, `#`, `%`, spaces, quotes, `<`, `>`, control characters and
+    /// dot-only names are refused outright rather than encoded: no real identifier has them, and refusing keeps
     /// traversal attempts out of logs of the upstream too.
     pub fn new(raw: &str) -> Result<Segment, SegmentError> {
         if raw.is_empty() {
@@ -152,8 +153,8 @@ impl V2Path {
         }
     }
 
-    /// The path alone, for logs and metrics (no query: it never carries a key,
-    /// but keeping it out keeps label sets small).
+    /// The path alone, without its query (metrics and logs use
+    /// [`V2Path::route`], which holds no identifier).
     pub fn path(&self) -> &str {
         &self.path
     }
@@ -241,8 +242,9 @@ pub struct DataEnvelope<'a, T> {
     pub details: Option<IgnoredAny>,
 }
 
-/// V2 run statuses as documented; anything else is kept as `Other` and
-/// mapped by a documented rule rather than rejected.
+/// V2 run statuses as documented. Anything else does not parse (`None`);
+/// the run mappers turn it into a V1 status by the `[compat]` rules
+/// (`aborted_status`, `unknown_status`) rather than refuse it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunStatus {
     Ready,

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use percent_encoding::percent_decode_str;
 
-use v1compat::ops::{self, Gateway, V1Request};
+use v1compat::ops::{self, Translator, V1Request};
 use v1compat::route::Operation;
 use v1compat::upstream::{ApiKey, Upstream, UpstreamFuture, V2Call, V2Reply};
 use v1compat::v2::RESERVED_RUN_WORDS;
@@ -90,7 +90,7 @@ fuzz_target!(|data: &[u8]| {
         Vec::new(),
     )
     .unwrap();
-    let gw = Gateway::new(recorder.clone(), Arc::new(config));
+    let tr = Translator::new(recorder.clone(), config.translation());
     let req = V1Request {
         op,
         query,
@@ -98,7 +98,7 @@ fuzz_target!(|data: &[u8]| {
         key: ApiKey::new("client-key"),
         request_id: "fuzz".into(),
     };
-    if let Err(err) = runtime().block_on(ops::handle(&gw, req)) {
+    if let Err(err) = runtime().block_on(ops::handle(&tr, req)) {
         let r = err.render();
         assert!(r.envelope.code != 0 && r.envelope.data.is_null());
     }

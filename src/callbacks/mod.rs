@@ -21,8 +21,8 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::config::Compat;
 use crate::error::GatewayError;
+use crate::ops::Compat;
 use crate::upstream::{ApiKey, Upstream};
 
 pub mod admin;

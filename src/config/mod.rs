@@ -12,10 +12,10 @@
 //! An environment variable `V1COMPAT_SECTION__KEY=value` overrides `key` in
 //! `[section]` (double underscore between levels, names case-insensitive).
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::ops::{self, Compat, WorkerIdSettings};
 use crate::upstream::UpstreamSettings;
 
 mod env;
@@ -53,25 +53,50 @@ pub struct Config {
     pub callbacks: crate::callbacks::CallbacksConfig,
 }
 
-/// [`CompatSection`] with its choices checked.
-#[derive(Debug, Clone)]
-pub struct Compat {
-    pub memory_field: &'static str,
-    pub account_traffic: i64,
-    pub traffic_expiration_from_balance: bool,
-    pub aborted_status: i64,
-    pub unknown_status: i64,
-    pub extra_export_formats: bool,
-    pub origin_rename: BTreeMap<String, String>,
-    /// The V1 dialect choices (see [`crate::dialect`]).
-    pub dialect: crate::dialect::Dialect,
+impl Config {
+    /// What the operations read of this configuration (see
+    /// [`ops::Settings`]); built once per configuration snapshot.
+    pub fn translation(&self) -> ops::Settings {
+        let w = &self.workers;
+        ops::Settings {
+            compat: self.compat.clone(),
+            service_key: self.service_key.clone(),
+            sync_run_timeout: self.sync_run_timeout,
+            max_page_size: self.limits.max_page_size,
+            fanout_concurrency: self.limits.fanout_concurrency,
+            workers: WorkerIdSettings {
+                verify: w.verify,
+                positive_ttl: Duration::from_secs(w.positive_ttl_secs),
+                negative_ttl: Duration::from_secs(w.negative_ttl_secs),
+                cache_capacity: w.cache_capacity,
+                aliases: w.aliases.clone(),
+            },
+        }
+    }
+}
+
+/// The configuration's defaults, validated: the settings types that other
+/// layers own take their defaults from here, so each default is written once
+/// (in [`schema`]).
+fn defaults() -> Config {
+    validate(RawConfig::default()).unwrap_or_else(|_| unreachable!("defaults are valid"))
 }
 
 impl Default for Compat {
     fn default() -> Self {
-        validate(RawConfig::default())
-            .map(|c| c.compat)
-            .unwrap_or_else(|_| unreachable!("defaults are valid"))
+        defaults().compat
+    }
+}
+
+impl Default for ops::Settings {
+    fn default() -> Self {
+        defaults().translation()
+    }
+}
+
+impl Default for WorkerIdSettings {
+    fn default() -> Self {
+        defaults().translation().workers
     }
 }
 

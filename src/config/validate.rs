@@ -4,7 +4,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{Compat, Config, ConfigErrors, RawConfig};
+use super::{Config, ConfigErrors, RawConfig};
+use crate::ops::Compat;
 use crate::upstream::{AuthStyle, RetrySettings, UpstreamSettings};
 
 /// Checks a parsed config, collecting every problem.

@@ -10,9 +10,9 @@
 
 use serde_json::{json, Value};
 
-use crate::config::Compat;
 use crate::error::{GatewayError, Subject};
 use crate::ops::input::Body;
+use crate::ops::Compat;
 use crate::ops::{int_of, string_of, Exchange};
 use crate::upstream::V2Call;
 use crate::v2::{Part, V2Path};
@@ -35,7 +35,7 @@ pub async fn account_info(ex: &Exchange<'_>, _body: &Body) -> Result<Value, Gate
     let data = ex
         .call(V2Call::get(path).with_key(Some(ex.key()?)), Subject::Other)
         .await?;
-    Ok(v1_account(&data, &ex.gw.config.compat))
+    Ok(v1_account(&data, &ex.settings().compat))
 }
 
 #[cfg(test)]

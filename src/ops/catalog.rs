@@ -61,8 +61,8 @@ pub fn v1_store_item(item: &Value) -> Value {
 }
 
 pub async fn store_search(ex: &Exchange<'_>, query: &Query) -> Result<Value, GatewayError> {
-    let search = store_keyword(query, ex.gw.config.compat.dialect.empty_store_search)?;
-    let max = ex.gw.config.limits.max_page_size;
+    let search = store_keyword(query, ex.settings().compat.dialect.empty_store_search)?;
+    let max = ex.settings().max_page_size;
     let limit = match query.opt_int("limit")? {
         None => STORE_DEFAULT_LIMIT,
         Some(l) if l >= 1 && l as u64 <= max => l as u64,
@@ -222,7 +222,10 @@ pub fn v1_worker_detail(detail: &Value, schema: Option<&Value>, memory_field: &s
 }
 
 pub async fn worker_detail(ex: &Exchange<'_>, query: &Query) -> Result<Value, GatewayError> {
-    let worker: Segment = ex.gw.worker_ids.translate(query.req("slug")?, "slug")?;
+    let worker: Segment = ex
+        .translator
+        .worker_ids
+        .translate(query.req("slug")?, "slug")?;
     let key = ex.key()?;
     let detail_call =
         V2Call::get(V2Path::new(&[Part::Lit("workers"), Part::Id(&worker)])).with_key(Some(key));
@@ -247,7 +250,7 @@ pub async fn worker_detail(ex: &Exchange<'_>, query: &Query) -> Result<Value, Ga
     Ok(v1_worker_detail(
         &detail,
         schema.as_ref(),
-        ex.gw.config.compat.memory_field,
+        ex.settings().compat.memory_field,
     ))
 }
 

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::Gateway;
+use super::{Settings, Translator};
 use crate::error::{GatewayError, Subject};
 use crate::upstream::{ApiKey, V2Call};
 use crate::v2::{DataEnvelope, Envelope};
@@ -18,7 +18,7 @@ use crate::v2::{DataEnvelope, Envelope};
 /// One V1 request's conversation with V2: the key to use, the request id to
 /// propagate, and a record of V2 request ids and call counts.
 pub struct Exchange<'a> {
-    pub gw: &'a Gateway,
+    pub translator: &'a Translator,
     pub request_id: &'a str,
     key: Option<ApiKey>,
     /// For a V1 public operation sent with the client's own key: the service
@@ -35,20 +35,26 @@ impl<'a> Exchange<'a> {
     /// `fallback_key` to retry a refused client key with (V1 public
     /// operations only), `calls` counting every V2 call sent.
     pub(super) fn new(
-        gw: &'a Gateway,
+        translator: &'a Translator,
         request_id: &'a str,
         key: Option<ApiKey>,
         fallback_key: Option<ApiKey>,
         calls: &'a AtomicU32,
     ) -> Exchange<'a> {
         Exchange {
-            gw,
+            translator,
             request_id,
             key,
             fallback_key,
             v2_ids: Mutex::new(Vec::new()),
             calls,
         }
+    }
+
+    /// The translation settings of the configuration this request started
+    /// with.
+    pub fn settings(&self) -> &'a Settings {
+        &self.translator.settings
     }
 
     /// The V2 request ids seen, in order.
@@ -97,7 +103,7 @@ impl<'a> Exchange<'a> {
 
     async fn fetch_once(&self, call: V2Call, subject: Subject) -> Result<Fetched, GatewayError> {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        let reply = self.gw.upstream.call(call, self.request_id).await?;
+        let reply = self.translator.upstream.call(call, self.request_id).await?;
         let fetched = Fetched {
             status: reply.status,
             retry_after: reply.retry_after,
@@ -192,7 +198,7 @@ impl<'a> Exchange<'a> {
         F: Fn(u64) -> V2Call,
     {
         use futures_util::stream::{self, StreamExt, TryStreamExt};
-        let width = self.gw.config.limits.fanout_concurrency.max(1);
+        let width = self.settings().fanout_concurrency.max(1);
         stream::iter(offsets.map(|o| self.call(make(o), subject)))
             .buffered(width)
             .try_collect()
@@ -210,7 +216,7 @@ impl<'a> Exchange<'a> {
         F: Fn(u64) -> V2Call,
     {
         use futures_util::stream::{self, StreamExt, TryStreamExt};
-        let width = self.gw.config.limits.fanout_concurrency.max(1);
+        let width = self.settings().fanout_concurrency.max(1);
         stream::iter(offsets.map(|o| self.fetch(make(o), subject)))
             .buffered(width)
             .try_collect()

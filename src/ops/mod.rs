@@ -2,14 +2,15 @@
 //! request and response mappings side by side plus a thin async handler that
 //! only calls [`Exchange`] (one request's V2 conversation, in `exchange.rs`)
 //! and those mappings, with the lenient V2 readers of `json.rs`. [`handle`]
-//! dispatches a routed V1 request to its handler.
+//! dispatches a routed V1 request to its handler. The operations read only
+//! their own [`Settings`] (built from the configuration by the gateway), never
+//! the application's configuration.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::config::Config;
 use crate::error::GatewayError;
 use crate::route::Operation;
 use crate::upstream::{ApiKey, Upstream};
@@ -17,9 +18,11 @@ use crate::v1::Json;
 
 mod exchange;
 mod json;
+mod settings;
 
 pub use exchange::{Exchange, Fetched, Read};
 pub(crate) use json::{int_of, list_of, string_of};
+pub use settings::{Compat, Settings, WorkerIdSettings};
 
 pub mod account;
 pub mod catalog;
@@ -31,32 +34,27 @@ pub mod run_records;
 pub mod wire;
 pub mod worker_ids;
 
-/// What every request shares: the upstream, the configuration and the
-/// worker-id cache.
-pub struct Gateway {
+/// What the operations of one configuration snapshot share: the V2 client,
+/// the translation settings, the worker-id cache and the callback relay.
+#[derive(Clone)]
+pub struct Translator {
     pub upstream: Arc<dyn Upstream>,
-    pub config: Arc<Config>,
+    pub settings: Settings,
     /// Shared so a reload that leaves `[workers]` alone keeps the cache.
     pub worker_ids: Arc<worker_ids::WorkerIds>,
     /// The callback relay, when `[callbacks]` is in relay mode.
     pub callbacks: Option<Arc<crate::callbacks::Relay>>,
 }
 
-impl Gateway {
-    pub fn new(upstream: Arc<dyn Upstream>, config: Arc<Config>) -> Gateway {
-        let worker_ids = Arc::new(worker_ids::WorkerIds::new(&config.workers));
-        Gateway {
+impl Translator {
+    pub fn new(upstream: Arc<dyn Upstream>, settings: Settings) -> Translator {
+        let worker_ids = Arc::new(worker_ids::WorkerIds::new(&settings.workers));
+        Translator {
             upstream,
-            config,
+            settings,
             worker_ids,
             callbacks: None,
         }
-    }
-
-    /// The same gateway with the callback relay's hooks on.
-    pub fn with_callbacks(mut self, relay: Option<Arc<crate::callbacks::Relay>>) -> Gateway {
-        self.callbacks = relay;
-        self
     }
 
     /// The callback URL V2 gets for a V1 client's `callback_url` (relay mode:
@@ -92,31 +90,31 @@ pub struct Translated {
 }
 
 /// Runs one V1 operation.
-pub async fn handle(gw: &Gateway, req: V1Request) -> Result<Translated, GatewayError> {
-    handle_counting(gw, req, &AtomicU32::new(0)).await
+pub async fn handle(tr: &Translator, req: V1Request) -> Result<Translated, GatewayError> {
+    handle_counting(tr, req, &AtomicU32::new(0)).await
 }
 
 /// [`handle`], counting the V2 calls made in `calls` as they are sent, so
 /// that a failed or timed-out request can still say how many it made.
 pub async fn handle_counting(
-    gw: &Gateway,
+    tr: &Translator,
     req: V1Request,
     calls: &AtomicU32,
 ) -> Result<Translated, GatewayError> {
     let fallback_key = match &req.key {
-        Some(_) if req.op.is_public() => gw.config.service_key.clone(),
+        Some(_) if req.op.is_public() => tr.settings.service_key.clone(),
         _ => None,
     };
     let key = match req.key {
         Some(k) => Some(k),
-        None if req.op.is_public() => gw.config.service_key.clone(),
+        None if req.op.is_public() => tr.settings.service_key.clone(),
         None => {
             return Err(GatewayError::MissingKey(
                 "send your key in the api-key header".into(),
             ))
         }
     };
-    let ex = Exchange::new(gw, &req.request_id, key, fallback_key, calls);
+    let ex = Exchange::new(tr, &req.request_id, key, fallback_key, calls);
     let query = input::Query::parse(req.query.as_deref());
     let body = || input::Body::parse(&req.body);
     let data = match req.op {
@@ -205,14 +203,17 @@ mod tests {
         op: Operation,
         query: &str,
         key: &str,
-        config: &str,
+        service_key: Option<&str>,
     ) -> (
         Result<Translated, GatewayError>,
         Vec<(String, Option<String>)>,
     ) {
         let v2 = Arc::new(KeyCheckingV2::default());
-        let config = crate::config::load(config, Vec::new()).unwrap();
-        let gw = Gateway::new(v2.clone(), Arc::new(config));
+        let settings = Settings {
+            service_key: service_key.and_then(ApiKey::new),
+            ..Settings::default()
+        };
+        let tr = Translator::new(v2.clone(), settings);
         let req = V1Request {
             op,
             query: Some(query.to_owned()),
@@ -220,7 +221,7 @@ mod tests {
             key: ApiKey::new(key),
             request_id: "t".into(),
         };
-        let result = handle(&gw, req).await;
+        let result = handle(&tr, req).await;
         let seen = v2.seen.lock().unwrap().clone();
         (result, seen)
     }
@@ -231,7 +232,7 @@ mod tests {
             Operation::WorkerDetail,
             "slug=w1",
             "stale-key",
-            "[upstream]\nservice_key = \"svc-key\"\n",
+            Some("svc-key"),
         )
         .await;
         assert!(result.is_ok(), "{:?}", result.err());
@@ -247,15 +248,9 @@ mod tests {
 
     #[tokio::test]
     async fn without_a_service_key_the_refusal_stands_and_keyed_operations_never_retry() {
-        let (result, _) = run(Operation::WorkerDetail, "slug=w1", "stale-key", "").await;
+        let (result, _) = run(Operation::WorkerDetail, "slug=w1", "stale-key", None).await;
         assert_eq!(result.err().unwrap().render().envelope.code, 20001);
-        let (result, seen) = run(
-            Operation::AccountInfo,
-            "",
-            "stale-key",
-            "[upstream]\nservice_key = \"svc-key\"\n",
-        )
-        .await;
+        let (result, seen) = run(Operation::AccountInfo, "", "stale-key", Some("svc-key")).await;
         assert_eq!(result.err().unwrap().render().envelope.code, 20001);
         assert_eq!(seen.len(), 1);
     }

@@ -300,7 +300,7 @@ pub fn v1_result_page<'a>(
 
 pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
     let run = body.run_slug()?;
-    let window = body.window(DEFAULT_PAGE_SIZE, ex.gw.config.limits.max_page_size)?;
+    let window = body.window(DEFAULT_PAGE_SIZE, ex.settings().max_page_size)?;
     let plan = window.plan();
     let key = ex.key()?;
     let fetched = ex
@@ -392,7 +392,7 @@ pub fn export_call(body: &Body, extra_formats: bool) -> Result<V2Call, GatewayEr
 }
 
 pub async fn export(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
-    let call = export_call(body, ex.gw.config.compat.extra_export_formats)?;
+    let call = export_call(body, ex.settings().compat.extra_export_formats)?;
     let data = ex
         .call(call.with_key(Some(ex.key()?)), Subject::Run)
         .await?;

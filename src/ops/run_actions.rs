@@ -206,17 +206,17 @@ pub fn v1_sync(data: &Value, window: Window, plan: &Plan, extra_pages: &[Value])
 
 pub async fn start_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
     let raw = body.req_str("scraper_slug")?;
-    let worker = ex.gw.worker_ids.translate(raw, "scraper_slug")?;
-    let mut req = start_run_request(body, worker, ex.gw.config.limits.max_page_size)?;
+    let worker = ex.translator.worker_ids.translate(raw, "scraper_slug")?;
+    let mut req = start_run_request(body, worker, ex.settings().max_page_size)?;
     let key = ex.key()?;
     // Callback relay: V2 gets the gateway's callback URL, not the client's.
     if let Some(Value::String(cb)) = req.body.get_mut("callback_url") {
         *cb = ex
-            .gw
+            .translator
             .v2_callback_url(Some(&key), Some(std::mem::take(cb)))?
             .unwrap_or_default();
     }
-    ex.gw.worker_ids.verify(ex, &req.worker).await?;
+    ex.translator.worker_ids.verify(ex, &req.worker).await?;
     let path = V2Path::new(&[
         Part::Lit("workers"),
         Part::Id(&req.worker),
@@ -224,7 +224,7 @@ pub async fn start_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayE
     ]);
     let mut call = V2Call::post(path, Some(req.body)).with_key(Some(key.clone()));
     if req.sync.is_some() {
-        call = call.with_attempt_timeout(ex.gw.config.sync_run_timeout);
+        call = call.with_attempt_timeout(ex.settings().sync_run_timeout);
     }
     let data = ex.call(call, Subject::Worker).await?;
     let Some((window, plan)) = req.sync else {
@@ -257,7 +257,9 @@ pub async fn start_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayE
 pub async fn start_task_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
     let task = input::id(body.req_str("task_slug")?, "task_slug")?;
     let callback = input::callback_url(body, true)?;
-    let callback = ex.gw.v2_callback_url(ex.key().ok().as_ref(), callback)?;
+    let callback = ex
+        .translator
+        .v2_callback_url(ex.key().ok().as_ref(), callback)?;
     let path = V2Path::new(&[
         Part::Lit("worker-tasks"),
         Part::Id(&task),
@@ -276,7 +278,9 @@ pub async fn start_task_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, Gat
 pub async fn rerun(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
     let run = body.run_slug()?;
     let callback = input::callback_url(body, true)?;
-    let callback = ex.gw.v2_callback_url(ex.key().ok().as_ref(), callback)?;
+    let callback = ex
+        .translator
+        .v2_callback_url(ex.key().ok().as_ref(), callback)?;
     let path = V2Path::new(&[Part::Lit("worker-runs"), Part::Id(&run), Part::Lit("rerun")]);
     let v2 = json!({ "callback_url": callback, "is_async": true });
     let data = ex

@@ -26,10 +26,10 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::Compat;
 use crate::error::{GatewayError, Subject};
 use crate::ops::input::Body;
 use crate::ops::wire::{self, IntLike, Object, StrOrNum};
+use crate::ops::Compat;
 use crate::ops::{int_of, list_of, raw_json, sized_json, Exchange, Read};
 use crate::paging::Plan;
 use crate::upstream::V2Call;
@@ -241,7 +241,7 @@ pub async fn run_detail(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayE
     let fetched = ex
         .fetch(detail_call(&run).with_key(Some(ex.key()?)), Subject::Run)
         .await?;
-    detail_answer(ex.read(&fetched, Subject::Run)?, &ex.gw.config.compat)
+    detail_answer(ex.read(&fetched, Subject::Run)?, &ex.settings().compat)
 }
 
 /// The V2 run-list filters of a V1 run-list body.
@@ -283,12 +283,11 @@ pub fn v1_run_list(plan: &Plan, pages: Vec<Value>, compat: &Compat) -> Result<Js
 }
 
 pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
-    let limits = &ex.gw.config.limits;
-    let window = body.window(20, limits.max_page_size)?;
+    let window = body.window(20, ex.settings().max_page_size)?;
     let status = v2_status_filter(body.opt_int("status")?.unwrap_or(0))?;
     let worker = match body.opt_str("scraper_slug")?.map(str::trim) {
         None | Some("") => None,
-        Some(raw) => Some(ex.gw.worker_ids.translate(raw, "scraper_slug")?),
+        Some(raw) => Some(ex.translator.worker_ids.translate(raw, "scraper_slug")?),
     };
     let filter = ListFilter { status, worker };
     let plan = window.plan();
@@ -298,7 +297,7 @@ pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayErr
             list_call(&filter, o, plan.limit).with_key(Some(key.clone()))
         })
         .await?;
-    v1_run_list(&plan, pages, &ex.gw.config.compat)
+    v1_run_list(&plan, pages, &ex.settings().compat)
 }
 
 #[cfg(test)]

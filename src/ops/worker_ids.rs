@@ -9,10 +9,9 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::config::WorkersSection;
 use crate::error::{GatewayError, Subject};
 use crate::ops::input;
-use crate::ops::Exchange;
+use crate::ops::{Exchange, WorkerIdSettings};
 use crate::upstream::V2Call;
 use crate::v2::{Part, Segment, V2Path};
 
@@ -26,11 +25,11 @@ pub struct WorkerIds {
 }
 
 impl WorkerIds {
-    pub fn new(cfg: &WorkersSection) -> WorkerIds {
+    pub fn new(cfg: &WorkerIdSettings) -> WorkerIds {
         WorkerIds {
             verify: cfg.verify,
-            positive_ttl: Duration::from_secs(cfg.positive_ttl_secs),
-            negative_ttl: Duration::from_secs(cfg.negative_ttl_secs),
+            positive_ttl: cfg.positive_ttl,
+            negative_ttl: cfg.negative_ttl,
             capacity: cfg.cache_capacity.max(1),
             aliases: cfg.aliases.clone().into_iter().collect(),
             seen: Mutex::new(HashMap::new()),
@@ -108,7 +107,7 @@ mod tests {
 
     #[test]
     fn aliases_and_paths_translate() {
-        let mut cfg = WorkersSection::default();
+        let mut cfg = WorkerIdSettings::default();
         cfg.aliases.insert("old-slug".into(), "owner/new".into());
         let ids = WorkerIds::new(&cfg);
         assert_eq!(
@@ -121,10 +120,10 @@ mod tests {
 
     #[test]
     fn cache_is_bounded_and_expires() {
-        let cfg = WorkersSection {
+        let cfg = WorkerIdSettings {
             cache_capacity: 2,
-            negative_ttl_secs: 0,
-            ..WorkersSection::default()
+            negative_ttl: Duration::ZERO,
+            ..WorkerIdSettings::default()
         };
         let ids = WorkerIds::new(&cfg);
         let (a, b, c) = (

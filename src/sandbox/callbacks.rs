@@ -16,7 +16,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
-use super::state::Origin;
+use super::lifecycle::Origin;
 use super::{lock, Shared};
 
 /// How often statuses are re-checked in real time.

@@ -18,8 +18,8 @@ use serde_json::{json, Map, Value};
 
 use super::catalog::WorkerSpec;
 use super::checks::{check_input, parse_body, window, Fields, Query, ZeroLimits};
+use super::lifecycle::{AbortError, NewRun, Origin, Run, RunView};
 use super::serve::{json as json_resp, Body, Dropped, Req};
-use super::state::{AbortError, NewRun, Origin, Run, RunView};
 use super::v2::catalog::regions_value;
 use super::v2::runs::{logs_url, wait_done};
 use super::{lock, Shared};

@@ -22,8 +22,9 @@
 //! `aborting` for 3 s, then `failed` with `err_msg` "run aborted".
 //!
 //! Files: `config` (what can be set), `catalog` (workers and the seed), `clock`
-//! (simulated time), `state` (accounts, tasks, runs, lifecycle), `data` (deterministic
-//! rows and logs), `checks` (request contract checks shared by both surfaces), `v2`
+//! (simulated time), `state` (the store: accounts, tasks, runs), `lifecycle`
+//! (what a run is made of and shows over time), `data` (deterministic rows and
+//! logs), `checks` (request contract checks shared by both surfaces), `v2`
 //! (routing and envelopes, with `v2::catalog`, `v2::runs`, `v2::tasks`), `legacy_v1`,
 //! `admin` (`/__sandbox/*`), `faults`, `exports`, `callbacks`, `serve` (the accept
 //! loop and body helpers; not named `http`, which would shadow the crate).
@@ -38,6 +39,7 @@ mod data;
 mod exports;
 mod faults;
 mod legacy_v1;
+mod lifecycle;
 mod serve;
 mod state;
 mod v2;

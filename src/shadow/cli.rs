@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::replay::{replay, ReplayOptions, TranslatedSide};
 use super::report::Report;
 use crate::config::Config;
-use crate::ops::Gateway;
+use crate::gateway::Gateway;
 use crate::pipeline::Pipeline;
 use crate::upstream::HttpUpstream;
 

@@ -29,7 +29,8 @@ use http::StatusCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::GatewayError;
-use crate::ops::{Gateway, V1Request};
+use crate::gateway::Gateway;
+use crate::ops::V1Request;
 use crate::pipeline::{self, Admitted, BodyError, Pipeline, RawV1Request, V1Response};
 use crate::route::Operation;
 use crate::telemetry;

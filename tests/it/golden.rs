@@ -14,7 +14,7 @@ use http::{HeaderMap, HeaderValue, Method};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use v1compat::ops::Gateway;
+use v1compat::gateway::Gateway;
 use v1compat::pipeline::{Pipeline, RawV1Request};
 use v1compat::route::Operation;
 use v1compat::upstream::HttpUpstream;

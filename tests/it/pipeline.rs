@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
-use v1compat::ops::Gateway;
+use v1compat::gateway::Gateway;
 use v1compat::pipeline::{Pipeline, RawV1Request, V1Response};
 use v1compat::sandbox::{Sandbox, SandboxConfig};
 use v1compat::upstream::HttpUpstream;

@@ -13,7 +13,7 @@ use percent_encoding::percent_decode_str;
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
-use v1compat::ops::{self, Gateway, V1Request};
+use v1compat::ops::{self, Translator, V1Request};
 use v1compat::route::Operation;
 use v1compat::upstream::ApiKey;
 use v1compat::v2::{Part, Segment, V2Path, RESERVED_RUN_WORDS};
@@ -163,13 +163,13 @@ fn assert_safe(path_and_query: &str) {
     }
 }
 
-fn gateway(upstream: MockV2) -> Gateway {
+fn translator(upstream: MockV2) -> Translator {
     let config = v1compat::config::load(
         "[upstream]\nbase_url = \"http://127.0.0.1:9\"\nservice_key = \"svc\"\n[workers]\nverify = false\n",
         Vec::new(),
     )
     .unwrap();
-    Gateway::new(Arc::new(upstream), Arc::new(config))
+    Translator::new(Arc::new(upstream), config.translation())
 }
 
 proptest! {
@@ -184,7 +184,7 @@ proptest! {
     ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let v2 = v2();
-        let gw = gateway(v2.clone());
+        let tr = translator(v2.clone());
         let req = V1Request {
             op,
             query,
@@ -193,7 +193,7 @@ proptest! {
             request_id: "prop".into(),
         };
         // An error must render as a V1 envelope; neither side may panic.
-        if let Err(err) = rt.block_on(ops::handle(&gw, req)) {
+        if let Err(err) = rt.block_on(ops::handle(&tr, req)) {
             let r = err.render();
             prop_assert!(r.envelope.code != 0);
             prop_assert!(r.envelope.data.is_null());

@@ -13,7 +13,7 @@ use metrics_util::debugging::Snapshotter;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use v1compat::ops::Gateway;
+use v1compat::gateway::Gateway;
 use v1compat::pipeline::Pipeline;
 use v1compat::sandbox::{Sandbox, SandboxConfig};
 use v1compat::shadow::replay::{replay, ReplayOptions, ReplayStats, TranslatedSide};

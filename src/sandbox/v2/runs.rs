@@ -12,8 +12,9 @@ use crate::sandbox::catalog::WorkerSpec;
 use crate::sandbox::checks::{check_input, query_int, query_paging, window, Fields, ZeroLimits};
 use crate::sandbox::config::LogEntries;
 use crate::sandbox::data::month_utc8;
+use crate::sandbox::lifecycle::{AbortError, NewRun, Origin, Run, RunView, Status};
 use crate::sandbox::lock;
-use crate::sandbox::state::{AbortError, NewRun, Origin, Run, RunView, State, Status};
+use crate::sandbox::state::State;
 use crate::sandbox::Shared;
 
 /// Longest a synchronous run request waits, in simulated seconds.

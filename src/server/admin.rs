@@ -1,0 +1,150 @@
+//! The admin listener, beside the request path: `/healthz`, `/readyz`
+//! (draining first, then V2 reachability, reported but never failing the
+//! probe), `/metrics`, `/openapi.json` (the V1 contract,
+//! [`crate::openapi`]) and the callback relay's operator endpoints. It
+//! reads the live configuration per request; its connections, like the
+//! public ones, belong to [`crate::conn`].
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use tokio::net::TcpListener;
+
+use crate::conn::{self, Drain};
+use crate::gateway::Gateway;
+use crate::telemetry;
+
+/// Bounds `/readyz`'s V2 check below a probe's default one-second timeout.
+const UPSTREAM_PROBE_TIMEOUT: Duration = Duration::from_millis(700);
+
+/// Serves `/healthz`, `/readyz`, `/metrics` and `/openapi.json`.
+pub async fn serve_admin(
+    listener: TcpListener,
+    tls: Option<crate::tls::Acceptor>,
+    live: Arc<crate::reload::Live>,
+    readiness: Drain,
+    drain: Drain,
+) -> std::io::Result<()> {
+    let gateway = live.load();
+    let listener_conf = conn::Listener {
+        name: "admin",
+        tls,
+        settings: gateway.config.connections.clone(),
+        grace: gateway.config.grace_period,
+        answers: conn::Answers {
+            cut: || admin_text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into()),
+            shed: || {
+                admin_text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many connections\n".into(),
+                )
+            },
+            protocol: None,
+        },
+    };
+    let prometheus = telemetry::prometheus();
+    let service = tower::service_fn(move |req: Request<Incoming>| {
+        let gateway = live.load();
+        let prometheus = prometheus.clone();
+        let readiness = readiness.clone();
+        async move {
+            let text = admin_text;
+            // Callback relay operator endpoints (/callbacks/...).
+            if let Some(relay) = gateway.callbacks() {
+                if let Some(r) = relay
+                    .admin(req.method(), req.uri().path(), req.uri().query())
+                    .await
+                {
+                    return Ok::<_, Infallible>(r);
+                }
+            }
+            let resp = match (req.method(), req.uri().path()) {
+                (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into()),
+                // Draining comes first: a load balancer must stop sending
+                // before the public listener stops accepting.
+                (&Method::GET, "/readyz") if readiness.is_draining() => text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not ready: draining\n".into(),
+                ),
+                // Ready means "this replica can serve V1": it is running with a
+                // valid configuration and accepting. V2 reachability is
+                // reported (body and gauge) but does not fail the probe: V2
+                // is the same for every replica, so failing on it would take
+                // them all out of the Service at once and turn V1 error
+                // envelopes into refused connections.
+                (&Method::GET, "/readyz") => {
+                    let upstream = match upstream_reachable(&gateway).await {
+                        Ok(()) => {
+                            metrics::gauge!(telemetry::UPSTREAM_REACHABLE).set(1.0);
+                            "reachable".to_owned()
+                        }
+                        Err(why) => {
+                            metrics::gauge!(telemetry::UPSTREAM_REACHABLE).set(0.0);
+                            why
+                        }
+                    };
+                    text(StatusCode::OK, format!("ready\nupstream: {upstream}\n"))
+                }
+                (&Method::GET, "/openapi.json") => {
+                    let mut r = Response::new(Full::new(Bytes::from_static(
+                        crate::openapi::V1_DOCUMENT.as_bytes(),
+                    )));
+                    r.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
+                    r
+                }
+                (&Method::GET, "/metrics") => match &prometheus {
+                    Some(h) => text(StatusCode::OK, h.render()),
+                    None => text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "metrics recorder unavailable\n".into(),
+                    ),
+                },
+                _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
+            };
+            Ok::<_, Infallible>(resp)
+        }
+    });
+    conn::serve(listener, service, listener_conf, drain).await
+}
+
+fn admin_text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
+}
+
+/// Whether a TCP connection to the upstream opens, within a deadline short
+/// enough for a readiness probe's own timeout (one second by default).
+async fn upstream_reachable(gw: &Gateway) -> Result<(), String> {
+    // Behind HTTPS_PROXY the first hop is the proxy, not V2.
+    let upstream = &gw.config.upstream;
+    let (host, port) = upstream
+        .proxy
+        .first_hop(&upstream.base_url)
+        .ok_or("upstream has no host or port")?;
+    let host = host.as_str();
+    match tokio::time::timeout(
+        UPSTREAM_PROBE_TIMEOUT,
+        tokio::net::TcpStream::connect((host, port)),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("upstream {host}:{port} unreachable: {e}")),
+        Err(_) => Err(format!(
+            "upstream {host}:{port} did not accept within {UPSTREAM_PROBE_TIMEOUT:?}"
+        )),
+    }
+}
