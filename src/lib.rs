@@ -38,12 +38,11 @@
 //! [`ops`] (one module per operation family), [`paging`] (V1 page windows →
 //! V2 page plans), [`upstream`] (the V2 client, built from
 //! [`http_client`], which the legacy V1 and callback clients share too),
-//! [`v1`]/[`v2`] (wire types), [`error`], [`dialect`] (the V1 behaviours
-//! the record leaves open).
-//! Beside them: [`gateway`], [`config`] (TOML + env → validated config),
-//! [`reload`], [`callbacks`] (the callback relay: V2 callbacks → V1
-//! notifications), [`telemetry`] (logs, metric names), [`openapi`] (the V1
-//! contract served on the admin listener), [`differences`] (every V1↔V2
+//! [`v1`]/[`v2`] (wire types), [`error`], [`dialect`] (the V1 behaviours the
+//! record leaves open). Beside them: [`gateway`], [`config`] (TOML + env →
+//! validated config), [`reload`], [`callbacks`] (the callback relay: V2
+//! callbacks → V1 notifications), [`telemetry`] (logs, metric names),
+//! [`openapi`] (the V1 contract served on the admin listener), [`differences`] (every V1↔V2
 //! difference, once, as data: feeds shadow defaults, the differential test
 //! and `COMPATIBILITY.md`), [`shadow`] (the migration shadow tester: live
 //! mirror, diff engine, capture, replay, report), [`sandbox`] (an embedded V2

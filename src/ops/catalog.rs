@@ -222,16 +222,14 @@ pub fn v1_worker_detail(detail: &Value, schema: Option<&Value>, memory_field: &s
 }
 
 pub async fn worker_detail(ex: &Exchange<'_>, query: &Query) -> Result<Value, GatewayError> {
-    let worker: Segment = ex
-        .translator
-        .worker_ids
-        .translate(query.req("slug")?, "slug")?;
+    let worker = ex.translator.worker_ids.translate(query.req("slug")?);
+    let worker: &Segment = worker.known()?;
     let key = ex.key()?;
     let detail_call =
-        V2Call::get(V2Path::new(&[Part::Lit("workers"), Part::Id(&worker)])).with_key(Some(key));
+        V2Call::get(V2Path::new(&[Part::Lit("workers"), Part::Id(worker)])).with_key(Some(key));
     let schema_call = V2Call::get(V2Path::new(&[
         Part::Lit("workers"),
-        Part::Id(&worker),
+        Part::Id(worker),
         Part::Lit("input-schema"),
     ]));
     let (detail, schema) = tokio::join!(

@@ -5,7 +5,42 @@ use serde_json::{Map, Value};
 
 use crate::error::{GatewayError, Subject};
 use crate::paging::Window;
-use crate::v2::{Segment, SegmentError};
+use crate::v2::Segment;
+
+/// A record identifier as the client sent it (trimmed): one safe V2 path
+/// segment, or a string no record can have as its id.
+///
+/// The native V1 service looked every id up as it came, so an id that cannot
+/// be a single path segment (`../x`, `a/b`, control characters, longer than
+/// [`MAX_ID_LEN`](crate::v2::MAX_ID_LEN)) or a V2 shortcut word (`last`) was
+/// simply not found: 404 with the record's code (50001 worker, 60001 task,
+/// 70001 run). The gateway answers the same, at the point where it would have
+/// asked V2, so every other check of the request still comes first, as it did
+/// on V1; such an id never reaches V2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ident {
+    Segment(Segment),
+    /// Unknown-shaped: answered as an unknown record of this kind.
+    Unknown(Subject),
+}
+
+impl Ident {
+    fn of(checked: Result<Segment, crate::v2::SegmentError>, subject: Subject) -> Ident {
+        match checked {
+            Ok(seg) => Ident::Segment(seg),
+            Err(_) => Ident::Unknown(subject),
+        }
+    }
+
+    /// The segment to send, or the V1 not-found answer for an id V2 must
+    /// never see.
+    pub fn known(&self) -> Result<&Segment, GatewayError> {
+        match self {
+            Ident::Segment(seg) => Ok(seg),
+            Ident::Unknown(subject) => Err(GatewayError::NotFound(*subject)),
+        }
+    }
+}
 
 /// A V1 JSON body: an object, or absent/empty where V1 allowed that.
 pub struct Body(Map<String, Value>);
@@ -89,16 +124,13 @@ impl Body {
         }
     }
 
-    /// A required run identifier, checked to be one safe path segment. A
-    /// V2 shortcut word (`last`) is well-formed but names no run: it is
-    /// answered as the native V1 service answers an unknown run, 404 / 70001.
-    pub fn run_slug(&self) -> Result<Segment, GatewayError> {
+    /// A required run identifier. Missing, not a string or blank is 400 /
+    /// 4000; anything else is an [`Ident`]: one safe path segment that is not
+    /// a V2 shortcut word (`last`), or unknown-shaped, which names no run
+    /// (404 / 70001 when it would be sent).
+    pub fn run_slug(&self) -> Result<Ident, GatewayError> {
         let raw = self.req_str("run_slug")?;
-        match Segment::run(raw.trim()) {
-            Ok(seg) => Ok(seg),
-            Err(SegmentError::Reserved) => Err(GatewayError::NotFound(Subject::Run)),
-            Err(e) => Err(GatewayError::bad("run_slug", e)),
-        }
+        Ok(run_id(raw))
     }
 
     /// The V1 page window, with V1's defaults and the configured maximum.
@@ -135,12 +167,26 @@ impl Body {
 /// Beyond this no V1 client pages; it keeps offset arithmetic far from overflow.
 pub const MAX_PAGE_INDEX: i64 = 10_000_000;
 
+/// An identifier V2 itself returned (a synchronous run's `run_slug`), to be
+/// sent back: one that is not a safe segment is V2's error, not the client's.
 pub fn id(raw: &str, field: &str) -> Result<Segment, GatewayError> {
     Segment::new(raw.trim()).map_err(|e| GatewayError::bad(field, e))
 }
 
-pub fn worker_id(raw: &str, field: &str) -> Result<Segment, GatewayError> {
-    Segment::worker(raw.trim()).map_err(|e| GatewayError::bad(field, e))
+/// A client's run id ([`Segment::run`]).
+pub fn run_id(raw: &str) -> Ident {
+    Ident::of(Segment::run(raw.trim()), Subject::Run)
+}
+
+/// A client's task id ([`Segment::new`]).
+pub fn task_id(raw: &str) -> Ident {
+    Ident::of(Segment::new(raw.trim()), Subject::Task)
+}
+
+/// A client's worker id, `owner/name` becoming `owner~name`
+/// ([`Segment::worker`]).
+pub fn worker_id(raw: &str) -> Ident {
+    Ident::of(Segment::worker(raw.trim()), Subject::Worker)
 }
 
 /// A parsed V1 query string.
@@ -240,23 +286,66 @@ mod tests {
         assert!(msg(body("{}").run_slug().unwrap_err()).contains("run_slug is required"));
     }
 
+    fn with(field: &str, value: &str) -> Body {
+        Body::from_map(
+            [(field.to_owned(), Value::String(value.into()))]
+                .into_iter()
+                .collect(),
+        )
+    }
+
+    fn status_and_code(e: GatewayError) -> (u16, i64) {
+        let r = e.render();
+        (r.status.as_u16(), r.envelope.code)
+    }
+
     #[test]
     fn v2_shortcut_words_are_unknown_runs() {
         for word in ["last", "LAST", " Last "] {
-            let b = Body::from_map(
-                [("run_slug".to_owned(), Value::String(word.into()))]
-                    .into_iter()
-                    .collect(),
-            );
-            let r = b.run_slug().unwrap_err().render();
+            let id = with("run_slug", word).run_slug().unwrap();
             assert_eq!(
-                (r.status.as_u16(), r.envelope.code),
+                status_and_code(id.known().unwrap_err()),
                 (404, 70001),
                 "{word:?}"
             );
         }
-        assert!(body(r#"{"run_slug": "last1"}"#).run_slug().is_ok());
-        assert!(body(r#"{"run_slug": "lastrun"}"#).run_slug().is_ok());
+        for fine in ["last1", "lastrun"] {
+            let id = with("run_slug", fine).run_slug().unwrap();
+            assert_eq!(id.known().unwrap().as_str(), fine);
+        }
+    }
+
+    #[test]
+    fn unknown_shaped_ids_name_no_record() {
+        let long = "x".repeat(crate::v2::MAX_ID_LEN + 1);
+        for raw in [
+            "../users/account",
+            "a/b",
+            "a\r\nb",
+            "a\u{0}b",
+            "..",
+            "a#b",
+            "a b",
+            "%2e%2e",
+            long.as_str(),
+        ] {
+            let run = with("run_slug", raw).run_slug().unwrap();
+            assert_eq!(run, Ident::Unknown(Subject::Run), "{raw:?}");
+            assert_eq!(status_and_code(run.known().unwrap_err()), (404, 70001));
+            let task = task_id(raw);
+            assert_eq!(status_and_code(task.known().unwrap_err()), (404, 60001));
+        }
+        for raw in ["a/b/c", "/x", "a/", "a/..", "../x", "a b"] {
+            let w = worker_id(raw);
+            assert_eq!(status_and_code(w.known().unwrap_err()), (404, 50001));
+        }
+        assert_eq!(worker_id(" a/b ").known().unwrap().as_str(), "a~b");
+        assert_eq!(task_id(" T1 ").known().unwrap().as_str(), "T1");
+        // Blank is not an id at all: 400 / 4000, as on V1.
+        for blank in ["", "  ", "\t"] {
+            let e = with("run_slug", blank).run_slug().unwrap_err();
+            assert_eq!(status_and_code(e), (400, 4000), "{blank:?}");
+        }
     }
 
     #[test]

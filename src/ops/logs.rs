@@ -110,7 +110,11 @@ pub fn v1_log(data: &Value) -> Value {
 
 pub async fn run_log(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
     let run = body.run_slug()?;
-    let path = V2Path::new(&[Part::Lit("worker-runs"), Part::Id(&run), Part::Lit("log")]);
+    let path = V2Path::new(&[
+        Part::Lit("worker-runs"),
+        Part::Id(run.known()?),
+        Part::Lit("log"),
+    ]);
     let data = ex
         .call(V2Call::get(path).with_key(Some(ex.key()?)), Subject::Run)
         .await?;

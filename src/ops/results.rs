@@ -3,7 +3,7 @@
 //!
 //! | V1 | V2 | rule |
 //! |---|---|---|
-//! | `run_slug` (body) | `{runId}` (path) | checked, one segment |
+//! | `run_slug` (body) | `{runId}` (path) | one safe segment; an id that cannot be one, or `last`, is an unknown run (404/70001) and never sent |
 //! | `page_index` (default 1), `page_size` (default 10, ≤ `limits.max_page_size`) | `offset`, `limit` | sent explicitly; above 100 rows, 100-row pages fetched concurrently and sliced |
 //! | `data.count`, `data.list[]` | same | rows unchanged (`__coreclaw_data_id__` kept) |
 //! | `data.headers[].format` | — (V2 has none) | kept if V2 sends one; else `number` when the column has at least one non-null value in the page and every non-null value is a JSON number, otherwise `text`; a page past the end of a non-empty result reads them off the run's first row (one extra 1-row V2 call) |
@@ -303,9 +303,10 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, Gateway
     let window = body.window(DEFAULT_PAGE_SIZE, ex.settings().max_page_size)?;
     let plan = window.plan();
     let key = ex.key()?;
+    let run = run.known()?;
     let fetched = ex
         .fetch_pages(plan.offsets.clone(), Subject::Run, |o| {
-            result_call(&run, o, plan.limit).with_key(Some(key.clone()))
+            result_call(run, o, plan.limit).with_key(Some(key.clone()))
         })
         .await?;
     let reads = fetched
@@ -323,7 +324,7 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, Gateway
         // A page past the end has no rows to infer column formats from, but
         // V1 still typed its headers: read them off the run's first row.
         let sample = ex
-            .fetch(result_call(&run, 1, 1).with_key(Some(key)), Subject::Run)
+            .fetch(result_call(run, 1, 1).with_key(Some(key)), Subject::Run)
             .await?;
         let mut spare = None;
         let first = page_of(ex.read(&sample, Subject::Run)?, &mut spare)?;
@@ -382,7 +383,7 @@ pub fn export_call(body: &Body, extra_formats: bool) -> Result<V2Call, GatewayEr
     }
     let path = V2Path::new(&[
         Part::Lit("worker-runs"),
-        Part::Id(&run),
+        Part::Id(run.known()?),
         Part::Lit("result"),
         Part::Lit("export"),
     ])

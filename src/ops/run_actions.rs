@@ -206,7 +206,9 @@ pub fn v1_sync(data: &Value, window: Window, plan: &Plan, extra_pages: &[Value])
 
 pub async fn start_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
     let raw = body.req_str("scraper_slug")?;
-    let worker = ex.translator.worker_ids.translate(raw, "scraper_slug")?;
+    // V1 looked the worker up before it read the rest of the body: an id no
+    // worker can have is 404 / 50001 whatever else is wrong.
+    let worker = ex.translator.worker_ids.translate(raw).known()?.clone();
     let mut req = start_run_request(body, worker, ex.settings().max_page_size)?;
     let key = ex.key()?;
     // Callback relay: V2 gets the gateway's callback URL, not the client's.
@@ -255,14 +257,14 @@ pub async fn start_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayE
 }
 
 pub async fn start_task_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
-    let task = input::id(body.req_str("task_slug")?, "task_slug")?;
+    let task = input::task_id(body.req_str("task_slug")?);
     let callback = input::callback_url(body, true)?;
     let callback = ex
         .translator
         .v2_callback_url(ex.key().ok().as_ref(), callback)?;
     let path = V2Path::new(&[
         Part::Lit("worker-tasks"),
-        Part::Id(&task),
+        Part::Id(task.known()?),
         Part::Lit("runs"),
     ]);
     let v2 = json!({ "callback_url": callback, "is_async": true });
@@ -281,7 +283,11 @@ pub async fn rerun(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError
     let callback = ex
         .translator
         .v2_callback_url(ex.key().ok().as_ref(), callback)?;
-    let path = V2Path::new(&[Part::Lit("worker-runs"), Part::Id(&run), Part::Lit("rerun")]);
+    let path = V2Path::new(&[
+        Part::Lit("worker-runs"),
+        Part::Id(run.known()?),
+        Part::Lit("rerun"),
+    ]);
     let v2 = json!({ "callback_url": callback, "is_async": true });
     let data = ex
         .call(
@@ -294,7 +300,11 @@ pub async fn rerun(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError
 
 pub async fn abort(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
     let run = body.run_slug()?;
-    let path = V2Path::new(&[Part::Lit("worker-runs"), Part::Id(&run), Part::Lit("abort")]);
+    let path = V2Path::new(&[
+        Part::Lit("worker-runs"),
+        Part::Id(run.known()?),
+        Part::Lit("abort"),
+    ]);
     ex.call(
         V2Call::post(path, None).with_key(Some(ex.key()?)),
         Subject::Abort,

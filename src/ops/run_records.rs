@@ -12,7 +12,7 @@
 //! | `origin` | `origin` | renamed by `compat.origin_rename` (`api_v2`, `openapi` → `api`) |
 //! | request `page_index` / `page_size` | `offset` / `limit` | page number / size; above 100 rows a fan-out of 100-row pages |
 //! | request `status` 0-5 | `status` | 0 (all) omits the filter |
-//! | request `scraper_slug` | `worker_id` | `owner/name` → `owner~name`; `""` omits the filter |
+//! | request `scraper_slug` | `worker_id` | `owner/name` → `owner~name`; `""` omits the filter; an id no worker can have (`a/b/c`) lists no runs, without a V2 call |
 //!
 //! V1 run list `count` is V2's `count`. V2 fields V1 did not have are dropped.
 //!
@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{GatewayError, Subject};
-use crate::ops::input::Body;
+use crate::ops::input::{Body, Ident};
 use crate::ops::wire::{self, IntLike, Object, StrOrNum};
 use crate::ops::Compat;
 use crate::ops::{int_of, list_of, raw_json, sized_json, Exchange, Read};
@@ -239,7 +239,10 @@ pub fn detail_answer(read: Read<Object<V2Run<'_>>>, compat: &Compat) -> Result<J
 pub async fn run_detail(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
     let run = body.run_slug()?;
     let fetched = ex
-        .fetch(detail_call(&run).with_key(Some(ex.key()?)), Subject::Run)
+        .fetch(
+            detail_call(run.known()?).with_key(Some(ex.key()?)),
+            Subject::Run,
+        )
         .await?;
     detail_answer(ex.read(&fetched, Subject::Run)?, &ex.settings().compat)
 }
@@ -287,7 +290,14 @@ pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayErr
     let status = v2_status_filter(body.opt_int("status")?.unwrap_or(0))?;
     let worker = match body.opt_str("scraper_slug")?.map(str::trim) {
         None | Some("") => None,
-        Some(raw) => Some(ex.translator.worker_ids.translate(raw, "scraper_slug")?),
+        Some(raw) => match ex.translator.worker_ids.translate(raw) {
+            Ident::Segment(seg) => Some(seg),
+            // V1 listed the runs of a worker it did not know as none at all;
+            // an id no worker can have is such a worker.
+            Ident::Unknown(_) => {
+                return v1_run_list(&window.plan(), Vec::new(), &ex.settings().compat)
+            }
+        },
     };
     let filter = ListFilter { status, worker };
     let plan = window.plan();

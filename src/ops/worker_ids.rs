@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::error::{GatewayError, Subject};
-use crate::ops::input;
+use crate::ops::input::{self, Ident};
 use crate::ops::{Exchange, WorkerIdSettings};
 use crate::upstream::V2Call;
 use crate::v2::{Part, Segment, V2Path};
@@ -36,12 +36,14 @@ impl WorkerIds {
         }
     }
 
-    /// The V2 id for a V1 worker id: alias table first, then `/` → `~`.
-    pub fn translate(&self, raw: &str, field: &str) -> Result<Segment, GatewayError> {
+    /// The V2 id for a V1 worker id: alias table first, then `/` → `~`. An
+    /// id that cannot be one (`a/b/c`, `../x`) names no worker
+    /// ([`Ident::Unknown`]).
+    pub fn translate(&self, raw: &str) -> Ident {
         let raw = raw.trim();
         match self.aliases.get(raw) {
-            Some(alias) => input::worker_id(alias, field),
-            None => input::worker_id(raw, field),
+            Some(alias) => input::worker_id(alias),
+            None => input::worker_id(raw),
         }
     }
 
@@ -111,11 +113,15 @@ mod tests {
         cfg.aliases.insert("old-slug".into(), "owner/new".into());
         let ids = WorkerIds::new(&cfg);
         assert_eq!(
-            ids.translate("old-slug", "f").unwrap().as_str(),
+            ids.translate("old-slug").known().unwrap().as_str(),
             "owner~new"
         );
-        assert_eq!(ids.translate("a/b", "f").unwrap().as_str(), "a~b");
-        assert!(ids.translate("a/../b", "f").is_err());
+        assert_eq!(ids.translate("a/b").known().unwrap().as_str(), "a~b");
+        assert_eq!(
+            ids.translate("a/../b"),
+            Ident::Unknown(Subject::Worker),
+            "never a V2 path"
+        );
     }
 
     #[test]
