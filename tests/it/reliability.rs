@@ -547,16 +547,17 @@ async fn shutdown_during_a_burst_loses_no_request() {
 /// envelope, not cut off.
 #[tokio::test]
 async fn a_request_outliving_the_grace_period_gets_an_envelope() {
-    let (gw, _) = gateway(
+    let (gw, v2) = gateway(
         Duration::from_secs(60),
         "[shutdown]\ngrace_period_secs = 1\n",
     )
     .await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
     s.write_all(&detail_request(false)).await.unwrap();
-    // The request is in V2's hands once the in-flight gauge would count it;
-    // give the gateway a moment to read it before stopping.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Stop only once the request is in V2's hands.
+    tokio::time::timeout(BOUND, v2.arrived(1))
+        .await
+        .expect("the request reached V2");
     let server = gw.shutdown();
     let a = tokio::time::timeout(BOUND, read_answer(&mut s))
         .await
