@@ -41,8 +41,8 @@ pub const SIDE_MAX_IDLE_PER_HOST: usize = 32;
 /// V1 service.
 pub(crate) type HyperClient = Client<HttpsConnector<ProxyConnector>, Full<Bytes>>;
 
-/// Parses the base URL configured under `key` and checks it as
-/// [`origin_and_prefix`] will, so a configuration that validates builds.
+/// Parses the base URL configured under `key` and checks it as the clients
+/// will when they are built, so a configuration that validates builds.
 pub fn parse_base_url(key: &str, text: &str) -> Result<url::Url, String> {
     let url = url::Url::parse(text)
         .ok()

@@ -2,9 +2,9 @@
 //! `shadow.primary = "legacy"`, the client's own request) takes to the V1
 //! service being retired. Built from [`crate::http_client`] like the V2
 //! client (same TLS, pool, base-URL checks and error wording), but it sends
-//! V1 requests as they came: method, path, query,
-//! body, and the client's own key headers (forwarded, never logged). Every
-//! request carries the loop guard `x-v1compat-shadow: 1`.
+//! V1 requests as they came: method, path, query, body, and the client's
+//! own key headers (forwarded, never logged). Every request carries the
+//! loop guard `x-v1compat-shadow: 1`.
 
 use std::time::{Duration, Instant};
 
@@ -81,7 +81,8 @@ impl LegacyClient {
     /// A client to `base_url` (http or https, no credentials, query or
     /// fragment), through `proxy` where it applies. Does not connect.
     pub fn new(base_url: &url::Url, proxy: &ProxyEnv) -> Result<LegacyClient, String> {
-        let base = origin_and_prefix(base_url).map_err(|e| format!("{base_url}: {e}"))?;
+        // The URL itself stays out of the message: it may carry a password.
+        let base = origin_and_prefix(base_url).map_err(|e| format!("base URL {e}"))?;
         let client = pooled_client(
             tls_config(None)?,
             proxy,
@@ -131,5 +132,21 @@ impl LegacyClient {
         tokio::time::timeout(timeout, exchange)
             .await
             .unwrap_or(Err(UpstreamFailure::Timeout(timeout)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_base_url_with_a_password_is_refused_without_showing_it() {
+        let url = url::Url::parse("https://ops:hunter2@legacy.example/v1").unwrap();
+        let err = LegacyClient::new(&url, &ProxyEnv::default()).unwrap_err();
+        assert!(err.contains("credentials"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+        let url = url::Url::parse("http://legacy.example/prefix/").unwrap();
+        let client = LegacyClient::new(&url, &ProxyEnv::default()).unwrap();
+        assert_eq!(client.base, "http://legacy.example/prefix");
     }
 }

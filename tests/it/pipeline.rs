@@ -15,7 +15,7 @@ use v1compat::pipeline::{Pipeline, RawV1Request, V1Response};
 use v1compat::sandbox::{Sandbox, SandboxConfig};
 use v1compat::upstream::HttpUpstream;
 
-use crate::support::{send, MockV2, Reply, TestGateway};
+use crate::support::{local_metrics, metric, send, MockV2, Reply, TestGateway};
 
 /// One V1 request, sent both ways.
 struct Probe {
@@ -214,21 +214,12 @@ async fn in_process_and_live_gateway_answer_byte_for_byte_alike() {
     assert_eq!(refused, bad_probes(&key).len());
 }
 
-fn in_flight(recorder: &metrics_exporter_prometheus::PrometheusRecorder) -> Option<f64> {
-    recorder
-        .handle()
-        .render()
-        .lines()
-        .find_map(|l| l.strip_prefix("v1compat_requests_in_flight "))
-        .map(|v| v.trim().parse().unwrap())
-}
-
 // A current-thread runtime: the gateway's tasks run on this thread, so the
 // thread's local recorder sees their metrics and no other test's.
 #[tokio::test(flavor = "current_thread")]
 async fn a_client_hanging_up_mid_request_leaves_nothing_in_flight() {
-    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-    let _local = metrics::set_default_local_recorder(&recorder);
+    let (m, _local) = local_metrics();
+    let in_flight = || metric(&m, "v1compat_requests_in_flight", &[]);
     // A V2 that never answers.
     let v2 = MockV2::new(|_| Reply::Hang);
     let gw = TestGateway::start(
@@ -245,12 +236,12 @@ async fn a_client_hanging_up_mid_request_leaves_nothing_in_flight() {
     );
     client.write_all(request.as_bytes()).await.unwrap();
     v2.arrived(1).await;
-    assert_eq!(in_flight(&recorder), Some(1.0), "the request is in flight");
+    assert_eq!(in_flight(), 1.0, "the request is in flight");
 
     drop(client);
     // The gateway drops the request's future when it sees the hang-up; the
     // V2 call goes with it, and on this one thread so has everything else
     // the request held by the time this wakes.
     v2.abandoned(1).await;
-    assert_eq!(in_flight(&recorder), Some(0.0), "in-flight leaked");
+    assert_eq!(in_flight(), 0.0, "in-flight leaked");
 }

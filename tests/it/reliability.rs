@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::{MockV2, Reply, TestGateway};
+use crate::support::{local_metrics, metric, MockV2, Reply, TestGateway};
 
 const KEY: &str = "reliability-key-7Hq2";
 const RUN: &str = "01KS2A1M515HG7PZX9STTB0KPH";
@@ -547,16 +547,17 @@ async fn shutdown_during_a_burst_loses_no_request() {
 /// envelope, not cut off.
 #[tokio::test]
 async fn a_request_outliving_the_grace_period_gets_an_envelope() {
-    let (gw, _) = gateway(
+    let (gw, v2) = gateway(
         Duration::from_secs(60),
         "[shutdown]\ngrace_period_secs = 1\n",
     )
     .await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
     s.write_all(&detail_request(false)).await.unwrap();
-    // The request is in V2's hands once the in-flight gauge would count it;
-    // give the gateway a moment to read it before stopping.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Stop only once the request is in V2's hands.
+    tokio::time::timeout(BOUND, v2.arrived(1))
+        .await
+        .expect("the request reached V2");
     let server = gw.shutdown();
     let a = tokio::time::timeout(BOUND, read_answer(&mut s))
         .await
@@ -628,8 +629,12 @@ async fn protocol_level_refusals() {
 }
 
 /// Clients that hang up mid-request leave the in-flight gauge at zero.
-#[tokio::test]
+/// On a current-thread runtime with the test's own recorder, so the gauge
+/// is this gateway's alone.
+#[tokio::test(flavor = "current_thread")]
 async fn the_in_flight_gauge_returns_to_zero_after_aborted_requests() {
+    let (m, _local) = local_metrics();
+    let in_flight = || metric(&m, "v1compat_requests_in_flight", &[]);
     let (gw, v2) = gateway(Duration::from_secs(30), "").await;
     for n in 1..=5 {
         let mut s = TcpStream::connect(gw.addr).await.unwrap();
@@ -638,30 +643,20 @@ async fn the_in_flight_gauge_returns_to_zero_after_aborted_requests() {
         tokio::time::timeout(BOUND, v2.arrived(n))
             .await
             .unwrap_or_else(|_| panic!("request {n} never reached V2"));
-        if n == 5 {
-            let metrics = crate::support::send(gw.admin, "GET", "/metrics", &[], None).await;
-            let text = String::from_utf8_lossy(&metrics.2).into_owned();
-            let now = in_flight(&text);
-            assert!(now.is_some_and(|v| v >= 1.0), "not counted: {now:?}");
-        }
+        let now = in_flight();
+        assert!(
+            (1.0..=n as f64).contains(&now),
+            "request {n}: {now} in flight"
+        );
         drop(s);
     }
-    // The gauge is process-wide (other tests share it), so the check is that
-    // hyper dropped these five: the gateway's own count of admitted requests.
-    let metrics = crate::support::send(gw.admin, "GET", "/metrics", &[], None).await;
-    let text = String::from_utf8_lossy(&metrics.2).into_owned();
-    assert!(text.contains("v1compat_requests_in_flight"), "{text}");
-    let gauge = in_flight;
-    let deadline = Instant::now() + BOUND;
-    loop {
-        let metrics = crate::support::send(gw.admin, "GET", "/metrics", &[], None).await;
-        let now = gauge(&String::from_utf8_lossy(&metrics.2));
-        if now.is_some_and(|v| v <= 0.0) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "gauge stuck at {now:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Each hang-up drops the request's future, its V2 call with it; on
+    // this one thread the rest of what the request held is gone by the
+    // time this wakes.
+    tokio::time::timeout(BOUND, v2.abandoned(5))
+        .await
+        .expect("the gateway gave up all five V2 calls");
+    assert_eq!(in_flight(), 0.0, "in-flight leaked");
 }
 
 /// V2's `Retry-After` reaches the V1 client with the 429; the gateway's own
@@ -699,12 +694,4 @@ async fn an_abort_lost_in_transport_is_70002() {
     .await;
     assert_eq!((status, &v["code"]), (500, &json!(70002)), "{v}");
     assert_eq!(v2.total(), 1, "an abort is never sent twice");
-}
-
-fn in_flight(metrics: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find(|l| l.starts_with("v1compat_requests_in_flight "))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<f64>().ok())
 }

@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use metrics::LocalRecorderGuard;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::debugging::Snapshotter;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
@@ -21,7 +20,7 @@ use v1compat::shadow::replay::{replay, ReplayOptions, ReplayStats, TranslatedSid
 use v1compat::shadow::report::{quantile, Report};
 use v1compat::upstream::HttpUpstream;
 
-use crate::support::{send, send_json, TestGateway};
+use crate::support::{local_metrics, metric, send, send_json, TestGateway};
 
 const GOOGLE_MAPS: &str = "01KBHMS6A8H6A3K5FJY11MQ99Z";
 const AMAZON: &str = "coreclaw/amazon-product-by-asin";
@@ -356,38 +355,6 @@ async fn gateway(w: &World, extra: &str) -> TestGateway {
     let cfg = v1compat::config::load(&text, Vec::new()).unwrap();
     let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());
     TestGateway::start(&text, upstream).await
-}
-
-/// The metrics of one test alone: a recorder local to the test's thread.
-/// Tests that read it run on a current-thread runtime, so every task of
-/// their gateway records here and no other test's does. The recorder is
-/// leaked: the guard must borrow it for the rest of the test.
-fn local_metrics() -> (Snapshotter, LocalRecorderGuard<'static>) {
-    let recorder: &'static DebuggingRecorder = Box::leak(Box::new(DebuggingRecorder::new()));
-    (
-        recorder.snapshotter(),
-        metrics::set_default_local_recorder(recorder),
-    )
-}
-
-/// Sum of the series of `name` whose labels include every `labels` pair.
-fn metric(m: &Snapshotter, name: &str, labels: &[(&str, &str)]) -> f64 {
-    m.snapshot()
-        .into_vec()
-        .into_iter()
-        .filter(|(key, ..)| {
-            let key = key.key();
-            key.name() == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| key.labels().any(|l| l.key() == *k && l.value() == *v))
-        })
-        .map(|(.., value)| match value {
-            DebugValue::Counter(n) => n as f64,
-            DebugValue::Gauge(g) => g.0,
-            DebugValue::Histogram(h) => h.len() as f64,
-        })
-        .sum()
 }
 
 fn copies(m: &Snapshotter, op: &str, outcome: &str) -> f64 {

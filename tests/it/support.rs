@@ -1,5 +1,6 @@
 //! Shared test plumbing: a gateway started on port 0 that can be shut down
-//! and awaited, a tiny HTTP client, and [`MockV2`], the one V2 double: built
+//! and awaited, a tiny HTTP client, a metrics recorder local to one test,
+//! and [`MockV2`], the one V2 double: built
 //! from a closure or a script of expected exchanges, used in process as the
 //! gateway's `Upstream` or served over HTTP on port 0, answering (or
 //! hanging, holding, slowing, dropping, truncating) and recording what it
@@ -16,6 +17,8 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use metrics::LocalRecorderGuard;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::net::TcpListener;
@@ -100,6 +103,38 @@ impl Drop for TestGateway {
             let _ = tx.send(());
         }
     }
+}
+
+/// The metrics of one test alone: a recorder local to the test's thread.
+/// Tests that read it run on a current-thread runtime, so every task of
+/// their gateway records here and no other test's does. The recorder is
+/// leaked: the guard must borrow it for the rest of the test.
+pub fn local_metrics() -> (Snapshotter, LocalRecorderGuard<'static>) {
+    let recorder: &'static DebuggingRecorder = Box::leak(Box::new(DebuggingRecorder::new()));
+    (
+        recorder.snapshotter(),
+        metrics::set_default_local_recorder(recorder),
+    )
+}
+
+/// Sum of the series of `name` whose labels include every `labels` pair.
+pub fn metric(m: &Snapshotter, name: &str, labels: &[(&str, &str)]) -> f64 {
+    m.snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| {
+            let key = key.key();
+            key.name() == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| key.labels().any(|l| l.key() == *k && l.value() == *v))
+        })
+        .map(|(.., value)| match value {
+            DebugValue::Counter(n) => n as f64,
+            DebugValue::Gauge(g) => g.0,
+            DebugValue::Histogram(h) => h.len() as f64,
+        })
+        .sum()
 }
 
 /// A plain HTTP exchange: returns status, headers and body.
