@@ -36,14 +36,15 @@
 //!
 //! Modules, in request order: [`conn`], [`server`], [`pipeline`], [`route`],
 //! [`ops`] (one module per operation family), [`paging`] (V1 page windows →
-//! V2 page plans), [`upstream`] (the V2 client), [`v1`]/[`v2`] (wire types),
-//! [`error`], [`dialect`] (the V1 behaviours the record leaves open).
-//! Beside them: [`gateway`], [`config`] (TOML + env → validated config),
-//! [`reload`], [`callbacks`] (the callback relay: V2 callbacks → V1
-//! notifications), [`telemetry`] (logs, metric names), [`openapi`] (the V1
-//! contract served on the admin listener), [`differences`] (every V1↔V2
-//! difference, once, as data: feeds shadow defaults, the differential test
-//! and `COMPATIBILITY.md`), [`shadow`] (the migration shadow tester: live
+//! V2 page plans), [`upstream`] (the V2 client, built from
+//! [`http_client`], which the legacy V1 and callback clients share too),
+//! [`v1`]/[`v2`] (wire types), [`error`], [`dialect`] (the V1 behaviours the
+//! record leaves open). Beside them: [`gateway`], [`config`] (TOML + env →
+//! validated config), [`reload`], [`callbacks`] (the callback relay: V2
+//! callbacks → V1 notifications), [`telemetry`] (logs, metric names),
+//! [`openapi`] (the V1 contract served on the admin listener),
+//! [`differences`] (every V1↔V2 difference, once, as data: feeds shadow
+//! defaults, the differential test and `COMPATIBILITY.md`), [`shadow`] (the migration shadow tester: live
 //! mirror, diff engine, capture, replay, report), [`sandbox`] (an embedded V2
 //! reference service with a native V1 surface) and the commands' helpers
 //! [`quickstart`] (`v1compat sandbox`), [`bind`], [`probe`].
@@ -61,6 +62,7 @@ pub mod dialect;
 pub mod differences;
 pub mod error;
 pub mod gateway;
+pub mod http_client;
 pub mod openapi;
 pub mod ops;
 pub mod paging;
@@ -103,16 +105,46 @@ pub async fn run(
     upstream: Arc<dyn upstream::Upstream>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    let acceptor = |files: &Option<tls::TlsFiles>| {
-        files
-            .as_ref()
-            .map(tls::Acceptor::new)
-            .transpose()
-            .map_err(std::io::Error::other)
-    };
-    let tls = (acceptor(&config.public_tls)?, acceptor(&config.admin_tls)?);
+    run_serving(public, admin, config, upstream, None, shutdown).await
+}
+
+/// [`run`], handing the live shadow mirror to `mirror` once it is built,
+/// before anything is served (the sender is dropped when `[shadow]` is off
+/// or start-up fails). Tests await [`shadow::Mirror::flush`] with it rather
+/// than polling for what the copies leave behind.
+pub async fn run_with_mirror(
+    public: TcpListener,
+    admin: TcpListener,
+    config: config::Config,
+    upstream: Arc<dyn upstream::Upstream>,
+    mirror: tokio::sync::oneshot::Sender<Arc<shadow::Mirror>>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    run_serving(public, admin, config, upstream, Some(mirror), shutdown).await
+}
+
+async fn run_serving(
+    public: TcpListener,
+    admin: TcpListener,
+    config: config::Config,
+    upstream: Arc<dyn upstream::Upstream>,
+    on_mirror: Option<tokio::sync::oneshot::Sender<Arc<shadow::Mirror>>>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let tls = (
+        tls_acceptor(&config.public_tls)?,
+        tls_acceptor(&config.admin_tls)?,
+    );
     let live = reload::Live::new(Arc::new(gateway::Gateway::new(upstream, Arc::new(config))));
-    serve_live(public, admin, live, tls, None, shutdown).await
+    serve_live(public, admin, live, tls, None, on_mirror, shutdown).await
+}
+
+fn tls_acceptor(files: &Option<tls::TlsFiles>) -> std::io::Result<Option<tls::Acceptor>> {
+    files
+        .as_ref()
+        .map(tls::Acceptor::new)
+        .transpose()
+        .map_err(std::io::Error::other)
 }
 
 /// [`run`] for a configuration that reloads: on SIGHUP and when its file
@@ -127,7 +159,7 @@ pub async fn run_reloading(
     let triggers = reload::triggers::Triggers::install(reloader.clone());
     let live = reloader.live().clone();
     let tls = reloader.tls();
-    serve_live(public, admin, live, tls, Some(triggers), shutdown).await
+    serve_live(public, admin, live, tls, Some(triggers), None, shutdown).await
 }
 
 async fn serve_live(
@@ -136,6 +168,7 @@ async fn serve_live(
     live: Arc<reload::Live>,
     (public_tls, admin_tls): (Option<tls::Acceptor>, Option<tls::Acceptor>),
     triggers: Option<reload::triggers::Triggers>,
+    on_mirror: Option<tokio::sync::oneshot::Sender<Arc<shadow::Mirror>>>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -158,6 +191,9 @@ async fn serve_live(
     // Built before anything serves: a capture file that cannot be opened
     // stops start-up instead of leaving a gateway without its public side.
     let mirror = shadow::Mirror::new(gateway.clone())?;
+    if let (Some(tx), Some(mirror)) = (on_mirror, &mirror) {
+        let _ = tx.send(mirror.clone());
+    }
     // The drain sequence (see `conn::drain`): readiness false, then after
     // `shutdown.drain_delay_ms` the public listener stops and drains within
     // the grace period; the admin listener stays up until it is done, so

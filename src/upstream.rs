@@ -2,10 +2,11 @@
 //! (a [`V2Call`]) and what comes back (a [`V2Reply`], or an
 //! [`UpstreamFailure`] when nothing did), behind the [`Upstream`] trait so
 //! operations run against the real pooled HTTPS client ([`HttpUpstream`]) or
-//! a test double. The parts: `client` (the pool, headers, deadlines, size
-//! cap, upstream metrics), `retry` (which failures are retried, backoff, the
-//! retry budget), `proxy` (outbound proxies from the environment),
-//! `route_label` (the `route` label values registered at start).
+//! a test double. The parts: `client` (the V2 client on the shared
+//! [`crate::http_client`] plumbing: headers, deadlines, size cap, upstream
+//! metrics), `retry` (which failures are retried, backoff, the retry
+//! budget), `proxy` (outbound proxies from the environment), `route_label`
+//! (the `route` label values registered at start).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,10 +18,9 @@ use http::{Method, StatusCode};
 use crate::v2::V2Path;
 
 mod client;
-mod proxy;
+pub(crate) mod proxy;
 mod retry;
 mod route_label;
-pub(crate) use client::{pooled_client, tls_config, HyperClient};
 pub use client::{AuthStyle, HttpUpstream, UpstreamSettings};
 pub use proxy::ProxyEnv;
 pub use retry::RetrySettings;

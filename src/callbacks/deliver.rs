@@ -20,7 +20,6 @@ use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde_json::{json, Value};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
@@ -34,6 +33,7 @@ use super::schedule::parse_retry_after;
 use super::sign;
 use super::store::Store;
 use super::token::{Claims, Sealer};
+use crate::http_client;
 use crate::ops::run_records::{detail_call, v1_status};
 use crate::ops::Compat;
 use crate::ops::{int_of, string_of};
@@ -90,22 +90,26 @@ impl Deliverer {
         compat: Compat,
         clock: Arc<dyn Clock>,
     ) -> Result<Deliverer, String> {
-        let mut http = HttpConnector::new_with_resolver(Resolver {
-            policy: Arc::new(cfg.policy.clone()),
-        });
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(cfg.attempt_timeout));
-        http.set_nodelay(true);
+        // The shared TCP, TLS and pool plumbing, with two deliberate
+        // differences from the upstream's client: the address-checking
+        // resolver, and no proxy (a proxy would resolve the name itself,
+        // past the check). HTTP/1.1 only: one POST per attempt.
+        let http = http_client::tcp_connector(
+            Resolver {
+                policy: Arc::new(cfg.policy.clone()),
+            },
+            cfg.attempt_timeout,
+        );
         let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(crate::upstream::tls_config(None)?)
+            .with_tls_config(http_client::tls_config(None)?)
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(cfg.per_target_concurrency)
-            .build(https);
+        let client = http_client::pool(
+            https,
+            http_client::SIDE_IDLE_TIMEOUT,
+            cfg.per_target_concurrency,
+        );
         Ok(Deliverer {
             slots: Arc::new(Semaphore::new(cfg.concurrency)),
             owner: format!("{}-{}", hostname(), ulid::Ulid::new()),

@@ -7,8 +7,11 @@
 //! "none"), so the defaults, serialised, list every key there is.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use crate::upstream::{RetrySettings, UpstreamSettings};
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -78,21 +81,29 @@ pub struct UpstreamSection {
 }
 
 impl Default for UpstreamSection {
+    /// The client's own defaults ([`UpstreamSettings::new`]), in the file's
+    /// units, so the two cannot drift apart.
     fn default() -> Self {
+        let base_url = "https://openapi.coreclaw.com";
+        let client = UpstreamSettings::new(url::Url::parse(base_url).expect("a valid URL"));
         UpstreamSection {
-            base_url: "https://openapi.coreclaw.com".into(),
+            base_url: base_url.into(),
             service_key: String::new(),
             auth: "bearer".into(),
-            connect_timeout_ms: 2_000,
-            attempt_timeout_ms: 10_000,
+            connect_timeout_ms: millis(client.connect_timeout),
+            attempt_timeout_ms: millis(client.attempt_timeout),
             request_timeout_ms: 30_000,
             sync_run_timeout_ms: 330_000,
-            pool_idle_timeout_ms: 90_000,
-            pool_max_idle_per_host: 64,
-            max_response_bytes: 16 << 20,
+            pool_idle_timeout_ms: millis(client.pool_idle_timeout),
+            pool_max_idle_per_host: client.pool_max_idle_per_host,
+            max_response_bytes: client.max_response_bytes,
             ca_file: String::new(),
         }
     }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -106,13 +117,17 @@ pub struct RetrySection {
 }
 
 impl Default for RetrySection {
+    /// [`RetrySettings::default`] in the file's units.
     fn default() -> Self {
+        let d = RetrySettings::default();
         RetrySection {
-            max_attempts: 3,
-            base_backoff_ms: 50,
-            max_backoff_ms: 1_000,
-            budget_percent: 0.2,
-            budget_min_per_sec: 10,
+            max_attempts: d.max_attempts,
+            base_backoff_ms: millis(d.base_backoff),
+            max_backoff_ms: millis(d.max_backoff),
+            // Through its shortest decimal form: 0.2f32 widened directly
+            // would print as 0.20000000298023224.
+            budget_percent: d.budget_percent.to_string().parse().unwrap_or(0.2),
+            budget_min_per_sec: d.budget_min_per_sec,
         }
     }
 }

@@ -32,21 +32,9 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     }
 
     let u = &raw.upstream;
-    let base_url = match url::Url::parse(&u.base_url) {
-        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {
-            if url.query().is_some() || !url.username().is_empty() || url.password().is_some() {
-                p.push("upstream.base_url: must not carry a query or credentials".into());
-            }
-            Some(url)
-        }
-        _ => {
-            p.push(format!(
-                "upstream.base_url: {:?} is not an http(s) URL",
-                u.base_url
-            ));
-            None
-        }
-    };
+    let base_url = crate::http_client::parse_base_url("upstream.base_url", &u.base_url)
+        .map_err(|e| p.push(e))
+        .ok();
     let auth_style = match u.auth.as_str() {
         "bearer" => AuthStyle::Bearer,
         "api-key" => AuthStyle::ApiKeyHeader,
@@ -90,15 +78,18 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     }
 
     let r = &raw.retry;
-    if !(1..=10).contains(&r.max_attempts) {
-        p.push("retry.max_attempts: must be between 1 and 10".into());
-    }
-    if r.base_backoff_ms > r.max_backoff_ms {
-        p.push("retry.base_backoff_ms: must not exceed retry.max_backoff_ms".into());
-    }
-    if !(0.0..=1.0).contains(&r.budget_percent) {
-        p.push("retry.budget_percent: must be between 0.0 and 1.0".into());
-    }
+    let retry = RetrySettings {
+        max_attempts: r.max_attempts,
+        base_backoff: Duration::from_millis(r.base_backoff_ms),
+        max_backoff: Duration::from_millis(r.max_backoff_ms),
+        // Out of 0..=1 either way when it was out as f64; f32 is exact
+        // enough inside.
+        budget_percent: r.budget_percent as f32,
+        budget_min_per_sec: r.budget_min_per_sec,
+        // No retry may start after the V1 request's own deadline.
+        retry_window: Duration::from_millis(u.request_timeout_ms),
+    };
+    p.extend(retry.validate());
 
     let l = &raw.limits;
     if l.max_body_bytes == 0 {
@@ -215,16 +206,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     upstream.max_response_bytes = u.max_response_bytes;
     upstream.extra_root_pem = extra_root_pem;
     upstream.ca_file = (!u.ca_file.is_empty()).then(|| u.ca_file.clone().into());
-    upstream.retry = RetrySettings {
-        max_attempts: r.max_attempts,
-        base_backoff: Duration::from_millis(r.base_backoff_ms),
-        max_backoff: Duration::from_millis(r.max_backoff_ms),
-        // Checked to lie in 0..=1 above, where f32 is exact enough.
-        budget_percent: r.budget_percent as f32,
-        budget_min_per_sec: r.budget_min_per_sec,
-        // No retry may start after the V1 request's own deadline.
-        retry_window: Duration::from_millis(u.request_timeout_ms),
-    };
+    upstream.retry = retry;
     Ok(Config {
         public_addr,
         admin_addr,
@@ -269,7 +251,7 @@ fn read_ca_file(path: &str, p: &mut Vec<String>) -> Option<Vec<u8>> {
             return None;
         }
     };
-    if let Err(e) = crate::upstream::tls_config(Some(&pem)) {
+    if let Err(e) = crate::http_client::tls_config(Some(&pem)) {
         p.push(format!("upstream.ca_file: {path}: {e}"));
         return None;
     }

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::telemetry;
@@ -183,8 +183,15 @@ pub fn captured_headers(headers: &http::HeaderMap) -> BTreeMap<String, String> {
 
 /// Writes [`Record`]s as JSON lines from a background task.
 pub struct CaptureWriter {
-    tx: mpsc::Sender<Record>,
+    tx: mpsc::Sender<Queued>,
     task: JoinHandle<std::io::Result<u64>>,
+}
+
+/// What travels to the writer task: a line, or a request to report back
+/// once every line queued before it is on disk.
+enum Queued {
+    Line(Box<Record>),
+    Flush(oneshot::Sender<()>),
 }
 
 /// Lines queued before the live mirror starts dropping them.
@@ -199,19 +206,28 @@ impl CaptureWriter {
             .append(append)
             .truncate(!append)
             .open(path)?;
-        let (tx, mut rx) = mpsc::channel::<Record>(QUEUE);
+        let (tx, mut rx) = mpsc::channel::<Queued>(QUEUE);
         let task = tokio::task::spawn_blocking(move || {
             let mut out = std::io::BufWriter::new(file);
             let mut lines = 0u64;
-            while let Some(rec) = rx.blocking_recv() {
-                write_line(&mut out, &rec)?;
-                lines += 1;
-                // Drain what is queued, then flush, so readers see whole lines soon.
-                while let Ok(rec) = rx.try_recv() {
-                    write_line(&mut out, &rec)?;
-                    lines += 1;
+            let mut waiting = Vec::new();
+            while let Some(first) = rx.blocking_recv() {
+                // Take what is queued, then flush, so readers see whole lines soon.
+                let mut next = Some(first);
+                while let Some(queued) = next {
+                    match queued {
+                        Queued::Line(rec) => {
+                            write_line(&mut out, &rec)?;
+                            lines += 1;
+                        }
+                        Queued::Flush(done) => waiting.push(done),
+                    }
+                    next = rx.try_recv().ok();
                 }
                 out.flush()?;
+                for done in waiting.drain(..) {
+                    let _ = done.send(());
+                }
             }
             out.flush()?;
             Ok(lines)
@@ -221,14 +237,23 @@ impl CaptureWriter {
 
     /// Queues a line without waiting; drops (and counts) it when full.
     pub fn offer(&self, rec: Record) {
-        if self.tx.try_send(rec).is_err() {
+        if self.tx.try_send(Queued::Line(Box::new(rec))).is_err() {
             metrics::counter!(telemetry::SHADOW_CAPTURE_DROPPED).increment(1);
         }
     }
 
     /// Queues a line, waiting for room.
     pub async fn write(&self, rec: Record) {
-        let _ = self.tx.send(rec).await;
+        let _ = self.tx.send(Queued::Line(Box::new(rec))).await;
+    }
+
+    /// Waits until every line queued so far is written and flushed to the
+    /// file (the file stays open). Returns at once if the writer has failed.
+    pub async fn flush(&self) {
+        let (done, written) = oneshot::channel();
+        if self.tx.send(Queued::Flush(done)).await.is_ok() {
+            let _ = written.await;
+        }
     }
 
     /// Closes the queue and waits until every line is on disk.
@@ -317,9 +342,15 @@ mod tests {
             baseline: None,
         };
         w.write(rec.clone()).await;
-        assert_eq!(w.finish().await.unwrap(), 1);
+        w.offer(rec.clone());
+        // A flush puts both lines in the file while the writer stays open.
+        w.flush().await;
         let text = std::fs::read_to_string(&path).unwrap();
-        let back: Record = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        let back: Record = serde_json::from_str(text.lines().next().unwrap()).unwrap();
         assert_eq!(back, rec);
+        w.write(rec.clone()).await;
+        assert_eq!(w.finish().await.unwrap(), 3);
+        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 3);
     }
 }

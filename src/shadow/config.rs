@@ -152,20 +152,9 @@ pub fn validate(s: &ShadowSection, p: &mut Vec<String>) -> ShadowConfig {
             }
             None
         }
-        text => match url::Url::parse(text) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
-                if u.query().is_some() || !u.username().is_empty() || u.password().is_some() {
-                    p.push("shadow.legacy_base_url: must not carry a query or credentials".into());
-                }
-                Some(u)
-            }
-            _ => {
-                p.push(format!(
-                    "shadow.legacy_base_url: {text:?} is not an http(s) URL"
-                ));
-                None
-            }
-        },
+        text => crate::http_client::parse_base_url("shadow.legacy_base_url", text)
+            .map_err(|e| p.push(e))
+            .ok(),
     };
     let primary = match s.primary.as_str() {
         "translated" => Primary::Translated,

@@ -1,9 +1,10 @@
 //! The client to the legacy V1 service: the hop a shadow copy (or, with
 //! `shadow.primary = "legacy"`, the client's own request) takes to the V1
-//! service being retired. One pooled hyper-util client with rustls, like the
-//! V2 client, but it sends V1 requests as they came: method, path, query,
-//! body, and the client's own key headers (forwarded, never logged). Every
-//! request carries the loop guard `x-v1compat-shadow: 1`.
+//! service being retired. Built from [`crate::http_client`] like the V2
+//! client (same TLS, pool, base-URL checks and error wording), but it sends
+//! V1 requests as they came: method, path, query, body, and the client's
+//! own key headers (forwarded, never logged). Every request carries the
+//! loop guard `x-v1compat-shadow: 1`.
 
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,10 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 
+use crate::http_client::{
+    body_failure, origin_and_prefix, pooled_client, send_failure, tls_config, HyperClient,
+    CONNECT_TIMEOUT, SIDE_IDLE_TIMEOUT, SIDE_MAX_IDLE_PER_HOST,
+};
 use crate::upstream::{ProxyEnv, UpstreamFailure};
 
 /// Marks a request as a shadow copy; such requests are never mirrored again.
@@ -56,8 +61,6 @@ pub struct Received {
     pub latency: Duration,
 }
 
-use crate::upstream::HyperClient;
-
 /// A pooled client to one V1 base URL. Cheap to clone.
 #[derive(Clone)]
 pub struct LegacyClient {
@@ -75,22 +78,17 @@ impl std::fmt::Debug for LegacyClient {
 }
 
 impl LegacyClient {
-    /// A client to `base_url` (http or https), through `proxy` where it
-    /// applies. Does not connect.
+    /// A client to `base_url` (http or https, no credentials, query or
+    /// fragment), through `proxy` where it applies. Does not connect.
     pub fn new(base_url: &url::Url, proxy: &ProxyEnv) -> Result<LegacyClient, String> {
-        let host = base_url
-            .host_str()
-            .ok_or_else(|| format!("{base_url}: no host"))?;
-        let port = base_url.port().map(|p| format!(":{p}")).unwrap_or_default();
-        let prefix = base_url.path().trim_end_matches('/');
-        let base = format!("{}://{host}{port}{prefix}", base_url.scheme());
-        let tls = crate::upstream::tls_config(None)?;
-        let client = crate::upstream::pooled_client(
-            tls,
+        // The URL itself stays out of the message: it may carry a password.
+        let base = origin_and_prefix(base_url).map_err(|e| format!("base URL {e}"))?;
+        let client = pooled_client(
+            tls_config(None)?,
             proxy,
-            Duration::from_secs(2),
-            Duration::from_secs(30),
-            32,
+            CONNECT_TIMEOUT,
+            SIDE_IDLE_TIMEOUT,
+            SIDE_MAX_IDLE_PER_HOST,
         );
         Ok(LegacyClient { client, base })
     }
@@ -118,22 +116,12 @@ impl LegacyClient {
         req.headers_mut()
             .insert(LOOP_GUARD, HeaderValue::from_static("1"));
         let exchange = async {
-            let resp = self
-                .client
-                .request(req)
-                .await
-                .map_err(|e| UpstreamFailure::Unreachable(error_chain(&e)))?;
+            let resp = self.client.request(req).await.map_err(send_failure)?;
             let (parts, body) = resp.into_parts();
             let body = Limited::new(body, limit)
                 .collect()
                 .await
-                .map_err(|e| {
-                    if e.is::<http_body_util::LengthLimitError>() {
-                        UpstreamFailure::TooLarge(limit)
-                    } else {
-                        UpstreamFailure::Broken(e.to_string())
-                    }
-                })?
+                .map_err(|e| body_failure(e, limit))?
                 .to_bytes();
             Ok(Received {
                 status: parts.status,
@@ -147,14 +135,18 @@ impl LegacyClient {
     }
 }
 
-/// The error and its sources on one line (hyper's top error says little).
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        cur = s.source();
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_base_url_with_a_password_is_refused_without_showing_it() {
+        let url = url::Url::parse("https://ops:hunter2@legacy.example/v1").unwrap();
+        let err = LegacyClient::new(&url, &ProxyEnv::default()).unwrap_err();
+        assert!(err.contains("credentials"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+        let url = url::Url::parse("http://legacy.example/prefix/").unwrap();
+        let client = LegacyClient::new(&url, &ProxyEnv::default()).unwrap();
+        assert_eq!(client.base, "http://legacy.example/prefix");
     }
-    out
 }

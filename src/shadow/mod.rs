@@ -169,6 +169,23 @@ impl Mirror {
         self.cfg.max_in_flight - self.slots.available_permits()
     }
 
+    /// Waits until every copy handed over so far is compared, counted and
+    /// its capture line (if capturing) flushed to the file. A copy holds
+    /// its slot from the moment the client's answer is built until it is
+    /// done, so holding every slot at once means none is left running.
+    /// Copies started while this waits may be dropped for want of a slot:
+    /// meant for tests and tools that read the results, not for live traffic.
+    pub async fn flush(&self) {
+        let all = u32::try_from(self.cfg.max_in_flight).unwrap_or(u32::MAX);
+        // The semaphore is never closed, so this only waits.
+        if let Ok(every_slot) = self.slots.acquire_many(all).await {
+            drop(every_slot);
+        }
+        if let Some(capture) = &self.capture {
+            capture.flush().await;
+        }
+    }
+
     /// Answers one request through `pipeline`, mirroring it: admission as
     /// usual, the sampling decision, the primary side, then the copy handed
     /// to its own task. The client's answer never waits for the copy.

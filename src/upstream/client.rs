@@ -15,21 +15,19 @@ use http::header::{
     RETRY_AFTER, USER_AGENT,
 };
 use http::{Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
+use http_body_util::{BodyExt, Full, Limited};
 use tracing::debug;
 
-use super::proxy::{ProxyConnector, ProxyEnv};
+use super::proxy::ProxyEnv;
 use super::retry::{
     parse_retry_after, plan_wait, retry_reason, GiveUp, RetryBudget, RetrySettings,
 };
 use super::{ApiKey, RetryPolicy, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply};
 
+use crate::http_client::{
+    body_failure, origin_and_prefix, pooled_client, send_failure, tls_config, HyperClient,
+    CONNECT_TIMEOUT,
+};
 use crate::telemetry::{
     UPSTREAM_DURATION_SECONDS, UPSTREAM_REQUESTS_TOTAL, UPSTREAM_RETRIES_SKIPPED_TOTAL,
     UPSTREAM_RETRIES_TOTAL,
@@ -78,7 +76,7 @@ impl UpstreamSettings {
     pub fn new(base_url: url::Url) -> UpstreamSettings {
         UpstreamSettings {
             base_url,
-            connect_timeout: Duration::from_secs(2),
+            connect_timeout: CONNECT_TIMEOUT,
             attempt_timeout: Duration::from_secs(10),
             pool_idle_timeout: Duration::from_secs(90),
             pool_max_idle_per_host: 64,
@@ -123,8 +121,6 @@ impl std::fmt::Debug for UpstreamSettings {
     }
 }
 
-pub(crate) type HyperClient = Client<HttpsConnector<ProxyConnector>, Full<Bytes>>;
-
 /// The real [`Upstream`]: one connection pool (HTTP/1.1, and HTTP/2 where
 /// TLS negotiates it) shared by every call. Cheap to clone.
 #[derive(Clone)]
@@ -157,11 +153,9 @@ impl HttpUpstream {
     pub fn new(settings: UpstreamSettings) -> Result<HttpUpstream, String> {
         let mut problems = Vec::new();
         let origin_and_prefix = origin_and_prefix(&settings.base_url)
-            .map_err(|p| problems.push(p))
+            .map_err(|p| problems.push(format!("base_url {p}")))
             .ok();
-        if let Err(p) = settings.retry.validate() {
-            problems.push(p);
-        }
+        problems.extend(settings.retry.validate());
         let user_agent = HeaderValue::from_str(&settings.user_agent)
             .map_err(|_| problems.push("user_agent is not a valid header value".to_owned()))
             .ok();
@@ -197,90 +191,6 @@ impl HttpUpstream {
     pub fn settings(&self) -> &UpstreamSettings {
         &self.inner.settings
     }
-}
-
-/// Checks the base URL once and keeps the part every call starts with.
-fn origin_and_prefix(url: &url::Url) -> Result<String, String> {
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!(
-            "base_url must be http:// or https://, not {}://",
-            url.scheme()
-        ));
-    }
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err("base_url must not carry credentials; keys are sent as headers".to_owned());
-    }
-    if url.query().is_some() || url.fragment().is_some() {
-        return Err("base_url must not have a query or fragment".to_owned());
-    }
-    // `host_str` keeps the brackets of an IPv6 literal.
-    let Some(host) = url.host_str() else {
-        return Err("base_url has no host".to_owned());
-    };
-    let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
-    let prefix = url.path().trim_end_matches('/');
-    let origin_and_prefix = format!("{}://{host}{port}{prefix}", url.scheme());
-    // Prove once that any V2 path appended to it makes a valid URI.
-    format!("{origin_and_prefix}/api/v2")
-        .parse::<Uri>()
-        .map_err(|e| format!("base_url does not form a valid request URI: {e}"))?;
-    Ok(origin_and_prefix)
-}
-
-/// A pooled HTTP/1.1 + HTTP/2 client over plain TCP or rustls, directly or
-/// through the proxy `proxy` names, shared by the V2 upstream and the shadow
-/// tester's legacy client.
-pub(crate) fn pooled_client(
-    tls: rustls::ClientConfig,
-    proxy: &ProxyEnv,
-    connect_timeout: Duration,
-    idle_timeout: Duration,
-    max_idle_per_host: usize,
-) -> HyperClient {
-    let mut http = HttpConnector::new();
-    // The TLS wrapper handles `https://`; the inner connector must let it.
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(connect_timeout));
-    http.set_nodelay(true);
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(ProxyConnector::new(http, proxy));
-    Client::builder(TokioExecutor::new())
-        // Without a timer the pool never evicts idle connections.
-        .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(idle_timeout)
-        .pool_max_idle_per_host(max_idle_per_host)
-        .build(https)
-}
-
-/// rustls with the `ring` provider passed explicitly, so no process-wide
-/// default provider has to be installed. Mozilla roots plus any extra PEM.
-pub(crate) fn tls_config(extra_root_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
-    let mut roots = rustls::RootCertStore {
-        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-    };
-    if let Some(pem) = extra_root_pem {
-        let mut added = 0usize;
-        for cert in CertificateDer::pem_slice_iter(pem) {
-            let cert = cert.map_err(|e| format!("extra_root_pem: {e}"))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("extra_root_pem: unusable certificate: {e}"))?;
-            added += 1;
-        }
-        if added == 0 {
-            return Err("extra_root_pem holds no certificate".to_owned());
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS setup: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
 }
 
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -564,73 +474,12 @@ fn status_class(status: StatusCode) -> &'static str {
     }
 }
 
-/// Connect errors mean V2 never saw the request; anything else may have
-/// reached it.
-fn send_failure(err: hyper_util::client::legacy::Error) -> UpstreamFailure {
-    let detail = error_chain(&err);
-    if err.is_connect() {
-        UpstreamFailure::Unreachable(detail)
-    } else {
-        UpstreamFailure::Broken(detail)
-    }
-}
-
-fn body_failure(err: Box<dyn std::error::Error + Send + Sync>, limit: usize) -> UpstreamFailure {
-    if err.downcast_ref::<LengthLimitError>().is_some() {
-        UpstreamFailure::TooLarge(limit)
-    } else {
-        UpstreamFailure::Broken(error_chain(err.as_ref()))
-    }
-}
-
-/// hyper's top-level errors say little ("client error (Connect)"); the
-/// causes say what happened. None of them carry the URL or headers.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn url(s: &str) -> url::Url {
         url::Url::parse(s).unwrap()
-    }
-
-    #[test]
-    fn base_url_prefix_is_kept_without_trailing_slash() {
-        assert_eq!(
-            origin_and_prefix(&url("https://v2.example")).unwrap(),
-            "https://v2.example"
-        );
-        assert_eq!(
-            origin_and_prefix(&url("http://127.0.0.1:8080/gw/v2proxy/")).unwrap(),
-            "http://127.0.0.1:8080/gw/v2proxy"
-        );
-        assert_eq!(
-            origin_and_prefix(&url("http://[::1]:9/")).unwrap(),
-            "http://[::1]:9"
-        );
-    }
-
-    #[test]
-    fn unusable_base_urls_are_refused() {
-        for bad in [
-            "ftp://v2.example",
-            "https://user:pw@v2.example",
-            "https://v2.example/?token=x",
-            "https://v2.example/#x",
-            "unix:/tmp/sock",
-        ] {
-            assert!(origin_and_prefix(&url(bad)).is_err(), "{bad}");
-        }
     }
 
     #[test]
@@ -679,12 +528,6 @@ mod tests {
         // must not need one (connections are only made on the first call).
         let up = HttpUpstream::new(UpstreamSettings::new(url("https://v2.example/p"))).unwrap();
         assert!(format!("{up:?}").contains("https://v2.example/p"));
-    }
-
-    #[test]
-    fn extra_roots_must_be_certificates() {
-        assert!(tls_config(None).is_ok());
-        assert!(tls_config(Some(b"not a pem")).is_err());
     }
 
     #[test]

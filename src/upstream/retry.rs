@@ -48,30 +48,29 @@ impl Default for RetrySettings {
 }
 
 impl RetrySettings {
-    /// Checks the values `TpsBudget` would otherwise assert on, so a bad
-    /// config is an error at startup rather than a panic.
-    pub(crate) fn validate(&self) -> Result<(), String> {
+    /// The one check of the retry bounds, for `[retry]` in the configuration
+    /// and for a client built in code alike; each problem names its
+    /// `[retry]` key. Also catches the values `TpsBudget` would assert on,
+    /// so a bad setting is an error at startup rather than a panic.
+    pub(crate) fn validate(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        if self.max_attempts == 0 || self.max_attempts > 100 {
-            problems.push(format!(
-                "retry.max_attempts must be between 1 and 100, got {}",
-                self.max_attempts
-            ));
+        if !(1..=10).contains(&self.max_attempts) {
+            problems.push("retry.max_attempts: must be between 1 and 10".to_owned());
         }
-        if !self.budget_percent.is_finite() || !(0.0..=1000.0).contains(&self.budget_percent) {
-            problems.push(format!(
-                "retry.budget_percent must be between 0 and 1000, got {}",
-                self.budget_percent
-            ));
+        if self.base_backoff > self.max_backoff {
+            problems.push("retry.base_backoff_ms: must not exceed retry.max_backoff_ms".to_owned());
+        }
+        // NaN is in no range.
+        if !(0.0..=1.0).contains(&self.budget_percent) {
+            problems.push("retry.budget_percent: must be between 0.0 and 1.0".to_owned());
         }
         if self.budget_min_per_sec >= i32::MAX as u32 {
-            problems.push("retry.budget_min_per_sec is too large".to_owned());
+            problems.push(format!(
+                "retry.budget_min_per_sec: must be below {}",
+                i32::MAX
+            ));
         }
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems.join("; "))
-        }
+        problems
     }
 }
 
@@ -308,8 +307,8 @@ mod tests {
     }
 
     #[test]
-    fn invalid_budget_settings_are_errors_not_panics() {
-        assert!(RetrySettings::default().validate().is_ok());
+    fn out_of_bounds_settings_are_errors_not_panics() {
+        assert!(RetrySettings::default().validate().is_empty());
         for bad in [
             RetrySettings {
                 budget_percent: f32::NAN,
@@ -324,11 +323,23 @@ mod tests {
                 ..RetrySettings::default()
             },
             RetrySettings {
+                max_attempts: 11,
+                ..RetrySettings::default()
+            },
+            RetrySettings {
+                budget_percent: 1.5,
+                ..RetrySettings::default()
+            },
+            RetrySettings {
+                base_backoff: Duration::from_secs(2),
+                ..RetrySettings::default()
+            },
+            RetrySettings {
                 budget_min_per_sec: u32::MAX,
                 ..RetrySettings::default()
             },
         ] {
-            assert!(bad.validate().is_err(), "{bad:?}");
+            assert_eq!(bad.validate().len(), 1, "{bad:?}");
         }
     }
 

@@ -19,7 +19,7 @@ use v1compat::pipeline::{Pipeline, RawV1Request};
 use v1compat::route::Operation;
 use v1compat::upstream::HttpUpstream;
 
-use crate::support::{send, serve_scripted, Exchange, ScriptedV2, TestGateway};
+use crate::support::{send, Exchange, MockV2, TestGateway};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Case {
@@ -93,8 +93,8 @@ fn config(case: &Case, base_url: &str) -> String {
 /// The in-process run: the gateway's own pipeline (routing, checks,
 /// operations and rendering), with the same headers as the HTTP run, no
 /// network.
-async fn run_in_process(case: &Case) -> (Expect, ScriptedV2) {
-    let v2 = ScriptedV2::new(case.v2.clone());
+async fn run_in_process(case: &Case) -> (Expect, MockV2) {
+    let v2 = MockV2::scripted(case.v2.clone());
     let cfg = v1compat::config::load(&config(case, "http://v2.invalid"), Vec::new()).unwrap();
     let pipeline = Pipeline::new(Arc::new(Gateway::new(Arc::new(v2.clone()), Arc::new(cfg))));
     let method = Method::from_bytes(case.v1.method.as_bytes()).unwrap();
@@ -125,10 +125,9 @@ async fn run_in_process(case: &Case) -> (Expect, ScriptedV2) {
 
 /// The end-to-end run: V1 over HTTP to a gateway on port 0, V2 over HTTP to
 /// the scripted mock.
-async fn run_over_http(case: &Case) -> (Expect, ScriptedV2) {
-    let v2 = ScriptedV2::new(case.v2.clone());
-    let v2_addr = serve_scripted(v2.clone()).await;
-    let cfg_text = config(case, &format!("http://{v2_addr}"));
+async fn run_over_http(case: &Case) -> (Expect, MockV2) {
+    let v2 = MockV2::scripted(case.v2.clone()).serve().await;
+    let cfg_text = config(case, &v2.url());
     let cfg = v1compat::config::load(&cfg_text, Vec::new()).unwrap();
     let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());
     let gw = TestGateway::start(&cfg_text, upstream).await;
@@ -149,41 +148,44 @@ async fn run_over_http(case: &Case) -> (Expect, ScriptedV2) {
     )
 }
 
-fn check_v2(name: &str, case: &Case, v2: &ScriptedV2) -> Vec<String> {
+fn check_v2(name: &str, case: &Case, v2: &MockV2) -> Vec<String> {
     let mut problems = Vec::new();
     let unused = v2.unused();
     if !unused.is_empty() {
         problems.push(format!("{name}: expected V2 calls not made: {unused:?}"));
     }
-    for got in v2.received() {
+    let seen = v2.seen();
+    for got in &seen {
         let Some(want) = case
             .v2
             .iter()
-            .find(|e| e.request.method == got.method && e.request.path == got.path)
+            .find(|e| e.request.method == got.method && e.request.path == got.target)
         else {
             problems.push(format!(
                 "{name}: unexpected V2 call {} {}",
-                got.method, got.path
+                got.method, got.target
             ));
             continue;
         };
-        if want.request.body != got.body {
+        // No body and an empty one are the same call.
+        let body = (!got.body.is_empty()).then(|| got.json());
+        if want.request.body != body {
             problems.push(format!(
                 "{name}: V2 body for {} {}\n  want {:?}\n  got  {:?}",
-                got.method, got.path, want.request.body, got.body
+                got.method, got.target, want.request.body, body
             ));
         }
         if want.request.key != got.key {
             problems.push(format!(
                 "{name}: V2 key for {} {}: want {:?}, got {:?}",
-                got.method, got.path, want.request.key, got.key
+                got.method, got.target, want.request.key, got.key
             ));
         }
     }
-    if v2.received().len() != case.v2.len() {
+    if seen.len() != case.v2.len() {
         problems.push(format!(
             "{name}: {} V2 calls made, {} expected",
-            v2.received().len(),
+            seen.len(),
             case.v2.len()
         ));
     }

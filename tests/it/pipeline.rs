@@ -2,21 +2,20 @@
 //! caller (what `replay --upstream` and the golden tests use) answer byte for
 //! byte alike, and no exit path leaks an in-flight count.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
 
 use v1compat::gateway::Gateway;
 use v1compat::pipeline::{Pipeline, RawV1Request, V1Response};
 use v1compat::sandbox::{Sandbox, SandboxConfig};
-use v1compat::upstream::{HttpUpstream, Upstream, UpstreamFuture, V2Call};
+use v1compat::upstream::HttpUpstream;
 
-use crate::support::{send, TestGateway};
+use crate::support::{local_metrics, metric, send, MockV2, Reply, TestGateway};
 
 /// One V1 request, sent both ways.
 struct Probe {
@@ -215,61 +214,17 @@ async fn in_process_and_live_gateway_answer_byte_for_byte_alike() {
     assert_eq!(refused, bad_probes(&key).len());
 }
 
-/// A V2 that never answers, and says when a call starts and when the
-/// gateway gives it up (the call's future is dropped).
-struct HangingV2 {
-    started: Mutex<Option<oneshot::Sender<()>>>,
-    dropped: Mutex<Option<oneshot::Sender<()>>>,
-}
-
-/// Fires its sender when dropped.
-struct OnDrop(Option<oneshot::Sender<()>>);
-
-impl Drop for OnDrop {
-    fn drop(&mut self) {
-        if let Some(tx) = self.0.take() {
-            let _ = tx.send(());
-        }
-    }
-}
-
-impl Upstream for HangingV2 {
-    fn call(&self, _call: V2Call, _request_id: &str) -> UpstreamFuture<'_> {
-        if let Some(tx) = self.started.lock().unwrap().take() {
-            let _ = tx.send(());
-        }
-        let guard = OnDrop(self.dropped.lock().unwrap().take());
-        Box::pin(async move {
-            let _guard = guard;
-            std::future::pending().await
-        })
-    }
-}
-
-fn in_flight(recorder: &metrics_exporter_prometheus::PrometheusRecorder) -> Option<f64> {
-    recorder
-        .handle()
-        .render()
-        .lines()
-        .find_map(|l| l.strip_prefix("v1compat_requests_in_flight "))
-        .map(|v| v.trim().parse().unwrap())
-}
-
 // A current-thread runtime: the gateway's tasks run on this thread, so the
 // thread's local recorder sees their metrics and no other test's.
 #[tokio::test(flavor = "current_thread")]
 async fn a_client_hanging_up_mid_request_leaves_nothing_in_flight() {
-    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
-    let _local = metrics::set_default_local_recorder(&recorder);
-    let (started_tx, started) = oneshot::channel();
-    let (dropped_tx, dropped) = oneshot::channel();
-    let v2 = Arc::new(HangingV2 {
-        started: Mutex::new(Some(started_tx)),
-        dropped: Mutex::new(Some(dropped_tx)),
-    });
+    let (m, _local) = local_metrics();
+    let in_flight = || metric(&m, "v1compat_requests_in_flight", &[]);
+    // A V2 that never answers.
+    let v2 = MockV2::new(|_| Reply::Hang);
     let gw = TestGateway::start(
         "[upstream]\nbase_url = \"http://127.0.0.1:9\"\n[log]\nlevel = \"warn\"\n",
-        v2,
+        Arc::new(v2.clone()),
     )
     .await;
 
@@ -280,13 +235,13 @@ async fn a_client_hanging_up_mid_request_leaves_nothing_in_flight() {
         body.len()
     );
     client.write_all(request.as_bytes()).await.unwrap();
-    started.await.unwrap();
-    assert_eq!(in_flight(&recorder), Some(1.0), "the request is in flight");
+    v2.arrived(1).await;
+    assert_eq!(in_flight(), 1.0, "the request is in flight");
 
     drop(client);
     // The gateway drops the request's future when it sees the hang-up; the
     // V2 call goes with it, and on this one thread so has everything else
     // the request held by the time this wakes.
-    dropped.await.unwrap();
-    assert_eq!(in_flight(&recorder), Some(0.0), "in-flight leaked");
+    v2.abandoned(1).await;
+    assert_eq!(in_flight(), 0.0, "in-flight leaked");
 }

@@ -6,7 +6,7 @@
 //! never reaches a V2 shortcut (`worker-runs/last…`). The segment builder is
 //! checked on its own as well. Bounded: a few hundred cases per property.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use percent_encoding::percent_decode_str;
@@ -15,32 +15,21 @@ use serde_json::{json, Map, Value};
 
 use v1compat::ops::{self, Translator, V1Request};
 use v1compat::route::Operation;
-use v1compat::upstream::{ApiKey, Upstream, UpstreamFuture, V2Call, V2Reply};
+use v1compat::upstream::ApiKey;
 use v1compat::v2::{Part, Segment, V2Path, RESERVED_RUN_WORDS};
 
-/// Records every V2 path and answers with a success envelope that has a
-/// little of everything the operations read.
-#[derive(Default)]
-struct Recorder {
-    paths: Mutex<Vec<String>>,
-}
+use crate::support::{MockV2, Reply};
 
-impl Upstream for Recorder {
-    fn call(&self, call: V2Call, _request_id: &str) -> UpstreamFuture<'_> {
-        self.paths.lock().unwrap().push(call.path.path_and_query());
-        let body = json!({"code": 0, "message": "success", "data": {
+/// A V2 that answers every call with a success envelope that has a little
+/// of everything the operations read; the paths it was asked for are
+/// checked afterwards.
+fn v2() -> MockV2 {
+    MockV2::new(|_| {
+        Reply::ok(json!({
             "run_slug": "01KS2A1M515HG7PZX9STTB0KPH", "slug": "r", "status": "running",
             "list": [], "count": 0, "headers": [], "input_schema": {"properties": []},
-            "version": "v1", "balance": "1.00", "download_url": "http://h/x"}});
-        Box::pin(async move {
-            Ok(V2Reply {
-                status: http::StatusCode::OK,
-                body: Bytes::from(body.to_string()),
-                attempts: 1,
-                retry_after: None,
-            })
-        })
-    }
+            "version": "v1", "balance": "1.00", "download_url": "http://h/x"}))
+    })
 }
 
 /// Characters that have broken path builders elsewhere, mixed with plain ones.
@@ -174,13 +163,13 @@ fn assert_safe(path_and_query: &str) {
     }
 }
 
-fn translator(upstream: Arc<Recorder>) -> Translator {
+fn translator(upstream: MockV2) -> Translator {
     let config = v1compat::config::load(
         "[upstream]\nbase_url = \"http://127.0.0.1:9\"\nservice_key = \"svc\"\n[workers]\nverify = false\n",
         Vec::new(),
     )
     .unwrap();
-    Translator::new(upstream, config.translation())
+    Translator::new(Arc::new(upstream), config.translation())
 }
 
 proptest! {
@@ -194,8 +183,8 @@ proptest! {
         keyed in any::<bool>(),
     ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let recorder = Arc::new(Recorder::default());
-        let tr = translator(recorder.clone());
+        let v2 = v2();
+        let tr = translator(v2.clone());
         let req = V1Request {
             op,
             query,
@@ -209,8 +198,8 @@ proptest! {
             prop_assert!(r.envelope.code != 0);
             prop_assert!(r.envelope.data.is_null());
         }
-        for path in recorder.paths.lock().unwrap().iter() {
-            assert_safe(path);
+        for seen in v2.seen() {
+            assert_safe(&seen.target);
         }
     }
 

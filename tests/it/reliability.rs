@@ -17,50 +17,27 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use v1compat::upstream::{Upstream, UpstreamFuture, V2Call, V2Reply};
-
-use crate::support::{MockV2, Reply, TestGateway};
+use crate::support::{local_metrics, metric, MockV2, Reply, TestGateway};
 
 const KEY: &str = "reliability-key-7Hq2";
 const RUN: &str = "01KS2A1M515HG7PZX9STTB0KPH";
 /// No test here waits longer than this for anything.
 const BOUND: Duration = Duration::from_secs(10);
 
-/// A V2 that answers every call with a run record after `delay`, counting
-/// calls, in process (no sockets, so only the gateway's connections count).
-struct SlowV2 {
-    delay: Duration,
-    calls: AtomicUsize,
-}
-
-impl Upstream for SlowV2 {
-    fn call(&self, _call: V2Call, _request_id: &str) -> UpstreamFuture<'_> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        let body = json!({"code": 0, "message": "success", "data": {
+/// A gateway in front of a V2 that answers every call with a run record
+/// after `delay`, in process (no sockets, so only the gateway's connections
+/// count).
+async fn gateway(delay: Duration, extra: &str) -> (TestGateway, MockV2) {
+    let v2 = MockV2::new(move |_| {
+        let run = Reply::ok(json!({
             "slug": RUN, "status": "succeeded", "err_msg": "", "scraper_title": "News",
             "scraper_slug": "coreclaw~news", "results": 3, "usage": "0.5",
             "started_at": 1786000780, "finished_at": 1786000787, "duration": 7,
-            "origin": "api_v2", "traffic": 0, "version": "v1"}});
-        let delay = self.delay;
-        Box::pin(async move {
-            tokio::time::sleep(delay).await;
-            Ok(V2Reply {
-                status: http::StatusCode::OK,
-                body: Bytes::from(body.to_string()),
-                attempts: 1,
-                retry_after: None,
-            })
-        })
-    }
-}
-
-async fn gateway(delay: Duration, extra: &str) -> (TestGateway, Arc<SlowV2>) {
-    let v2 = Arc::new(SlowV2 {
-        delay,
-        calls: AtomicUsize::new(0),
+            "origin": "api_v2", "traffic": 0, "version": "v1"}));
+        Reply::Slow(delay, Box::new(run))
     });
     let config = format!("[upstream]\nbase_url = \"http://127.0.0.1:9\"\n{extra}");
-    (TestGateway::start(&config, v2.clone()).await, v2)
+    (TestGateway::start(&config, Arc::new(v2.clone())).await, v2)
 }
 
 fn detail_request(close: bool) -> Vec<u8> {
@@ -346,7 +323,7 @@ async fn a_12_mib_body_is_answered_with_the_envelope() {
         .expect("no reset while writing");
     let a = read_answer(&mut s).await.expect("the refusal");
     assert_eq!((a.status, a.json()["code"].clone()), (400, json!(4000)));
-    assert_eq!(v2.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(v2.total(), 1);
 }
 
 /// Python's `http.client` sends the head and the whole body in one
@@ -437,7 +414,7 @@ async fn a_12_mib_body_from_python_and_curl_gets_the_envelope() {
             }
         }
     }
-    assert_eq!(v2.calls.load(Ordering::SeqCst), 0, "nothing reached V2");
+    assert_eq!(v2.total(), 0, "nothing reached V2");
 }
 
 /// A declared length over the limit is refused from the head alone: no
@@ -570,16 +547,17 @@ async fn shutdown_during_a_burst_loses_no_request() {
 /// envelope, not cut off.
 #[tokio::test]
 async fn a_request_outliving_the_grace_period_gets_an_envelope() {
-    let (gw, _) = gateway(
+    let (gw, v2) = gateway(
         Duration::from_secs(60),
         "[shutdown]\ngrace_period_secs = 1\n",
     )
     .await;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
     s.write_all(&detail_request(false)).await.unwrap();
-    // The request is in V2's hands once the in-flight gauge would count it;
-    // give the gateway a moment to read it before stopping.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Stop only once the request is in V2's hands.
+    tokio::time::timeout(BOUND, v2.arrived(1))
+        .await
+        .expect("the request reached V2");
     let server = gw.shutdown();
     let a = tokio::time::timeout(BOUND, read_answer(&mut s))
         .await
@@ -669,63 +647,46 @@ async fn protocol_level_refusals() {
 }
 
 /// Clients that hang up mid-request leave the in-flight gauge at zero.
-#[tokio::test]
+/// On a current-thread runtime with the test's own recorder, so the gauge
+/// is this gateway's alone.
+#[tokio::test(flavor = "current_thread")]
 async fn the_in_flight_gauge_returns_to_zero_after_aborted_requests() {
+    let (m, _local) = local_metrics();
+    let in_flight = || metric(&m, "v1compat_requests_in_flight", &[]);
     let (gw, v2) = gateway(Duration::from_secs(30), "").await;
     for n in 1..=5 {
         let mut s = TcpStream::connect(gw.addr).await.unwrap();
         s.write_all(&detail_request(false)).await.unwrap();
         // Hang up only once the request is admitted and waiting on V2.
-        let deadline = Instant::now() + BOUND;
-        while v2.calls.load(Ordering::SeqCst) < n {
-            assert!(Instant::now() < deadline, "request {n} never reached V2");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        if n == 5 {
-            let metrics = crate::support::send(gw.admin, "GET", "/metrics", &[], None).await;
-            let text = String::from_utf8_lossy(&metrics.2).into_owned();
-            let now = in_flight(&text);
-            assert!(now.is_some_and(|v| v >= 1.0), "not counted: {now:?}");
-        }
+        tokio::time::timeout(BOUND, v2.arrived(n))
+            .await
+            .unwrap_or_else(|_| panic!("request {n} never reached V2"));
+        let now = in_flight();
+        assert!(
+            (1.0..=n as f64).contains(&now),
+            "request {n}: {now} in flight"
+        );
         drop(s);
     }
-    // The gauge is process-wide (other tests share it), so the check is that
-    // hyper dropped these five: the gateway's own count of admitted requests.
-    let metrics = crate::support::send(gw.admin, "GET", "/metrics", &[], None).await;
-    let text = String::from_utf8_lossy(&metrics.2).into_owned();
-    assert!(text.contains("v1compat_requests_in_flight"), "{text}");
-    let gauge = in_flight;
-    let deadline = Instant::now() + BOUND;
-    loop {
-        let metrics = crate::support::send(gw.admin, "GET", "/metrics", &[], None).await;
-        let now = gauge(&String::from_utf8_lossy(&metrics.2));
-        if now.is_some_and(|v| v <= 0.0) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "gauge stuck at {now:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Each hang-up drops the request's future, its V2 call with it; on
+    // this one thread the rest of what the request held is gone by the
+    // time this wakes.
+    tokio::time::timeout(BOUND, v2.abandoned(5))
+        .await
+        .expect("the gateway gave up all five V2 calls");
+    assert_eq!(in_flight(), 0.0, "in-flight leaked");
 }
 
 /// V2's `Retry-After` reaches the V1 client with the 429; the gateway's own
 /// overload answer carries one too.
 #[tokio::test]
 async fn retry_after_is_passed_on_with_429() {
-    struct Busy;
-    impl Upstream for Busy {
-        fn call(&self, _call: V2Call, _request_id: &str) -> UpstreamFuture<'_> {
-            Box::pin(async {
-                Ok(V2Reply {
-                    status: http::StatusCode::TOO_MANY_REQUESTS,
-                    body: Bytes::from_static(br#"{"code":13000,"message":"slow down"}"#),
-                    attempts: 1,
-                    retry_after: Some(Duration::from_millis(6500)),
-                })
-            })
-        }
-    }
+    let busy = MockV2::new(|_| {
+        let slow_down = Reply::error(429, 13000, "slow down");
+        Reply::RetryAfter(Duration::from_millis(6500), Box::new(slow_down))
+    });
     let config = "[upstream]\nbase_url = \"http://127.0.0.1:9\"\n";
-    let gw = TestGateway::start(config, Arc::new(Busy)).await;
+    let gw = TestGateway::start(config, Arc::new(busy)).await;
     let a = detail_once(gw.addr).await;
     assert_eq!((a.status, a.json()["code"].clone()), (429, json!(4290)));
     assert!(
@@ -751,12 +712,4 @@ async fn an_abort_lost_in_transport_is_70002() {
     .await;
     assert_eq!((status, &v["code"]), (500, &json!(70002)), "{v}");
     assert_eq!(v2.total(), 1, "an abort is never sent twice");
-}
-
-fn in_flight(metrics: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find(|l| l.starts_with("v1compat_requests_in_flight "))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<f64>().ok())
 }

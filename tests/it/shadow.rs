@@ -1,13 +1,15 @@
 //! Shadow testing end to end: the sandbox's native V1 surface is the legacy
 //! service, its V2 surface the upstream of the translation. Replays over
 //! every read-only operation, a translation fault, the baseline, the live
-//! mirror against a hanging or absent legacy target, and key redaction in
-//! captures.
+//! mirror (one test per behaviour, each reading its own local metrics
+//! recorder and waiting on `Mirror::flush`) against a hanging or absent
+//! legacy target, and key redaction in captures.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use metrics_util::debugging::Snapshotter;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
@@ -18,7 +20,7 @@ use v1compat::shadow::replay::{replay, ReplayOptions, ReplayStats, TranslatedSid
 use v1compat::shadow::report::{quantile, Report};
 use v1compat::upstream::HttpUpstream;
 
-use crate::support::{send, send_json, TestGateway};
+use crate::support::{local_metrics, metric, send, send_json, TestGateway};
 
 const GOOGLE_MAPS: &str = "01KBHMS6A8H6A3K5FJY11MQ99Z";
 const AMAZON: &str = "coreclaw/amazon-product-by-asin";
@@ -355,32 +357,16 @@ async fn gateway(w: &World, extra: &str) -> TestGateway {
     TestGateway::start(&text, upstream).await
 }
 
-/// Sum of the samples of `name` whose labels include every `labels` pair.
-async fn metric(admin: std::net::SocketAddr, name: &str, labels: &[(&str, &str)]) -> f64 {
-    let (_, _, body) = send(admin, "GET", "/metrics", &[], None).await;
-    let text = String::from_utf8(body.to_vec()).unwrap();
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
-        .filter(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-async fn copies(gw: &TestGateway, op: &str, outcome: &str) -> f64 {
+fn copies(m: &Snapshotter, op: &str, outcome: &str) -> f64 {
     metric(
-        gw.admin,
+        m,
         "v1compat_shadow_copies_total",
         &[("operation", op), ("outcome", outcome)],
     )
-    .await
 }
 
-async fn in_flight(gw: &TestGateway) -> f64 {
-    metric(gw.admin, "v1compat_shadow_copies_in_flight", &[]).await
+fn in_flight(m: &Snapshotter) -> f64 {
+    metric(m, "v1compat_shadow_copies_in_flight", &[])
 }
 
 /// A legacy target that accepts connections and never answers.
@@ -409,18 +395,27 @@ async fn timed_get(addr: std::net::SocketAddr, path: &str) -> Duration {
     started.elapsed()
 }
 
-/// The live mirror (one test, because the in-flight gauge is process-wide):
-/// a legacy target that is down fails copies fast and in-flight copies stay
-/// within the cap; a target that hangs holds its slots, later copies are
-/// dropped, and the primary answers are not delayed; the loop guard stops
-/// mirroring; with `primary = "legacy"` the client gets legacy's answer and
-/// the capture has keys redacted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
-    let w = World::start().await;
-    let key = w.key().to_owned();
+async fn account_info(gw: &TestGateway, key: &str) {
+    let (status, _) = send_json(
+        gw.addr,
+        "POST",
+        "/api/v1/account/info",
+        Some(key),
+        Some(&json!({})),
+    )
+    .await;
+    assert_eq!(status, 200);
+}
 
-    // 1. Legacy down: copies fail, none linger beyond the cap.
+// The live mirror. Each test runs on a current-thread runtime with its own
+// metrics recorder, and waits on `Mirror::flush` for its copies to finish.
+
+/// Legacy down: copies fail fast, in-flight copies never exceed the cap,
+/// and every copy ends counted as failed or dropped.
+#[tokio::test(flavor = "current_thread")]
+async fn mirror_with_legacy_down_fails_copies_within_the_cap() {
+    let (m, _local) = local_metrics();
+    let w = World::start().await;
     let down = absent_target().await;
     let gw = gateway(
         &w,
@@ -429,36 +424,31 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
     .await;
     let n = 300;
     let mut peak = 0.0f64;
-    for i in 0..n {
-        let (status, _) = send_json(
-            gw.addr,
-            "POST",
-            "/api/v1/account/info",
-            Some(&key),
-            Some(&json!({})),
-        )
-        .await;
-        assert_eq!(status, 200);
-        if i % 25 == 0 {
-            peak = peak.max(in_flight(&gw).await);
-        }
+    for _ in 0..n {
+        account_info(&gw, w.key()).await;
+        peak = peak.max(in_flight(&m));
     }
     assert!(peak <= 4.0, "in flight {peak} > max_in_flight 4");
-    let failed = copies(&gw, "account_info", "failed").await;
-    let dropped = copies(&gw, "account_info", "dropped").await;
-    assert_eq!(copies(&gw, "account_info", "sent").await, 0.0);
+    gw.mirror().flush().await;
+    let failed = copies(&m, "account_info", "failed");
+    let dropped = copies(&m, "account_info", "dropped");
+    assert_eq!(copies(&m, "account_info", "sent"), 0.0);
     assert!(failed >= 1.0, "no failed copy counted");
-    // Every copy is accounted for, except at most max_in_flight still running.
-    assert!(
-        failed + dropped >= f64::from(n) - 4.0,
+    assert_eq!(
+        failed + dropped,
+        f64::from(n),
         "failed {failed} dropped {dropped}"
     );
-    assert!(failed + dropped <= f64::from(n));
-    drop(gw);
+    assert_eq!(in_flight(&m), 0.0);
+}
 
-    // 2. Legacy hangs: four copies hold the four slots for the whole test,
-    // every later one is dropped on the spot; primary latency is compared
-    // with the same requests to a gateway without shadow.
+/// Legacy hangs: four copies hold the four slots, every later one is
+/// dropped on the spot, and the primary answers are not delayed (compared
+/// with the same requests to a gateway without shadow).
+#[tokio::test(flavor = "current_thread")]
+async fn mirror_with_legacy_hanging_drops_copies_and_never_delays_the_primary() {
+    let (m, _local) = local_metrics();
+    let w = World::start().await;
     let (hang, _hang_task) = hanging_target().await;
     let off = gateway(&w, "").await;
     let on = gateway(
@@ -467,7 +457,6 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
     )
     .await;
     let path = "/api/proxy/region";
-    let dropped_before = copies(&on, "proxy_regions", "dropped").await;
     let (mut t_off, mut t_on) = (Vec::new(), Vec::new());
     let rounds = 200;
     for _ in 0..rounds {
@@ -482,17 +471,22 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
         p99_on <= p99_off * 2.0 + 25.0,
         "p99 {p99_on:.2} ms vs {p99_off:.2} ms"
     );
-    let dropped = copies(&on, "proxy_regions", "dropped").await - dropped_before;
-    assert_eq!(dropped, f64::from(rounds) - 4.0);
-    let now = in_flight(&on).await;
-    assert!(
-        (4.0..=8.0).contains(&now),
-        "in flight {now}: 4 hung here, at most 4 left from part 1"
+    assert_eq!(
+        copies(&m, "proxy_regions", "dropped"),
+        f64::from(rounds) - 4.0
     );
-    drop((off, on));
+    assert_eq!(in_flight(&m), 4.0);
+    assert_eq!(on.mirror().in_flight(), 4);
+}
 
-    // 3. primary = "legacy", capture on: the client gets legacy's answer,
-    // the translation runs behind it, the capture has no key in it.
+/// `primary = "legacy"`, capture on: the client gets legacy's answer, the
+/// translation runs behind it, guarded and write requests are not
+/// mirrored, and the capture has no key in it.
+#[tokio::test(flavor = "current_thread")]
+async fn mirror_with_legacy_primary_answers_from_legacy_and_redacts_the_capture() {
+    let (m, _local) = local_metrics();
+    let w = World::start().await;
+    let key = w.key().to_owned();
     let capture = w.path("live.jsonl");
     let gw = gateway(
         &w,
@@ -525,7 +519,7 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
     .await;
     assert_eq!((status, body["data"]["status"].clone()), (200, json!(3)));
     // A guarded request is not mirrored; a write operation goes to legacy only.
-    let skipped = copies(&gw, "run_detail", "skipped").await;
+    let skipped = copies(&m, "run_detail", "skipped");
     let (status, _, _) = send(
         gw.addr,
         "POST",
@@ -539,7 +533,7 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
     )
     .await;
     assert_eq!(status, 200);
-    assert_eq!(copies(&gw, "run_detail", "skipped").await, skipped + 1.0);
+    assert_eq!(copies(&m, "run_detail", "skipped"), skipped + 1.0);
     let started_runs = || async {
         let (_, log) = send_json(
             w.sandbox.v2_addr(),
@@ -558,7 +552,6 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
             .count()
     };
     let v2_runs = started_runs().await;
-    let skipped = copies(&gw, "start_run", "skipped").await;
     let start = json!({"scraper_slug": GOOGLE_MAPS, "is_async": true, "input": {"parameters": {"custom": {"keywords": ["tea"]}}}});
     let (status, body) = send_json(
         gw.addr,
@@ -570,21 +563,17 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
     .await;
     assert_eq!(status, 200, "{body}");
     assert!(body["data"]["run_slug"].is_string());
-    assert_eq!(copies(&gw, "start_run", "skipped").await, skipped + 1.0);
+    assert_eq!(copies(&m, "start_run", "skipped"), 1.0);
     assert_eq!(
         started_runs().await,
         v2_runs,
         "a run was started through V2"
     );
-    // Wait (bounded) for the two copies to reach the capture file.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let text = loop {
-        let text = std::fs::read_to_string(&capture).unwrap_or_default();
-        if text.lines().count() >= 2 || Instant::now() > deadline {
-            break text;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    // The two mirrored copies (account info, the first run detail).
+    gw.mirror().flush().await;
+    assert_eq!(copies(&m, "account_info", "sent"), 1.0);
+    assert_eq!(copies(&m, "run_detail", "sent"), 1.0);
+    let text = std::fs::read_to_string(&capture).unwrap();
     assert_eq!(text.lines().count(), 2, "{text}");
     assert!(!text.contains(&key), "the key leaked into the capture");
     assert!(text.contains("\"api-key\":\"<redacted>\""));
@@ -602,10 +591,14 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
         report.tally.rule_hits[traffic], 1,
         "account_info traffic rule"
     );
-    drop(gw);
+}
 
-    // 4. primary = "translated" with a compat fault: the difference shows in
-    // the metrics by operation and field path.
+/// `primary = "translated"` with a compat fault: the difference shows in
+/// the metrics by operation and field path.
+#[tokio::test(flavor = "current_thread")]
+async fn mirror_counts_a_translation_fault_by_operation_and_field() {
+    let (m, _local) = local_metrics();
+    let w = World::start().await;
     let gw = gateway(
         &w,
         &format!(
@@ -614,24 +607,18 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
         ),
     )
     .await;
-    let field = |f: &'static str| {
-        let admin = gw.admin;
-        async move {
-            metric(
-                admin,
-                "v1compat_shadow_differences_total",
-                &[("operation", "worker_detail"), ("field", f)],
-            )
-            .await
-        }
+    let field = |f: &str| {
+        metric(
+            &m,
+            "v1compat_shadow_differences_total",
+            &[("operation", "worker_detail"), ("field", f)],
+        )
     };
-    let before = field("data.parameters.system.memory_bytes").await;
-    let sent = copies(&gw, "worker_detail", "sent").await;
     let (status, body) = send_json(
         gw.addr,
         "GET",
         &format!("/api/scraper?slug={GOOGLE_MAPS}"),
-        Some(&key),
+        Some(w.key()),
         None,
     )
     .await;
@@ -640,18 +627,18 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
         body["data"]["parameters"]["system"]["memory"].is_number(),
         "{body}"
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while copies(&gw, "worker_detail", "sent").await < sent + 1.0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(
-        field("data.parameters.system.memory_bytes").await,
-        before + 1.0
-    );
-    assert!(field("data.parameters.system.memory").await >= 1.0);
-    drop(gw);
+    gw.mirror().flush().await;
+    assert_eq!(copies(&m, "worker_detail", "sent"), 1.0);
+    assert_eq!(field("data.parameters.system.memory_bytes"), 1.0);
+    assert_eq!(field("data.parameters.system.memory"), 1.0);
+}
 
-    // 5. Sampling by key: a given key is always in or always out.
+/// Sampling by key: a given key is always in or always out.
+#[tokio::test(flavor = "current_thread")]
+async fn mirror_samples_by_key_all_or_nothing() {
+    let (m, _local) = local_metrics();
+    let w = World::start().await;
+    let down = absent_target().await;
     let gw = gateway(
         &w,
         &format!("[shadow]\nenabled = true\nlegacy_base_url = \"http://{down}\"\nsample_percent = 50.0\nsample_by = \"key\"\n"),
@@ -660,7 +647,8 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
     let (mut inside, mut outside) = (0, 0);
     for k in 0..30 {
         let key = format!("client-key-{k}");
-        let skipped = copies(&gw, "run_log", "skipped").await;
+        // Counted before the answer, so no waiting is needed.
+        let skipped = copies(&m, "run_log", "skipped");
         for _ in 0..3 {
             send_json(
                 gw.addr,
@@ -671,17 +659,20 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
             )
             .await;
         }
-        match copies(&gw, "run_log", "skipped").await - skipped {
+        match copies(&m, "run_log", "skipped") - skipped {
             0.0 => inside += 1,
             3.0 => outside += 1,
             other => panic!("key {key}: {other} of 3 requests skipped"),
         }
     }
     assert!(inside > 0 && outside > 0, "in {inside}, out {outside}");
-    drop(gw);
+}
 
-    // 6. Live baseline: each copy also calls legacy a second time; the
-    // capture carries it and the report judges the signed URL as noise.
+/// Live baseline: each copy also calls legacy a second time; the capture
+/// carries it and the report judges the signed URL as noise.
+#[tokio::test(flavor = "current_thread")]
+async fn mirror_baseline_judges_the_signed_url_as_noise() {
+    let w = World::start().await;
     let capture = w.path("live-baseline.jsonl");
     let gw = gateway(
         &w,
@@ -698,22 +689,13 @@ async fn live_mirror_never_delays_the_primary_and_stays_bounded() {
             gw.addr,
             "POST",
             "/api/v1/run/result/export",
-            Some(&key),
+            Some(w.key()),
             Some(&export),
         )
         .await;
         assert_eq!(status, 200);
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::fs::read_to_string(&capture)
-        .unwrap_or_default()
-        .lines()
-        .count()
-        < 6
-        && Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    gw.mirror().flush().await;
     let cfg = v1compat::config::load(&w.config("[shadow]\nignore = []\n"), Vec::new()).unwrap();
     let report = report_of(&capture, &cfg);
     assert_eq!(report.records, 6);
@@ -994,11 +976,11 @@ async fn shadow_memory_flat_with_target_down() {
     let before = rss_kib().unwrap_or(0);
     round(30_000).await;
     let after = rss_kib().unwrap_or(0);
-    let peak = in_flight(&gw).await;
+    let peak = gw.mirror().in_flight();
     println!(
         "legacy down: RSS {before} KiB → {after} KiB after 30000 more requests; copies in flight now {peak}"
     );
-    assert!(peak <= 100.0);
+    assert!(peak <= 100);
     assert!(
         after <= before + 16 * 1024,
         "RSS grew by {} KiB",

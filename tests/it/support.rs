@@ -1,18 +1,24 @@
-//! Shared test plumbing: a scripted V2 double (in-process, or served over
-//! HTTP on port 0), a mock V2 over HTTP that answers from a closure (and can
-//! hang, hold, drop or truncate) while recording what it received, a gateway
-//! started on port 0 that can be shut down and awaited, and a tiny HTTP
-//! client.
+//! Shared test plumbing: a gateway started on port 0 that can be shut down
+//! and awaited, a tiny HTTP client, a metrics recorder local to one test,
+//! and [`MockV2`], the one V2 double: built
+//! from a closure or a script of expected exchanges, used in process as the
+//! gateway's `Upstream` or served over HTTP on port 0, answering (or
+//! hanging, holding, slowing, dropping, truncating) and recording what it
+//! received either way.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use metrics::LocalRecorderGuard;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::net::TcpListener;
@@ -20,173 +26,18 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use v1compat::upstream::{HttpUpstream, Upstream, UpstreamFuture, V2Call, V2Reply};
-
-/// One expected V2 call and the answer to give.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Exchange {
-    pub request: V2Expect,
-    pub response: V2Answer,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct V2Expect {
-    pub method: String,
-    pub path: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body: Option<Value>,
-    /// The key V2 must receive, or null for none.
-    #[serde(default)]
-    pub key: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct V2Answer {
-    pub status: u16,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body: Option<Value>,
-    /// A raw (non-JSON) body instead of `body`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub raw: Option<String>,
-}
-
-impl V2Answer {
-    pub fn bytes(&self) -> Bytes {
-        match (&self.raw, &self.body) {
-            (Some(raw), _) => Bytes::from(raw.clone()),
-            (None, Some(v)) => Bytes::from(serde_json::to_vec(v).unwrap()),
-            (None, None) => Bytes::new(),
-        }
-    }
-}
-
-/// What V2 actually received.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Received {
-    pub method: String,
-    pub path: String,
-    pub body: Option<Value>,
-    pub key: Option<String>,
-}
-
-/// A scripted V2: each expected exchange answers one matching call (matched
-/// by method and path, since fan-out calls run concurrently); anything else
-/// is recorded as unexpected and answered 599.
-#[derive(Clone, Default)]
-pub struct ScriptedV2 {
-    pending: Arc<Mutex<Vec<Exchange>>>,
-    pub received: Arc<Mutex<Vec<Received>>>,
-}
-
-impl ScriptedV2 {
-    pub fn new(exchanges: Vec<Exchange>) -> ScriptedV2 {
-        ScriptedV2 {
-            pending: Arc::new(Mutex::new(exchanges)),
-            received: Arc::default(),
-        }
-    }
-
-    pub fn answer(&self, got: Received) -> (u16, Bytes) {
-        self.received.lock().unwrap().push(got.clone());
-        let mut pending = self.pending.lock().unwrap();
-        match pending
-            .iter()
-            .position(|e| e.request.method == got.method && e.request.path == got.path)
-        {
-            Some(i) => {
-                let e = pending.remove(i);
-                (e.response.status, e.response.bytes())
-            }
-            None => (599, Bytes::from_static(b"unexpected call")),
-        }
-    }
-
-    pub fn unused(&self) -> Vec<Exchange> {
-        self.pending.lock().unwrap().clone()
-    }
-
-    pub fn received(&self) -> Vec<Received> {
-        self.received.lock().unwrap().clone()
-    }
-}
-
-impl Upstream for ScriptedV2 {
-    fn call(&self, call: V2Call, _request_id: &str) -> UpstreamFuture<'_> {
-        let got = Received {
-            method: call.method.to_string(),
-            path: call.path.path_and_query(),
-            body: call.body.clone(),
-            key: call.key.as_ref().map(|k| k.expose().to_owned()),
-        };
-        let (status, body) = self.answer(got);
-        Box::pin(async move {
-            Ok(V2Reply {
-                status: StatusCode::from_u16(status).unwrap(),
-                body,
-                attempts: 1,
-                retry_after: None,
-            })
-        })
-    }
-}
-
-/// Serves a [`ScriptedV2`] over HTTP on 127.0.0.1:0.
-pub async fn serve_scripted(v2: ScriptedV2) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let v2 = v2.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let v2 = v2.clone();
-                    async move {
-                        let method = req.method().to_string();
-                        let path = req
-                            .uri()
-                            .path_and_query()
-                            .map(|p| p.to_string())
-                            .unwrap_or_default();
-                        let key = req
-                            .headers()
-                            .get("authorization")
-                            .and_then(|v| v.to_str().ok())
-                            .and_then(|v| v.strip_prefix("Bearer "))
-                            .map(str::to_owned);
-                        let bytes = req.into_body().collect().await.unwrap().to_bytes();
-                        let body = if bytes.is_empty() {
-                            None
-                        } else {
-                            serde_json::from_slice(&bytes).ok()
-                        };
-                        let (status, out) = v2.answer(Received {
-                            method,
-                            path,
-                            body,
-                            key,
-                        });
-                        let mut resp = Response::new(Full::new(out));
-                        *resp.status_mut() = StatusCode::from_u16(status).unwrap();
-                        Ok::<_, Infallible>(resp)
-                    }
-                });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    addr
-}
+use v1compat::shadow::Mirror;
+use v1compat::upstream::{
+    HttpUpstream, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply,
+};
 
 /// A gateway on 127.0.0.1:0 in front of `upstream`.
 pub struct TestGateway {
     pub addr: SocketAddr,
     #[allow(dead_code)] // plumbing for tests of the admin listener
     pub admin: SocketAddr,
+    /// The live shadow mirror, when the configuration enables one.
+    mirror: Option<Arc<Mirror>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
 }
@@ -198,15 +49,32 @@ impl TestGateway {
         let (addr, admin_addr) = (public.local_addr().unwrap(), admin.local_addr().unwrap());
         let config = v1compat::config::load(config_toml, Vec::new()).unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(v1compat::run(public, admin, config, upstream, async {
-            let _ = rx.await;
-        }));
+        let (mirror_tx, mirror_rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(v1compat::run_with_mirror(
+            public,
+            admin,
+            config,
+            upstream,
+            mirror_tx,
+            async {
+                let _ = rx.await;
+            },
+        ));
+        // Resolves before anything is served: with the mirror, or without
+        // one (shadow off, or start-up failed and the task says why).
+        let mirror = mirror_rx.await.ok();
         TestGateway {
             addr,
             admin: admin_addr,
+            mirror,
             stop: Some(tx),
             task: Some(task),
         }
+    }
+
+    /// The live shadow mirror; panics when the configuration has none.
+    pub fn mirror(&self) -> &Mirror {
+        self.mirror.as_deref().expect("[shadow] is enabled")
     }
 
     /// A gateway in front of the real [`HttpUpstream`], configured from the
@@ -235,6 +103,38 @@ impl Drop for TestGateway {
             let _ = tx.send(());
         }
     }
+}
+
+/// The metrics of one test alone: a recorder local to the test's thread.
+/// Tests that read it run on a current-thread runtime, so every task of
+/// their gateway records here and no other test's does. The recorder is
+/// leaked: the guard must borrow it for the rest of the test.
+pub fn local_metrics() -> (Snapshotter, LocalRecorderGuard<'static>) {
+    let recorder: &'static DebuggingRecorder = Box::leak(Box::new(DebuggingRecorder::new()));
+    (
+        recorder.snapshotter(),
+        metrics::set_default_local_recorder(recorder),
+    )
+}
+
+/// Sum of the series of `name` whose labels include every `labels` pair.
+pub fn metric(m: &Snapshotter, name: &str, labels: &[(&str, &str)]) -> f64 {
+    m.snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| {
+            let key = key.key();
+            key.name() == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| key.labels().any(|l| l.key() == *k && l.value() == *v))
+        })
+        .map(|(.., value)| match value {
+            DebugValue::Counter(n) => n as f64,
+            DebugValue::Gauge(g) => g.0,
+            DebugValue::Histogram(h) => h.len() as f64,
+        })
+        .sum()
 }
 
 /// A plain HTTP exchange: returns status, headers and body.
@@ -284,18 +184,83 @@ pub async fn send_json(
     (status.as_u16(), v)
 }
 
+/// One expected V2 call and the answer to give (golden cases).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Exchange {
+    pub request: V2Expect,
+    pub response: V2Answer,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct V2Expect {
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Value>,
+    /// The key V2 must receive, or null for none.
+    #[serde(default)]
+    pub key: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct V2Answer {
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<Value>,
+    /// A raw (non-JSON) body instead of `body`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<String>,
+}
+
+impl V2Answer {
+    pub fn bytes(&self) -> Bytes {
+        match (&self.raw, &self.body) {
+            (Some(raw), _) => Bytes::from(raw.clone()),
+            (None, Some(v)) => Bytes::from(serde_json::to_vec(v).unwrap()),
+            (None, None) => Bytes::new(),
+        }
+    }
+}
+
 /// One request as a [`MockV2`] saw it.
 #[derive(Debug, Clone)]
 pub struct Seen {
     pub method: String,
     /// The path without the query.
     pub path: String,
+    /// Path and query as sent.
+    pub target: String,
     pub query: Vec<(String, String)>,
+    /// The key presented (`Authorization: Bearer` or `api-key`).
+    pub key: Option<String>,
+    /// The HTTP headers; empty in process, where there are none.
     pub headers: http::HeaderMap,
     pub body: Bytes,
 }
 
 impl Seen {
+    fn new(
+        method: &Method,
+        target: String,
+        key: Option<String>,
+        headers: http::HeaderMap,
+        body: Bytes,
+    ) -> Seen {
+        let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+        Seen {
+            method: method.to_string(),
+            path: path.to_owned(),
+            query: url::form_urlencoded::parse(query.as_bytes())
+                .into_owned()
+                .collect(),
+            target: target.clone(),
+            key,
+            headers,
+            body,
+        }
+    }
+
     /// A query parameter read as an integer.
     pub fn param(&self, name: &str) -> Option<u64> {
         self.query
@@ -319,8 +284,15 @@ pub enum Reply {
     Json(u16, Value),
     /// A body that is not JSON.
     Raw(u16, &'static str),
+    /// Any body, as given.
+    Bytes(u16, Bytes),
     /// Waits for the notification, then answers with the inner reply.
     After(Arc<Notify>, Box<Reply>),
+    /// Takes this long (a slow V2), then answers with the inner reply.
+    Slow(Duration, Box<Reply>),
+    /// The inner reply with a `Retry-After`: exact in process, whole
+    /// seconds rounded up over HTTP.
+    RetryAfter(Duration, Box<Reply>),
     /// Never answers.
     Hang,
     /// Closes the connection without answering.
@@ -347,51 +319,122 @@ impl Reply {
     }
 }
 
-type MockBody = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
-type MockHandler = Arc<dyn Fn(&Seen) -> Reply + Send + Sync>;
+/// What a reply comes to once its waits are over.
+enum Outcome {
+    Answer {
+        status: u16,
+        body: Bytes,
+        retry_after: Option<Duration>,
+    },
+    Drop,
+    Truncated,
+}
 
-/// A V2 double over HTTP on 127.0.0.1:0 that answers each request from a
-/// closure and records every request it received, headers included.
+impl Reply {
+    async fn settle(self) -> Outcome {
+        let mut reply = self;
+        let mut retry_after = None;
+        let (status, body) = loop {
+            match reply {
+                Reply::After(notify, inner) => {
+                    notify.notified().await;
+                    reply = *inner;
+                }
+                Reply::Slow(delay, inner) => {
+                    tokio::time::sleep(delay).await;
+                    reply = *inner;
+                }
+                Reply::RetryAfter(after, inner) => {
+                    retry_after = Some(after);
+                    reply = *inner;
+                }
+                Reply::Json(status, v) => {
+                    break (status, Bytes::from(serde_json::to_vec(&v).unwrap()))
+                }
+                Reply::Raw(status, text) => break (status, Bytes::from_static(text.as_bytes())),
+                Reply::Bytes(status, bytes) => break (status, bytes),
+                Reply::Hang => std::future::pending().await,
+                Reply::Drop => return Outcome::Drop,
+                Reply::Truncated => return Outcome::Truncated,
+            }
+        };
+        Outcome::Answer {
+            status,
+            body,
+            retry_after,
+        }
+    }
+}
+
+type Handler = Arc<dyn Fn(&Seen) -> Reply + Send + Sync>;
+
+/// The V2 double of the suite, one builder for both ways of reaching it:
+/// in process as the gateway's [`Upstream`] (`Arc::new(mock.clone())`, no
+/// network, no HTTP client), or over HTTP on 127.0.0.1:0 after
+/// [`MockV2::serve`] (through the real client). It answers from a closure,
+/// or from a script of expected exchanges ([`MockV2::scripted`]), and
+/// records every request it received.
 #[derive(Clone)]
 pub struct MockV2 {
-    pub addr: SocketAddr,
+    handler: Handler,
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// In-process calls whose caller dropped them before the answer.
+    abandoned: Arc<AtomicUsize>,
+    /// Signalled on every request received and every call abandoned.
+    changed: Arc<Notify>,
+    /// The exchanges a scripted mock has not used yet.
+    script: Arc<Mutex<Vec<Exchange>>>,
+    addr: Option<SocketAddr>,
 }
 
 impl MockV2 {
-    pub async fn start(handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> MockV2 {
-        let handler: MockHandler = Arc::new(handler);
+    /// A mock answering each request from `handler`, not yet served.
+    pub fn new(handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> MockV2 {
+        MockV2 {
+            handler: Arc::new(handler),
+            seen: Arc::default(),
+            abandoned: Arc::default(),
+            changed: Arc::default(),
+            script: Arc::default(),
+            addr: None,
+        }
+    }
+
+    /// A mock where each expected exchange answers one matching call
+    /// (matched by method, path and query, since fan-out calls run
+    /// concurrently); anything else is answered 599 and shows in
+    /// [`MockV2::seen`] without a match.
+    pub fn scripted(exchanges: Vec<Exchange>) -> MockV2 {
+        let script = Arc::new(Mutex::new(exchanges));
+        let pending = script.clone();
+        let mut mock = MockV2::new(move |seen| {
+            let mut pending = pending.lock().unwrap();
+            let found = pending
+                .iter()
+                .position(|e| e.request.method == seen.method && e.request.path == seen.target);
+            match found {
+                Some(i) => {
+                    let e = pending.remove(i);
+                    Reply::Bytes(e.response.status, e.response.bytes())
+                }
+                None => Reply::Raw(599, "unexpected call"),
+            }
+        });
+        mock.script = script;
+        mock
+    }
+
+    /// Starts serving over HTTP on 127.0.0.1:0.
+    pub async fn serve(mut self) -> MockV2 {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
-        let log = seen.clone();
+        self.addr = Some(listener.local_addr().unwrap());
+        let mock = self.clone();
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                let (handler, log) = (handler.clone(), log.clone());
+                let mock = mock.clone();
                 let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                    let (handler, log) = (handler.clone(), log.clone());
-                    async move {
-                        let (parts, body) = req.into_parts();
-                        let body = body
-                            .collect()
-                            .await
-                            .map(|b| b.to_bytes())
-                            .unwrap_or_default();
-                        let seen = Seen {
-                            method: parts.method.to_string(),
-                            path: parts.uri.path().to_owned(),
-                            query: url::form_urlencoded::parse(
-                                parts.uri.query().unwrap_or("").as_bytes(),
-                            )
-                            .into_owned()
-                            .collect(),
-                            headers: parts.headers,
-                            body,
-                        };
-                        log.lock().unwrap().push(seen.clone());
-                        let reply = handler(&seen);
-                        mock_response(reply).await
-                    }
+                    let mock = mock.clone();
+                    async move { mock.answer_http(req).await }
                 });
                 tokio::spawn(async move {
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -400,17 +443,26 @@ impl MockV2 {
                 });
             }
         });
-        MockV2 { addr, seen }
+        self
     }
 
-    /// A mock that answers every request with HTTP 599, for tests where V2
-    /// must not be reached.
+    /// [`MockV2::new`], served over HTTP.
+    pub async fn start(handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> MockV2 {
+        MockV2::new(handler).serve().await
+    }
+
+    /// A served mock that answers every request with HTTP 599, for tests
+    /// where V2 must not be reached.
     pub async fn untouchable() -> MockV2 {
         MockV2::start(|_| Reply::Raw(599, "unexpected call")).await
     }
 
+    pub fn addr(&self) -> SocketAddr {
+        self.addr.expect("MockV2::serve first")
+    }
+
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.addr())
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -430,52 +482,167 @@ impl MockV2 {
     pub fn total(&self) -> usize {
         self.seen.lock().unwrap().len()
     }
-}
 
-async fn mock_response(reply: Reply) -> Result<Response<MockBody>, std::io::Error> {
-    let mut reply = reply;
-    let reply = loop {
-        match reply {
-            Reply::After(notify, inner) => {
-                notify.notified().await;
-                reply = *inner;
+    /// Waits until at least `n` requests have arrived.
+    pub async fn arrived(&self, n: usize) {
+        self.until(|m| m.total() >= n).await;
+    }
+
+    /// Waits until the gateway has given up (dropped) at least `n`
+    /// in-process calls before they were answered.
+    pub async fn abandoned(&self, n: usize) {
+        self.until(|m| m.abandoned.load(Ordering::SeqCst) >= n)
+            .await;
+    }
+
+    async fn until(&self, done: impl Fn(&MockV2) -> bool) {
+        loop {
+            // Created before the check: a change in between still wakes it.
+            let next = self.changed.notified();
+            if done(self) {
+                return;
             }
-            other => break other,
+            next.await;
         }
-    };
-    let full = |status: u16, bytes: Bytes| {
-        let mut resp = Response::new(
-            Full::new(bytes)
-                .map_err(|never: Infallible| match never {})
-                .boxed(),
-        );
-        *resp.status_mut() = StatusCode::from_u16(status).unwrap();
-        resp.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("application/json"),
-        );
-        resp
-    };
-    match reply {
-        Reply::Json(status, v) => Ok(full(status, Bytes::from(serde_json::to_vec(&v).unwrap()))),
-        Reply::Raw(status, text) => Ok(full(status, Bytes::from_static(text.as_bytes()))),
-        Reply::Hang => std::future::pending().await,
-        Reply::Drop => Err(std::io::Error::other("mock V2 drops the connection")),
-        Reply::Truncated => {
-            let frames: Vec<Result<hyper::body::Frame<Bytes>, std::io::Error>> = vec![
-                Ok(hyper::body::Frame::data(Bytes::from_static(
-                    b"{\"code\":0,\"da",
-                ))),
-                Err(std::io::Error::other("mock V2 cuts the body short")),
-            ];
-            let body = http_body_util::StreamBody::new(futures_util::stream::iter(frames));
-            let mut resp = Response::new(BodyExt::boxed(body));
-            resp.headers_mut().insert(
-                http::header::CONTENT_LENGTH,
-                http::HeaderValue::from_static("1000"),
-            );
-            Ok(resp)
+    }
+
+    /// The scripted exchanges no call has used.
+    pub fn unused(&self) -> Vec<Exchange> {
+        self.script.lock().unwrap().clone()
+    }
+
+    /// Records a request and picks its reply.
+    fn receive(&self, seen: Seen) -> Reply {
+        self.seen.lock().unwrap().push(seen.clone());
+        self.changed.notify_waiters();
+        (self.handler)(&seen)
+    }
+
+    async fn answer_http(
+        &self,
+        req: Request<hyper::body::Incoming>,
+    ) -> Result<Response<MockBody>, std::io::Error> {
+        let (parts, body) = req.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
+        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+        let key = header("authorization")
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .or_else(|| header("api-key"))
+            .map(str::to_owned);
+        let target = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.to_string())
+            .unwrap_or_default();
+        let seen = Seen::new(&parts.method, target, key, parts.headers.clone(), body);
+        match self.receive(seen).settle().await {
+            Outcome::Answer {
+                status,
+                body,
+                retry_after,
+            } => {
+                let mut resp = Response::new(
+                    Full::new(body)
+                        .map_err(|never: Infallible| match never {})
+                        .boxed(),
+                );
+                *resp.status_mut() = StatusCode::from_u16(status).unwrap();
+                resp.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/json"),
+                );
+                if let Some(after) = retry_after {
+                    let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+                    resp.headers_mut()
+                        .insert(http::header::RETRY_AFTER, secs.into());
+                }
+                Ok(resp)
+            }
+            Outcome::Drop => Err(std::io::Error::other("mock V2 drops the connection")),
+            Outcome::Truncated => {
+                let frames: Vec<Result<hyper::body::Frame<Bytes>, std::io::Error>> = vec![
+                    Ok(hyper::body::Frame::data(Bytes::from_static(
+                        b"{\"code\":0,\"da",
+                    ))),
+                    Err(std::io::Error::other("mock V2 cuts the body short")),
+                ];
+                let body = http_body_util::StreamBody::new(futures_util::stream::iter(frames));
+                let mut resp = Response::new(BodyExt::boxed(body));
+                resp.headers_mut().insert(
+                    http::header::CONTENT_LENGTH,
+                    http::HeaderValue::from_static("1000"),
+                );
+                Ok(resp)
+            }
         }
-        Reply::After(..) => unreachable!("unwrapped above"),
     }
 }
+
+/// In process: the call as the operation made it, the reply as the
+/// upstream client would have returned it.
+impl Upstream for MockV2 {
+    fn call(&self, call: V2Call, _request_id: &str) -> UpstreamFuture<'_> {
+        let body = call
+            .body
+            .as_ref()
+            .map(|b| Bytes::from(serde_json::to_vec(b).unwrap()))
+            .unwrap_or_default();
+        let key = call.key.as_ref().map(|k| k.expose().to_owned());
+        let seen = Seen::new(
+            &call.method,
+            call.path.path_and_query(),
+            key,
+            http::HeaderMap::new(),
+            body,
+        );
+        let reply = self.receive(seen);
+        let mut abandon = Abandon(Some(self.clone()));
+        Box::pin(async move {
+            let outcome = reply.settle().await;
+            abandon.answered();
+            match outcome {
+                Outcome::Answer {
+                    status,
+                    body,
+                    retry_after,
+                } => Ok(V2Reply {
+                    status: StatusCode::from_u16(status).unwrap(),
+                    body,
+                    attempts: 1,
+                    retry_after,
+                }),
+                Outcome::Drop => Err(UpstreamFailure::Broken(
+                    "mock V2 drops the connection".into(),
+                )),
+                Outcome::Truncated => Err(UpstreamFailure::Broken(
+                    "mock V2 cuts the body short".into(),
+                )),
+            }
+        })
+    }
+}
+
+/// Counts an in-process call as abandoned if its future is dropped before
+/// the answer (the gateway gave up on it).
+struct Abandon(Option<MockV2>);
+
+impl Abandon {
+    fn answered(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        if let Some(mock) = self.0.take() {
+            mock.abandoned.fetch_add(1, Ordering::SeqCst);
+            mock.changed.notify_waiters();
+        }
+    }
+}
+
+type MockBody = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
