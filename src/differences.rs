@@ -359,6 +359,19 @@ pub const BODY_CONTENT_TYPE: Difference = Difference {
     setting: None,
 };
 
+pub const UNKNOWN_ID_BEFORE_KEY: Difference = Difference {
+    id: "unknown_id_before_key",
+    kind: Kind::Gap,
+    fields: &[Field {
+        operation: None,
+        path: "code",
+        shadow: S::Compared,
+        differential: D::Compared,
+    }],
+    summary: "an id that cannot name a record (a V2 shortcut word such as `last`, a `/`, a control character) is answered 404 by the gateway without calling V2, so it never checks the key: with a wrong key V1 answered 401 / 20001, the gateway 404 with the record's not-found code",
+    setting: None,
+};
+
 /// Every difference, each once.
 pub const ALL: &[Difference] = &[
     ACCOUNT_TRAFFIC,
@@ -379,6 +392,7 @@ pub const ALL: &[Difference] = &[
     EMPTY_STORE_SEARCH,
     MISSING_KEY_STATUS,
     BODY_CONTENT_TYPE,
+    UNKNOWN_ID_BEFORE_KEY,
     EXPORT_DOWNLOAD_URL,
 ];
 

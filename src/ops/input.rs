@@ -16,7 +16,9 @@ use crate::v2::Segment;
 /// simply not found: 404 with the record's code (50001 worker, 60001 task,
 /// 70001 run). The gateway answers the same, at the point where it would have
 /// asked V2, so every other check of the request still comes first, as it did
-/// on V1; such an id never reaches V2.
+/// on V1; such an id never reaches V2. The key is V2's to check, so with a
+/// wrong key such an id is 404 where V1 said 401 (difference
+/// `unknown_id_before_key`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ident {
     Segment(Segment),
