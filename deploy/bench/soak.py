@@ -260,6 +260,9 @@ def main():
     after_warmup = [s for s in samples if s[0] >= args.warmup] or samples
     first_rss, last_rss = after_warmup[0][4], after_warmup[-1][4]
     growth = (last_rss - first_rss) / first_rss * 100 if first_rss else 0.0
+    # A leak keeps growing: the second half of the run on its own.
+    half_rss = next((s[4] for s in samples if s[0] >= args.duration // 2), last_rss)
+    late_growth = (last_rss - half_rss) / half_rss * 100 if half_rss else 0.0
     # The rate after warm-up: answers between the first sample after warm-up
     # and the last, against what the pacer scheduled in that time.
     first, last = after_warmup[0], after_warmup[-1]
@@ -300,8 +303,9 @@ def main():
         "cpu_s": {"gateway": round(gateway_cpu, 1), "client": round(time.process_time(), 1)},
         "client_niceness": os.nice(0),
         "load_average": [round(x, 1) for x in os.getloadavg()],
-        "rss_kb": {"after_warmup": first_rss, "last": last_rss, "max": max(s[4] for s in samples)},
+        "rss_kb": {"after_warmup": first_rss, "half_way": half_rss, "last": last_rss, "max": max(s[4] for s in samples)},
         "rss_growth_percent": round(growth, 2),
+        "rss_growth_second_half_percent": round(late_growth, 2),
         "open_fds": {"min": min(s[5] for s in samples), "max": max(s[5] for s in samples), "last": samples[-1][5]},
     }
     print(json.dumps(summary), flush=True)
