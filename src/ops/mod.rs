@@ -28,6 +28,7 @@ pub mod account;
 pub mod catalog;
 pub mod input;
 pub mod logs;
+pub mod result_scan;
 pub mod results;
 pub mod run_actions;
 pub mod run_records;
