@@ -707,7 +707,6 @@ mod tests {
     use proptest::prelude::*;
     use serde::Deserialize;
     use serde_json::value::RawValue;
-    use serde_json::Value;
 
     /// What serde makes of an answer: its `data.list`, raw.
     #[derive(Deserialize)]

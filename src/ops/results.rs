@@ -246,6 +246,13 @@ struct Column {
     numbers_only: bool,
 }
 
+/// For a scanned page: the page's column of each wanted key, and room for
+/// the kinds of one row by column.
+struct Lookup {
+    wanted: Vec<Option<u32>>,
+    by_column: Vec<Option<Kind>>,
+}
+
 /// For each key, `number` when the column has at least one non-null value
 /// in the `window` rows (`(page, row)` of `pages`) and every non-null value
 /// is a JSON number, else `text`. Only the kind of each wanted value is
@@ -258,15 +265,13 @@ fn infer_formats(keys: &[&str], pages: &[ResultPage], window: &[(u32, u32)]) -> 
         };
         keys.len()
     ];
-    // For each scanned page: the page's column of each key, and room for
-    // the kinds of one row by column.
-    let mut lookups: Vec<Option<(Vec<Option<u32>>, Vec<Option<Kind>>)>> = pages
+    let mut lookups: Vec<Option<Lookup>> = pages
         .iter()
         .map(|p| match &p.rows {
-            PageRows::Scanned(rows) => Some((
-                keys.iter().map(|k| rows.column(k)).collect(),
-                vec![None; rows.column_count()],
-            )),
+            PageRows::Scanned(rows) => Some(Lookup {
+                wanted: keys.iter().map(|k| rows.column(k)).collect(),
+                by_column: vec![None; rows.column_count()],
+            }),
             PageRows::Raw(_) => None,
         })
         .collect();
@@ -279,7 +284,7 @@ fn infer_formats(keys: &[&str], pages: &[ResultPage], window: &[(u32, u32)]) -> 
         let (p, r) = (p as usize, r as usize);
         kinds.iter_mut().for_each(|k| *k = None);
         match (&pages[p].rows, &mut lookups[p]) {
-            (PageRows::Scanned(rows), Some((wanted, by_column))) => {
+            (PageRows::Scanned(rows), Some(Lookup { wanted, by_column })) => {
                 let fields = rows.fields(r);
                 // In the row's order, so a repeated key's last value wins,
                 // as in a parsed object.
