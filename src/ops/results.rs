@@ -16,6 +16,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::ops::Range;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
@@ -230,109 +231,104 @@ pub fn v1_headers_of_values(v2_headers: &[Value], rows: &[Value]) -> Vec<Value> 
         headers: Vec::new(),
         rows: PageRows::Raw(raw.iter().map(|r| &**r).collect()),
     };
-    let window: Vec<(u32, u32)> = (0..page.rows.len() as u32).map(|r| (0, r)).collect();
-    v1_headers(&headers, |keys| {
-        infer_formats(keys, std::slice::from_ref(&page), &window)
-    })
-    .iter()
-    .map(|h| serde_json::to_value(h).unwrap_or(Value::Null))
-    .collect()
+    headers_of_page(&headers, &page)
+        .iter()
+        .map(|h| serde_json::to_value(h).unwrap_or(Value::Null))
+        .collect()
 }
 
-/// What the rows of a column held so far.
+/// What the rows of a column held so far: `number` when some value was
+/// and all of them were numbers (nulls aside), else `text`.
 #[derive(Clone, Copy)]
 struct Column {
     seen: bool,
     numbers_only: bool,
 }
 
-/// For a scanned page: the page's column of each wanted key, and room for
-/// the kinds of one row by column.
-struct Lookup {
-    wanted: Vec<Option<u32>>,
-    by_column: Vec<Option<Kind>>,
+impl Column {
+    const EMPTY: Column = Column {
+        seen: false,
+        numbers_only: true,
+    };
+
+    fn note(&mut self, kind: Kind) {
+        match kind {
+            Kind::Number => self.seen = true,
+            Kind::Other => {
+                self.seen = true;
+                self.numbers_only = false;
+            }
+            Kind::Null => {}
+        }
+    }
+
+    fn merge(&mut self, other: Column) {
+        self.seen |= other.seen;
+        self.numbers_only &= other.numbers_only;
+    }
+
+    fn format(self) -> &'static str {
+        if self.seen && self.numbers_only {
+            "number"
+        } else {
+            "text"
+        }
+    }
 }
 
 /// For each key, `number` when the column has at least one non-null value
-/// in the `window` rows (`(page, row)` of `pages`) and every non-null value
-/// is a JSON number, else `text`. Only the kind of each wanted value is
-/// read: from the scanner's notes, or by reading a raw row with serde.
-fn infer_formats(keys: &[&str], pages: &[ResultPage], window: &[(u32, u32)]) -> Vec<&'static str> {
-    let mut columns = vec![
-        Column {
-            seen: false,
-            numbers_only: true
-        };
-        keys.len()
-    ];
-    let mut lookups: Vec<Option<Lookup>> = pages
-        .iter()
-        .map(|p| match &p.rows {
-            PageRows::Scanned(rows) => Some(Lookup {
-                wanted: keys.iter().map(|k| rows.column(k)).collect(),
-                by_column: vec![None; rows.column_count()],
-            }),
-            PageRows::Raw(_) => None,
-        })
-        .collect();
-    let mut kinds: Vec<Option<Kind>> = vec![None; keys.len()];
-    for &(p, r) in window {
-        // Once every column has a non-number, the rest cannot change it.
-        if columns.iter().all(|c| !c.numbers_only) {
-            break;
-        }
-        let (p, r) = (p as usize, r as usize);
-        kinds.iter_mut().for_each(|k| *k = None);
-        match (&pages[p].rows, &mut lookups[p]) {
-            (PageRows::Scanned(rows), Some(Lookup { wanted, by_column })) => {
-                let fields = rows.fields(r);
-                // In the row's order, so a repeated key's last value wins,
-                // as in a parsed object.
-                for &(c, k) in fields {
-                    by_column[c as usize] = Some(k);
+/// in the window's rows (`slices`: which rows of each page) and every
+/// non-null value is a JSON number, else `text`. Only the kind of each
+/// wanted value is read: from the scanner's notes, or by reading a raw row
+/// with serde.
+fn infer_formats(
+    keys: &[&str],
+    pages: &[ResultPage],
+    slices: &[Range<usize>],
+) -> Vec<&'static str> {
+    let mut columns = vec![Column::EMPTY; keys.len()];
+    for (page, slice) in pages.iter().zip(slices) {
+        match &page.rows {
+            // With no key twice in a row, the order of the values does not
+            // matter: the page's columns are summed up, then matched to keys.
+            PageRows::Scanned(rows) if !rows.repeats() => {
+                let mut by_column = vec![Column::EMPTY; rows.column_count()];
+                for &(c, kind) in rows.fields_of(slice.clone()) {
+                    by_column[c as usize].note(kind);
                 }
-                for (kind, c) in kinds.iter_mut().zip(wanted.iter()) {
-                    if let Some(c) = c {
-                        *kind = by_column[*c as usize];
+                for (column, key) in columns.iter_mut().zip(keys) {
+                    if let Some(c) = rows.column(key) {
+                        column.merge(by_column[c as usize]);
                     }
                 }
-                for &(c, _) in fields {
-                    by_column[c as usize] = None;
-                }
             }
-            (rows, _) => {
-                let mut de = serde_json::Deserializer::from_str(rows.text(r));
-                // A raw row is valid JSON; a row that is not an object has no fields.
-                let scan = RowScan {
-                    keys,
-                    kinds: &mut kinds,
-                };
-                if scan.deserialize(&mut de).is_err() {
-                    continue;
+            rows => {
+                let mut kinds: Vec<Option<Kind>> = vec![None; keys.len()];
+                for r in slice.clone() {
+                    // Once every column has a non-number, the rest cannot change it.
+                    if columns.iter().all(|c| !c.numbers_only) {
+                        break;
+                    }
+                    kinds.iter_mut().for_each(|k| *k = None);
+                    let mut de = serde_json::Deserializer::from_str(rows.text(r));
+                    // A raw row is valid JSON; a row that is not an object has no fields.
+                    let scan = RowScan {
+                        keys,
+                        kinds: &mut kinds,
+                    };
+                    if scan.deserialize(&mut de).is_err() {
+                        continue;
+                    }
+                    for (c, k) in columns.iter_mut().zip(&kinds) {
+                        if let Some(k) = k {
+                            c.note(*k);
+                        }
+                    }
                 }
-            }
-        }
-        for (c, k) in columns.iter_mut().zip(&kinds) {
-            match k {
-                Some(Kind::Number) => c.seen = true,
-                Some(Kind::Other) => {
-                    c.seen = true;
-                    c.numbers_only = false;
-                }
-                Some(Kind::Null) | None => {}
             }
         }
     }
-    columns
-        .iter()
-        .map(|c| {
-            if c.seen && c.numbers_only {
-                "number"
-            } else {
-                "text"
-            }
-        })
-        .collect()
+    columns.into_iter().map(Column::format).collect()
 }
 
 /// Reads one row, noting the kind of the value of each wanted key (the last
@@ -460,35 +456,35 @@ pub fn v1_result_page<'a>(
     pages: &[ResultPage<'a>],
 ) -> V1ResultPage<'a> {
     let count = pages.first().and_then(|p| p.count).unwrap_or(0);
-    let rows = plan.assemble(
-        pages
-            .iter()
-            .enumerate()
-            .map(|(p, page)| (0..page.rows.len() as u32).map(|r| (p as u32, r)).collect())
-            .collect(),
-    );
+    let lens: Vec<usize> = pages.iter().map(|p| p.rows.len()).collect();
+    let slices = plan.slices(&lens);
     let headers = match pages.first() {
-        Some(first) => v1_headers(&first.headers, |keys| infer_formats(keys, pages, &rows)),
+        Some(first) => v1_headers(&first.headers, |keys| infer_formats(keys, pages, &slices)),
         None => Vec::new(),
     };
+    let list = pages
+        .iter()
+        .zip(&slices)
+        .flat_map(|(page, slice)| slice.clone().map(|r| page.rows.text(r)))
+        .collect();
     V1ResultPage {
         count,
         headers,
-        list: rows
-            .iter()
-            .map(|&(p, r)| pages[p as usize].rows.text(r as usize))
-            .collect(),
+        list,
         page_index: window.page_index,
         page_size: window.page_size,
     }
 }
 
-/// V1 headers from the first V2 page alone, all its rows read (the sample
-/// page of a window past the end).
-fn headers_of_page<'a>(page: &ResultPage<'a>) -> Vec<V1Header<'a>> {
-    let rows: Vec<(u32, u32)> = (0..page.rows.len() as u32).map(|r| (0, r)).collect();
-    v1_headers(&page.headers, |keys| {
-        infer_formats(keys, std::slice::from_ref(page), &rows)
+/// V1 headers from `headers` and all the rows of one page (the sample
+/// page of a window past the end, or a synchronous run's results).
+fn headers_of_page<'a>(
+    headers: &[OrDefault<V2Header<'a>>],
+    page: &ResultPage,
+) -> Vec<V1Header<'a>> {
+    let all = 0..page.rows.len();
+    v1_headers(headers, |keys| {
+        infer_formats(keys, std::slice::from_ref(page), std::slice::from_ref(&all))
     })
 }
 
@@ -527,7 +523,7 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, Gateway
             .as_deref()
             .zip(rows.into_iter().next().flatten());
         let first = read_page(ex, &sample[0], scan, &mut spare)?;
-        page.headers = headers_of_page(&first)
+        page.headers = headers_of_page(&first.headers, &first)
             .into_iter()
             .map(V1Header::into_owned)
             .collect();
@@ -614,7 +610,7 @@ mod tests {
             headers,
             list: rows,
         });
-        headers_of_page(&raw)
+        headers_of_page(&raw.headers, &raw)
             .into_iter()
             .map(V1Header::into_owned)
             .collect()
@@ -726,9 +722,9 @@ mod tests {
                 let raw = ResultPage::raw(V2ResultPage { list: answer.data.list, ..Default::default() });
                 let scanned = ResultPage::scanned(V2ResultPage::default(), scan.rows);
                 proptest::prop_assert_eq!(scanned.rows.len(), n);
-                let window: Vec<(u32, u32)> = (skip.min(n) as u32..n as u32).map(|r| (0, r)).collect();
-                let fast = infer_formats(&keys, std::slice::from_ref(&scanned), &window);
-                let slow = infer_formats(&keys, std::slice::from_ref(&raw), &window);
+                let window = skip.min(n)..n;
+                let fast = infer_formats(&keys, std::slice::from_ref(&scanned), std::slice::from_ref(&window));
+                let slow = infer_formats(&keys, std::slice::from_ref(&raw), std::slice::from_ref(&window));
                 proptest::prop_assert_eq!(fast, slow, "{}", body);
             }
         }
