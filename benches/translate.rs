@@ -94,7 +94,10 @@ fn bench(c: &mut Criterion) {
                 // answer, the rest of the page read typed from its skeleton.
                 let (skeletons, rows): (Vec<String>, Vec<ScannedRows>) = black_box(&pages)
                     .iter()
-                    .map(|p| result_scan::scan(p).expect("a page the scanner reads"))
+                    .enumerate()
+                    .map(|(k, p)| {
+                        result_scan::scan(p, plan.part_of(k)).expect("a page the scanner reads")
+                    })
                     .map(|s| (s.skeleton, s.rows))
                     .unzip();
                 let pages: Vec<ResultPage> = skeletons

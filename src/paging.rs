@@ -75,6 +75,25 @@ impl Plan {
         rows
     }
 
+    /// The rows of the `k`-th V2 page (in `offsets` order) that are in the
+    /// V1 window when every page before it is full: the range
+    /// [`Plan::slices`] gives that page then (before it is cut to the
+    /// page's length).
+    pub fn part_of(&self, k: usize) -> Range<usize> {
+        let limit = self.limit as usize;
+        let first = k.saturating_mul(limit);
+        let start = self.skip.max(first);
+        let end = self
+            .skip
+            .saturating_add(self.take)
+            .min(first.saturating_add(limit));
+        if start < end {
+            start - first..end - first
+        } else {
+            0..0
+        }
+    }
+
     /// [`Plan::assemble`] as ranges: which rows of each V2 page, of the
     /// given lengths, make the V1 window (in order; empty after the end).
     pub fn slices(&self, lens: &[usize]) -> Vec<Range<usize>> {
@@ -298,6 +317,23 @@ mod tests {
                         .collect();
                     assert_eq!(kept, from_slices, "{plan:?} {lens:?}");
                 }
+            }
+        }
+    }
+
+    /// With full pages, each page's part of the window is its slice.
+    #[test]
+    fn parts_are_the_slices_of_full_pages() {
+        for page_index in 1..6 {
+            for page_size in [1, 7, 99, 100, 101, 150, 250, 1000] {
+                let plan = Window {
+                    page_index,
+                    page_size,
+                }
+                .plan();
+                let lens = vec![plan.limit as usize; plan.calls()];
+                let parts: Vec<_> = (0..plan.calls()).map(|k| plan.part_of(k)).collect();
+                assert_eq!(plan.slices(&lens), parts, "{plan:?}");
             }
         }
     }

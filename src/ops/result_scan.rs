@@ -34,19 +34,58 @@ pub struct Scan<'a> {
     pub rows: ScannedRows<'a>,
 }
 
-/// The rows of a page: their JSON text as V2 sent it, and the kind of each
-/// of their top-level fields, by column.
+/// What the values of a column held: V1's header `format` is `number` when
+/// some value was a number and none was anything but a number or null.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Column {
+    pub seen: bool,
+    pub numbers_only: bool,
+}
+
+impl Column {
+    pub const EMPTY: Column = Column {
+        seen: false,
+        numbers_only: true,
+    };
+
+    pub fn note(&mut self, kind: Kind) {
+        match kind {
+            Kind::Number => self.seen = true,
+            Kind::Other => {
+                self.seen = true;
+                self.numbers_only = false;
+            }
+            Kind::Null => {}
+        }
+    }
+
+    pub fn merge(&mut self, other: Column) {
+        self.seen |= other.seen;
+        self.numbers_only &= other.numbers_only;
+    }
+
+    pub fn format(self) -> &'static str {
+        if self.seen && self.numbers_only {
+            "number"
+        } else {
+            "text"
+        }
+    }
+}
+
+/// The rows of a page: their JSON text as V2 sent it, and by column what
+/// the top-level fields of the rows in a given range held.
 #[derive(Debug, Default)]
 pub struct ScannedRows<'a> {
-    /// Each row's text and its range in `fields`.
-    rows: Vec<(&'a str, Range<u32>)>,
-    /// `(column, kind)` of each top-level field of an object row, in order.
-    fields: Vec<(u32, Kind)>,
+    rows: Vec<&'a str>,
     /// The keys seen in the rows, by column number, and the other way round.
     keys: Vec<&'a str>,
     columns: HashMap<&'a str, u32>,
     /// By column: `"key":`, the bytes that start a field of that column.
     tokens: Vec<Vec<u8>>,
+    /// By column: what its values held in the rows of `summarised`.
+    summary: Vec<Column>,
+    summarised: Range<usize>,
     /// Whether some row has a key twice.
     repeats: bool,
 }
@@ -62,47 +101,34 @@ impl<'a> ScannedRows<'a> {
 
     /// Row `i`'s JSON text.
     pub fn text(&self, i: usize) -> &'a str {
-        self.rows[i].0
+        self.rows[i]
     }
 
-    /// The number of distinct row keys.
-    pub fn column_count(&self) -> usize {
-        self.keys.len()
-    }
-
-    /// The column of a key, if some row has it.
-    pub fn column(&self, key: &str) -> Option<u32> {
-        self.columns.get(key).copied()
-    }
-
-    /// The fields of rows `rows`, one after the other.
-    pub fn fields_of(&self, rows: Range<usize>) -> &[(u32, Kind)] {
-        match (
-            self.rows.get(rows.start),
-            rows.end.checked_sub(1).and_then(|r| self.rows.get(r)),
-        ) {
-            (Some(first), Some(last)) if rows.start < rows.end => {
-                &self.fields[first.1.start as usize..last.1.end as usize]
-            }
-            _ => &[],
+    /// What the values of `key` held in the rows of
+    /// [`ScannedRows::summarised`]; meaningless when a row [repeats](ScannedRows::repeats) a key.
+    pub fn summary(&self, key: &str) -> Column {
+        match self.columns.get(key) {
+            Some(&c) => self.summary[c as usize],
+            None => Column::EMPTY,
         }
     }
 
-    /// Whether some row has a key more than once.
+    /// Whether some row has a key more than once (a parser keeps the last
+    /// value, which the summaries do not know).
     pub fn repeats(&self) -> bool {
         self.repeats
     }
 
-    /// The `(column, kind)` of each field of row `i`, in the row's order (a
-    /// repeated key appears twice; the last one is what a parser keeps).
-    pub fn fields(&self, i: usize) -> &[(u32, Kind)] {
-        let r = &self.rows[i].1;
-        &self.fields[r.start as usize..r.end as usize]
+    /// The rows the summaries are of: the range asked for, within the page.
+    pub fn summarised(&self) -> Range<usize> {
+        self.summarised.clone()
     }
 }
 
-/// Scans a V2 result-page answer; `None` when the general path must read it.
-pub fn scan(body: &[u8]) -> Option<Scan<'_>> {
+/// Scans a V2 result-page answer, summing up the columns of the rows in
+/// `summarise` (the page's part of the V1 window); `None` when the general
+/// path must read it.
+pub fn scan(body: &[u8], summarise: Range<usize>) -> Option<Scan<'_>> {
     // Checked as UTF-8 once, so the byte scanner below only deals in ASCII
     // and rows can be handed on as `str`.
     let text = std::str::from_utf8(body).ok()?;
@@ -127,7 +153,7 @@ pub fn scan(body: &[u8]) -> Option<Scan<'_>> {
             if found.is_some() {
                 return None;
             }
-            let (rows, end) = s.rows(i)?;
+            let (rows, end) = s.rows(i, summarise.clone())?;
             found = Some((i..end, rows));
             Some(end)
         })?;
@@ -180,15 +206,12 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// The rows' array at `i`: each row's text and the kinds of its fields.
-    fn rows(&mut self, i: usize) -> Option<(ScannedRows<'a>, usize)> {
+    /// The rows' array at `i`: each row's text, and the columns of the rows
+    /// in `summarise`.
+    fn rows(&mut self, i: usize, summarise: Range<usize>) -> Option<(ScannedRows<'a>, usize)> {
         let text = self.text;
         let b = text.as_bytes();
-        let mut out = ScannedRows {
-            // About one field per 32 bytes in most results.
-            fields: Vec::with_capacity(b.len() / 32),
-            ..ScannedRows::default()
-        };
+        let mut out = ScannedRows::default();
         // The columns of the previous row, in its order: rows mostly repeat
         // their keys in the same order, so the bytes of a key are first
         // compared with the one at its place in the previous row (quotes and
@@ -201,15 +224,18 @@ impl<'a> Scanner<'a> {
         let mut last_row: Vec<u32> = Vec::new();
         let mut i = ws(b, byte(b, i, b'[')?);
         if b.get(i) == Some(&b']') {
+            out.summarised = 0..0;
             return Some((out, i + 1));
         }
         loop {
             let start = i;
-            let first = out.fields.len() as u32;
-            let row = out.rows.len() as u32 + 1;
+            let row = out.rows.len();
+            let counted = summarise.contains(&row);
             if b.get(i) == Some(&b'{') {
                 i = ws(b, i + 1);
                 current.clear();
+                // Whether every key so far is the previous row's at its place.
+                let mut same = true;
                 if b.get(i) == Some(&b'}') {
                     i += 1;
                 } else {
@@ -220,17 +246,17 @@ impl<'a> Scanner<'a> {
                                 c
                             }
                             _ => {
+                                same = false;
                                 let (key, at) = plain_key(text, i)?;
                                 i = at;
-                                out.column_of(key, &mut last_row)
+                                out.column_of(key)
                             }
                         };
-                        if std::mem::replace(&mut last_row[column as usize], row) == row {
-                            out.repeats = true;
-                        }
                         current.push(column);
                         let (kind, at) = field(b, i, &mut self.stack)?;
-                        out.fields.push((column, kind));
+                        if counted {
+                            out.summary[column as usize].note(kind);
+                        }
                         i = ws(b, at);
                         match *b.get(i)? {
                             b',' => i = ws(b, i + 1),
@@ -242,16 +268,30 @@ impl<'a> Scanner<'a> {
                         }
                     }
                 }
+                // A row with the previous row's keys repeats a key only if
+                // that one did; any other is checked.
+                if !same || current.len() != previous.len() {
+                    last_row.resize(out.keys.len(), 0);
+                    let stamp = row as u32 + 1;
+                    for &c in &current {
+                        if std::mem::replace(&mut last_row[c as usize], stamp) == stamp {
+                            out.repeats = true;
+                        }
+                    }
+                }
                 std::mem::swap(&mut previous, &mut current);
             } else {
                 i = value(b, i, &mut self.stack)?;
             }
-            out.rows
-                .push((&text[start..i], first..out.fields.len() as u32));
+            out.rows.push(&text[start..i]);
             i = ws(b, i);
             match *b.get(i)? {
                 b',' => i = ws(b, i + 1),
-                b']' => return Some((out, i + 1)),
+                b']' => {
+                    let n = out.rows.len();
+                    out.summarised = summarise.start.min(n)..summarise.end.min(n);
+                    return Some((out, i + 1));
+                }
                 _ => return None,
             }
         }
@@ -260,7 +300,7 @@ impl<'a> Scanner<'a> {
 
 impl<'a> ScannedRows<'a> {
     /// The column of a row key seen for the first time in this row.
-    fn column_of(&mut self, key: &'a str, last_row: &mut Vec<u32>) -> u32 {
+    fn column_of(&mut self, key: &'a str) -> u32 {
         let next = self.keys.len() as u32;
         let c = *self.columns.entry(key).or_insert(next);
         if c == next {
@@ -271,7 +311,7 @@ impl<'a> ScannedRows<'a> {
             token.extend_from_slice(key.as_bytes());
             token.extend_from_slice(b"\":");
             self.tokens.push(token);
-            last_row.push(0);
+            self.summary.push(Column::EMPTY);
         }
         c
     }
@@ -774,65 +814,89 @@ mod tests {
     }
 
     /// The scanner's claims, checked with serde: the body is valid JSON, the
-    /// rows are serde's raw rows at the same places, the kinds are what
-    /// serde reads, the skeleton is the body without its rows.
-    fn check(body: &str) -> Option<()> {
-        let scan = scan(body.as_bytes())?;
+    /// rows are serde's raw rows at the same places, the columns of the rows
+    /// in `summarise` hold what serde reads, the skeleton is the body
+    /// without its rows.
+    fn check_range(body: &str, summarise: Range<usize>) -> Option<()> {
+        let scan = scan(body.as_bytes(), summarise.clone())?;
         let answer: Answer = serde_json::from_str(body)
             .unwrap_or_else(|e| panic!("scanner accepted what serde refuses ({e}): {body}"));
         let list = answer.data.list.get();
         let raw: Vec<&RawValue> = serde_json::from_str(list).unwrap();
         assert_eq!(scan.rows.len(), raw.len(), "{body}");
+        let n = raw.len();
+        assert_eq!(
+            scan.rows.summarised(),
+            summarise.start.min(n)..summarise.end.min(n)
+        );
+        let mut expect: HashMap<String, Column> = HashMap::new();
+        let mut repeats = false;
         for (i, r) in raw.iter().enumerate() {
             let text = scan.rows.text(i);
             assert_eq!(text, r.get(), "{body}");
             assert_eq!(offset(body, text), offset(body, r.get()), "{body}");
-            let fields = scan.rows.fields(i);
             if !text.starts_with('{') {
-                assert!(fields.is_empty());
                 continue;
             }
-            let Fields(expect) = serde_json::from_str(text)
+            let Fields(fields) = serde_json::from_str(text)
                 .unwrap_or_else(|e| panic!("scanned row serde cannot read ({e}): {text}"));
-            assert_eq!(fields.len(), expect.len(), "{text}");
-            for ((c, kind), (key, expect)) in fields.iter().zip(&expect) {
-                assert_eq!(scan.rows.column(key), Some(*c), "{text}");
-                assert_eq!(kind, expect, "{key} in {text}");
+            let keys: std::collections::HashSet<&String> = fields.iter().map(|(k, _)| k).collect();
+            repeats |= keys.len() < fields.len();
+            for (key, kind) in &fields {
+                let column = expect.entry(key.clone()).or_insert(Column::EMPTY);
+                if summarise.contains(&i) {
+                    column.note(*kind);
+                }
             }
         }
-        let repeats = raw.iter().any(|r| {
-            let Ok(Fields(fields)) = serde_json::from_str(r.get()) else {
-                return false;
-            };
-            let keys: std::collections::HashSet<&String> = fields.iter().map(|(k, _)| k).collect();
-            keys.len() < fields.len()
-        });
         assert_eq!(scan.rows.repeats(), repeats, "{body}");
+        if !repeats {
+            for (key, column) in &expect {
+                assert_eq!(scan.rows.summary(key), *column, "{key}: {body}");
+            }
+            assert_eq!(scan.rows.summary("no such key"), Column::EMPTY);
+        }
         let start = offset(body, list);
         let expect = format!("{}[]{}", &body[..start], &body[start + list.len()..]);
         assert_eq!(scan.skeleton, expect);
         Some(())
     }
 
+    fn check(body: &str) -> Option<()> {
+        check_range(body, 0..usize::MAX)
+    }
+
     #[test]
     fn a_plain_page_is_scanned() {
         let body = r#"{"code":0,"message":"success","data":{"count":3,"headers":[{"key":"a"}],
-            "list":[ {"a": 1.5e3, "b": "x\"y\u00e9", "c": {"a": "deep"}} , [1,{}], {"a":null,"a":true}],
+            "list":[ {"a": 1.5e3, "b": "x\"y\u00e9", "c": {"a": "deep"}} , [1,{}], {"a":null,"b":2}],
             "page_index":1},"request_id":"r"}"#;
-        let scan = scan(body.as_bytes()).unwrap();
+        let scan = scan(body.as_bytes(), 0..3).unwrap();
         assert_eq!(scan.rows.len(), 3);
         assert_eq!(scan.rows.text(1), "[1,{}]");
-        let a = scan.rows.column("a").unwrap();
-        let c = scan.rows.column("c").unwrap();
-        assert_eq!(scan.rows.fields(0)[0], (a, Kind::Number));
-        assert_eq!(scan.rows.fields(0)[2], (c, Kind::Other));
-        assert!(scan.rows.fields(1).is_empty());
-        assert_eq!(
-            scan.rows.fields(2),
-            &[(a, Kind::Null), (a, Kind::Other)][..]
-        );
+        let number = Column {
+            seen: true,
+            numbers_only: true,
+        };
+        let text = Column {
+            seen: true,
+            numbers_only: false,
+        };
+        assert!(!scan.rows.repeats());
+        assert_eq!(scan.rows.summary("a"), number);
+        assert_eq!(scan.rows.summary("b"), text);
+        assert_eq!(scan.rows.summary("c"), text);
+        assert_eq!(scan.rows.summary("d"), Column::EMPTY);
         assert!(scan.skeleton.contains(r#""list":[],"#));
         check(body).unwrap();
+        // Only the rows asked for are summed up.
+        let scan = super::scan(body.as_bytes(), 1..3).unwrap();
+        assert_eq!(scan.rows.summarised(), 1..3);
+        assert_eq!(scan.rows.summary("b"), number);
+        // A key twice in a row is noticed (the formats are then left to serde).
+        let twice = body.replace(r#"{"a":null,"b":2}"#, r#"{"a":null,"b":2,"a":1}"#);
+        assert!(super::scan(twice.as_bytes(), 0..3).unwrap().rows.repeats());
+        check(&twice).unwrap();
     }
 
     #[test]
@@ -860,7 +924,7 @@ mod tests {
             r#"[{"code":0,"data":{"list":[]}}]"#.to_owned(),
             page("[]") + "x",
         ] {
-            assert!(scan(refused.as_bytes()).is_none(), "{refused}");
+            assert!(scan(refused.as_bytes(), 0..1).is_none(), "{refused}");
         }
         // Deep nesting is followed, not refused.
         let deep = page(&format!(
@@ -883,8 +947,9 @@ mod tests {
         /// Over generated answers of any shape: whatever the scanner
         /// accepts, serde reads the same way.
         #[test]
-        fn the_scanner_agrees_with_serde((body, _) in answer()) {
+        fn the_scanner_agrees_with_serde((body, n) in answer(), from in 0..8usize, len in 0..10usize) {
             check(&body);
+            check_range(&body, from.min(n)..from + len);
         }
 
         /// An answer with a byte changed, dropped or added: the scanner
@@ -903,7 +968,7 @@ mod tests {
                 1 if i < bytes.len() => { bytes.remove(i); }
                 _ => bytes.insert(i, byte),
             }
-            if let Some(scan) = scan(&bytes) {
+            if let Some(scan) = scan(&bytes, 0..usize::MAX) {
                 let text = std::str::from_utf8(&bytes).unwrap();
                 prop_assert!(serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok(), "{}", text);
                 drop(scan);

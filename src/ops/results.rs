@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 
 use crate::error::{GatewayError, Subject};
 use crate::ops::input::Body;
-use crate::ops::result_scan::{self, Scan, ScannedRows};
+use crate::ops::result_scan::{self, Column, Scan, ScannedRows};
 use crate::ops::wire::{self, IntLike, Kind, List, OrDefault, StrOnly};
 use crate::ops::{Exchange, Fetched, Read};
 use crate::paging::{Plan, Window};
@@ -237,45 +237,6 @@ pub fn v1_headers_of_values(v2_headers: &[Value], rows: &[Value]) -> Vec<Value> 
         .collect()
 }
 
-/// What the rows of a column held so far: `number` when some value was
-/// and all of them were numbers (nulls aside), else `text`.
-#[derive(Clone, Copy)]
-struct Column {
-    seen: bool,
-    numbers_only: bool,
-}
-
-impl Column {
-    const EMPTY: Column = Column {
-        seen: false,
-        numbers_only: true,
-    };
-
-    fn note(&mut self, kind: Kind) {
-        match kind {
-            Kind::Number => self.seen = true,
-            Kind::Other => {
-                self.seen = true;
-                self.numbers_only = false;
-            }
-            Kind::Null => {}
-        }
-    }
-
-    fn merge(&mut self, other: Column) {
-        self.seen |= other.seen;
-        self.numbers_only &= other.numbers_only;
-    }
-
-    fn format(self) -> &'static str {
-        if self.seen && self.numbers_only {
-            "number"
-        } else {
-            "text"
-        }
-    }
-}
-
 /// For each key, `number` when the column has at least one non-null value
 /// in the window's rows (`slices`: which rows of each page) and every
 /// non-null value is a JSON number, else `text`. Only the kind of each
@@ -291,15 +252,11 @@ fn infer_formats(
         match &page.rows {
             // With no key twice in a row, the order of the values does not
             // matter: the page's columns are summed up, then matched to keys.
-            PageRows::Scanned(rows) if !rows.repeats() => {
-                let mut by_column = vec![Column::EMPTY; rows.column_count()];
-                for &(c, kind) in rows.fields_of(slice.clone()) {
-                    by_column[c as usize].note(kind);
-                }
+            _ if slice.is_empty() => {}
+            // The scanner summed up each column over the window's rows.
+            PageRows::Scanned(rows) if rows.summarised() == *slice && !rows.repeats() => {
                 for (column, key) in columns.iter_mut().zip(keys) {
-                    if let Some(c) = rows.column(key) {
-                        column.merge(by_column[c as usize]);
-                    }
+                    column.merge(rows.summary(key));
                 }
             }
             rows => {
@@ -436,12 +393,17 @@ fn page_from<'a>(
     }
 }
 
-/// Scans each V2 answer (see [`result_scan`]): the skeletons, to be kept
-/// while the pages borrow from them, and the rows.
-fn scan_all(fetched: &[Fetched]) -> (Vec<Option<String>>, Vec<Option<ScannedRows<'_>>>) {
+/// Scans each V2 answer (see [`result_scan`]), summing up the columns of
+/// the rows `part(k)` of the `k`-th: the skeletons, to be kept while the
+/// pages borrow from them, and the rows.
+fn scan_all(
+    fetched: &[Fetched],
+    part: impl Fn(usize) -> Range<usize>,
+) -> (Vec<Option<String>>, Vec<Option<ScannedRows<'_>>>) {
     fetched
         .iter()
-        .map(|f| match result_scan::scan(f.body()) {
+        .enumerate()
+        .map(|(k, f)| match result_scan::scan(f.body(), part(k)) {
             Some(Scan { skeleton, rows }) => (Some(skeleton), Some(rows)),
             None => (None, None),
         })
@@ -499,7 +461,7 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, Gateway
             result_call(run, o, plan.limit).with_key(Some(key.clone()))
         })
         .await?;
-    let (skeletons, rows) = scan_all(&fetched);
+    let (skeletons, rows) = scan_all(&fetched, |k| plan.part_of(k));
     let mut spares: Vec<Option<String>> = (0..fetched.len()).map(|_| None).collect();
     let pages = fetched
         .iter()
@@ -517,7 +479,7 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, Gateway
         let sample = [ex
             .fetch(result_call(run, 1, 1).with_key(Some(key)), Subject::Run)
             .await?];
-        let (skeleton, rows) = scan_all(&sample);
+        let (skeleton, rows) = scan_all(&sample, |_| 0..usize::MAX);
         let mut spare = None;
         let scan = skeleton[0]
             .as_deref()
@@ -633,7 +595,7 @@ mod tests {
         // Leaked so the pages may borrow from them, as the request path's
         // pages borrow from what it keeps.
         let spare = || Box::leak(Box::new(None));
-        let scanned = result_scan::scan(body.as_bytes()).map(|s| {
+        let scanned = result_scan::scan(body.as_bytes(), 0..usize::MAX).map(|s| {
             let skeleton: &str = Box::leak(s.skeleton.into_boxed_str());
             page_from(read(skeleton), Some(s.rows), spare()).unwrap()
         });
@@ -707,7 +669,7 @@ mod tests {
                 proptest::sample::select(result_scan::gen::HEADER_KEYS), 0..5),
             skip in 0..8usize,
         ) {
-            if let Some(scan) = result_scan::scan(body.as_bytes()) {
+            if let Some(scan) = result_scan::scan(body.as_bytes(), skip.min(n)..n) {
                 #[derive(Deserialize)]
                 struct Answer<'a> {
                     #[serde(borrow)]
