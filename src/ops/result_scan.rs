@@ -344,7 +344,15 @@ fn plain_key(text: &str, i: usize) -> Option<(&str, usize)> {
 /// A row's field value at `i`, skipped and checked: its kind and its end.
 fn field(b: &[u8], i: usize, stack: &mut Vec<u8>) -> Option<(Kind, usize)> {
     match *b.get(i)? {
-        b'"' => Some((Kind::Other, string(b, i + 1)?.0)),
+        b'"' => {
+            // Most values are plain text: found here without a call.
+            let j = i + 1 + plain_run(b.get(i + 1..)?);
+            let end = match b.get(j) {
+                Some(b'"') => j + 1,
+                _ => string(b, j)?.0,
+            };
+            Some((Kind::Other, end))
+        }
         b'n' => Some((Kind::Null, literal(b, i, b"null")?)),
         b'-' | b'0'..=b'9' => {
             let end = number(b, i)?;
@@ -516,6 +524,7 @@ const HIGHS: u64 = lanes(0x80);
 /// of a row are mostly string contents. (The `memchr` crate finds two or
 /// three given bytes, not a range; this is the word-at-a-time test
 /// serde_json uses for the same search.)
+#[inline]
 fn plain_run(s: &[u8]) -> usize {
     let mut chunks = s.chunks_exact(8);
     let mut n = 0;
