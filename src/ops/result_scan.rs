@@ -4,8 +4,11 @@
 //! `format` is inferred from them; serde_json took two passes for that (the
 //! rows as raw slices, then each row again for the kinds of its values) at
 //! 10–15 instructions a byte. This scanner validates the whole body, finds
-//! each row's bytes and notes the kind of each top-level field of a row in
-//! the same pass.
+//! each row's bytes and, in the same pass, sums up by column what the
+//! top-level fields of the rows in the page's part of the V1 window hold
+//! (number, null, anything else). A row with a key twice is noticed: a
+//! parser keeps the last value, so `results.rs` then reads the rows' kinds
+//! with serde.
 //!
 //! It handles what it can be sure about and refuses the rest: a body it
 //! refuses (`None`) is read by the general serde path as before, so the V1

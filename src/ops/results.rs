@@ -12,6 +12,11 @@
 //! | export `filter_keys` (array) | `filter_keys` (comma-joined, URL-encoded) | omitted when empty; keys with a comma are refused |
 //! | `data.download_url` | `data.download_url` | untouched |
 //!
+//! Each V2 page is read in one pass by [`result_scan`] (rows found and
+//! checked, column kinds summed up), the rest of the answer by the typed
+//! readers; an answer the scanner declines is read by serde as a whole, with
+//! the same result. The V1 page is written once, rows copied as V2 sent them.
+//!
 //! V1↔V2 differences here (see `COMPATIBILITY.md`): [`result_header_format`](crate::differences::RESULT_HEADER_FORMAT), [`extra_export_formats`](crate::differences::EXTRA_EXPORT_FORMATS), [`export_download_url`](crate::differences::EXPORT_DOWNLOAD_URL).
 
 use std::borrow::Cow;
