@@ -5,7 +5,7 @@
 //! larger one becomes a set of 100-row V2 pages fetched concurrently and
 //! sliced back to exactly the V1 window.
 
-use std::ops::RangeInclusive;
+use std::ops::{Range, RangeInclusive};
 
 /// The largest `limit` V2 accepts.
 pub const V2_MAX_LIMIT: u64 = 100;
@@ -66,21 +66,54 @@ impl Plan {
     /// page marks the end of the data: anything after it is ignored, so rows
     /// added upstream between two concurrent calls cannot appear twice.
     pub fn assemble<T>(&self, pages: Vec<Vec<T>>) -> Vec<T> {
-        let mut rows = Vec::with_capacity(self.take.min(pages.iter().map(Vec::len).sum()));
-        let mut seen = 0usize;
-        for page in pages {
-            let short = (page.len() as u64) < self.limit;
-            for row in page {
-                if seen >= self.skip && rows.len() < self.take {
-                    rows.push(row);
-                }
-                seen += 1;
-            }
-            if short || rows.len() >= self.take {
-                break;
-            }
+        let lens: Vec<usize> = pages.iter().map(Vec::len).collect();
+        let slices = self.slices(&lens);
+        let mut rows = Vec::with_capacity(slices.iter().map(|r| r.len()).sum());
+        for (page, r) in pages.into_iter().zip(slices) {
+            rows.extend(page.into_iter().skip(r.start).take(r.len()));
         }
         rows
+    }
+
+    /// The rows of the `k`-th V2 page (in `offsets` order) that are in the
+    /// V1 window when every page before it is full: the range
+    /// [`Plan::slices`] gives that page then (before it is cut to the
+    /// page's length).
+    pub fn part_of(&self, k: usize) -> Range<usize> {
+        let limit = self.limit as usize;
+        let first = k.saturating_mul(limit);
+        let start = self.skip.max(first);
+        let end = self
+            .skip
+            .saturating_add(self.take)
+            .min(first.saturating_add(limit));
+        if start < end {
+            start - first..end - first
+        } else {
+            0..0
+        }
+    }
+
+    /// [`Plan::assemble`] as ranges: which rows of each V2 page, of the
+    /// given lengths, make the V1 window (in order; empty after the end).
+    pub fn slices(&self, lens: &[usize]) -> Vec<Range<usize>> {
+        let mut out = Vec::with_capacity(lens.len());
+        let mut seen = 0usize;
+        let mut taken = 0usize;
+        let mut ended = false;
+        for &len in lens {
+            if ended {
+                out.push(0..0);
+                continue;
+            }
+            let start = self.skip.saturating_sub(seen).min(len);
+            let end = start.saturating_add(self.take - taken).min(len);
+            out.push(start..end);
+            taken += end - start;
+            seen += len;
+            ended = (len as u64) < self.limit || taken >= self.take;
+        }
+        out
     }
 }
 
@@ -230,5 +263,78 @@ mod tests {
         assert_eq!(*plan.offsets.start(), u64::MAX / V2_MAX_LIMIT + 1);
         assert_eq!(plan.take, 1000);
         assert!(plan.assemble(vec![Vec::<u64>::new()]).is_empty());
+    }
+
+    /// Row by row, as the window is defined: rows from `skip` on, up to
+    /// `take`, none after a short page.
+    fn kept_row_by_row<T>(plan: &Plan, pages: Vec<Vec<T>>) -> Vec<T> {
+        let mut rows = Vec::new();
+        let mut seen = 0usize;
+        for page in pages {
+            let short = (page.len() as u64) < plan.limit;
+            for row in page {
+                if seen >= plan.skip && rows.len() < plan.take {
+                    rows.push(row);
+                }
+                seen += 1;
+            }
+            if short || rows.len() >= plan.take {
+                break;
+            }
+        }
+        rows
+    }
+
+    /// The ranges are the rows of the window, for any page lengths.
+    #[test]
+    fn slices_are_the_rows_of_the_window() {
+        for page_index in 1..5 {
+            for page_size in [1, 7, 100, 150, 250, 1000] {
+                let plan = Window {
+                    page_index,
+                    page_size,
+                }
+                .plan();
+                for lens in [
+                    vec![100; 12],
+                    vec![plan.limit as usize, 3, plan.limit as usize],
+                    vec![0, 100],
+                    vec![],
+                ] {
+                    let lens: Vec<usize> = lens.into_iter().take(plan.calls()).collect();
+                    let pages: Vec<Vec<(usize, usize)>> = lens
+                        .iter()
+                        .enumerate()
+                        .map(|(p, &n)| (0..n).map(|r| (p, r)).collect())
+                        .collect();
+                    let kept = kept_row_by_row(&plan, pages.clone());
+                    assert_eq!(plan.assemble(pages), kept);
+                    let from_slices: Vec<(usize, usize)> = plan
+                        .slices(&lens)
+                        .into_iter()
+                        .enumerate()
+                        .flat_map(|(p, r)| r.map(move |r| (p, r)))
+                        .collect();
+                    assert_eq!(kept, from_slices, "{plan:?} {lens:?}");
+                }
+            }
+        }
+    }
+
+    /// With full pages, each page's part of the window is its slice.
+    #[test]
+    fn parts_are_the_slices_of_full_pages() {
+        for page_index in 1..6 {
+            for page_size in [1, 7, 99, 100, 101, 150, 250, 1000] {
+                let plan = Window {
+                    page_index,
+                    page_size,
+                }
+                .plan();
+                let lens = vec![plan.limit as usize; plan.calls()];
+                let parts: Vec<_> = (0..plan.calls()).map(|k| plan.part_of(k)).collect();
+                assert_eq!(plan.slices(&lens), parts, "{plan:?}");
+            }
+        }
     }
 }

@@ -131,8 +131,21 @@ impl<'a> Exchange<'a> {
     ) -> Result<Read<T>, GatewayError> {
         // Checked as UTF-8 once, so strings and raw rows are not checked again
         // one by one; a body that is not UTF-8 takes the general path.
-        let parsed = std::str::from_utf8(&fetched.body)
-            .map_err(|_| ())
+        self.read_text(fetched, std::str::from_utf8(&fetched.body).ok(), subject)
+    }
+
+    /// [`Exchange::read`] with the typed reading done on `text`: the body,
+    /// or a copy of it without a part the caller has read itself (a result
+    /// page's rows, see [`result_scan`](super::result_scan)). The general
+    /// reading, when needed, reads the whole body, so the answer is the same.
+    pub fn read_text<'f, T: Deserialize<'f>>(
+        &self,
+        fetched: &Fetched,
+        text: Option<&'f str>,
+        subject: Subject,
+    ) -> Result<Read<T>, GatewayError> {
+        let parsed = text
+            .ok_or(())
             .and_then(|text| serde_json::from_str::<DataEnvelope<'f, T>>(text).map_err(|_| ()));
         match parsed {
             // A success; anything else is an error, read in full (details
@@ -229,6 +242,13 @@ pub struct Fetched {
     status: http::StatusCode,
     retry_after: Option<std::time::Duration>,
     body: bytes::Bytes,
+}
+
+impl Fetched {
+    /// The answer's body, as V2 sent it.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
 }
 
 /// What [`Exchange::read`] made of a V2 answer's `data`: typed (`None` when

@@ -28,6 +28,7 @@ pub mod account;
 pub mod catalog;
 pub mod input;
 pub mod logs;
+pub mod result_scan;
 pub mod results;
 pub mod run_actions;
 pub mod run_records;
@@ -129,7 +130,7 @@ pub async fn handle_counting(
         Operation::RunList => run_records::run_list(&ex, &body()?).await?,
         Operation::ResultList => results::result_list(&ex, &body()?).await?,
         Operation::ResultExport => raw_json(&results::export(&ex, &body()?).await?)?,
-        Operation::RunLog => raw_json(&logs::run_log(&ex, &body()?).await?)?,
+        Operation::RunLog => logs::run_log(&ex, &body()?).await?,
         Operation::AccountInfo => raw_json(&account::account_info(&ex, &body()?).await?)?,
     };
     let v2_request_ids = ex.finish();

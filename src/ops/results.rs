@@ -12,10 +12,16 @@
 //! | export `filter_keys` (array) | `filter_keys` (comma-joined, URL-encoded) | omitted when empty; keys with a comma are refused |
 //! | `data.download_url` | `data.download_url` | untouched |
 //!
+//! Each V2 page is read in one pass by [`result_scan`] (rows found and
+//! checked, column kinds summed up), the rest of the answer by the typed
+//! readers; an answer the scanner declines is read by serde as a whole, with
+//! the same result. The V1 page is written once, rows copied as V2 sent them.
+//!
 //! V1↔V2 differences here (see `COMPATIBILITY.md`): [`result_header_format`](crate::differences::RESULT_HEADER_FORMAT), [`extra_export_formats`](crate::differences::EXTRA_EXPORT_FORMATS), [`export_download_url`](crate::differences::EXPORT_DOWNLOAD_URL).
 
 use std::borrow::Cow;
 use std::fmt;
+use std::ops::Range;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
@@ -24,8 +30,9 @@ use serde_json::{json, Value};
 
 use crate::error::{GatewayError, Subject};
 use crate::ops::input::Body;
+use crate::ops::result_scan::{self, Column, Scan, ScannedRows};
 use crate::ops::wire::{self, IntLike, Kind, List, OrDefault, StrOnly};
-use crate::ops::{sized_json, Exchange, Read};
+use crate::ops::{Exchange, Fetched, Read};
 use crate::paging::{Plan, Window};
 use crate::upstream::V2Call;
 use crate::v1::Json;
@@ -47,7 +54,9 @@ pub fn result_call(run: &Segment, offset: u64, limit: u64) -> V2Call {
 }
 
 /// A V2 result page read without a `Value` tree: the rows stay the raw JSON
-/// V2 sent, to be copied into the V1 page unchanged.
+/// V2 sent, to be copied into the V1 page unchanged. (On the request path
+/// the rows are found by [`result_scan`](super::result_scan) and this reads
+/// the rest of the page; it reads the rows too when the scanner declined.)
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct V2ResultPage<'a> {
@@ -70,14 +79,101 @@ pub struct V2Header<'a> {
     pub format: StrOnly<'a>,
 }
 
-/// The V1 result page (`data`), in V1's field order.
-#[derive(Debug, Serialize)]
+/// The rows of one V2 result page: found by the scanner with the kinds of
+/// their fields, or read as raw values by serde (the general path).
+#[derive(Debug)]
+pub enum PageRows<'a> {
+    Scanned(ScannedRows<'a>),
+    Raw(Vec<&'a RawValue>),
+}
+
+impl<'a> PageRows<'a> {
+    pub fn len(&self) -> usize {
+        match self {
+            PageRows::Scanned(rows) => rows.len(),
+            PageRows::Raw(rows) => rows.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Row `i`'s JSON text, as V2 sent it.
+    pub fn text(&self, i: usize) -> &'a str {
+        match self {
+            PageRows::Scanned(rows) => rows.text(i),
+            PageRows::Raw(rows) => rows[i].get(),
+        }
+    }
+}
+
+/// One V2 result page, ready to map.
+#[derive(Debug)]
+pub struct ResultPage<'a> {
+    pub count: Option<i64>,
+    pub headers: Vec<OrDefault<V2Header<'a>>>,
+    pub rows: PageRows<'a>,
+}
+
+impl<'a> ResultPage<'a> {
+    /// A page read by serde, rows and all.
+    pub fn raw(page: V2ResultPage<'a>) -> ResultPage<'a> {
+        ResultPage {
+            count: page.count.0,
+            headers: page.headers.0,
+            rows: PageRows::Raw(page.list.0),
+        }
+    }
+
+    /// A page whose rows the scanner found, the rest read by serde from the
+    /// skeleton (whose `list` is empty).
+    pub fn scanned(page: V2ResultPage<'a>, rows: ScannedRows<'a>) -> ResultPage<'a> {
+        ResultPage {
+            count: page.count.0,
+            headers: page.headers.0,
+            rows: PageRows::Scanned(rows),
+        }
+    }
+}
+
+/// The V1 result page (`data`): V1's fields, the rows as V2 sent them.
+#[derive(Debug)]
 pub struct V1ResultPage<'a> {
     pub count: i64,
     pub headers: Vec<V1Header<'a>>,
-    pub list: Vec<&'a RawValue>,
+    pub list: Vec<&'a str>,
     pub page_index: u64,
     pub page_size: u64,
+}
+
+impl V1ResultPage<'_> {
+    /// Written once, in V1's field order, into a buffer sized for it: the
+    /// rows (valid JSON, checked by whoever read them) are copied as they are.
+    pub fn to_json(&self) -> Result<Json, GatewayError> {
+        let rows: usize = self.list.iter().map(|r| r.len() + 1).sum();
+        let capacity = rows + self.headers.len() * 96 + 128;
+        Json::write_with(capacity, |out| {
+            out.extend_from_slice(b"{\"count\":");
+            serde_json::to_writer(&mut *out, &self.count)?;
+            out.extend_from_slice(b",\"headers\":");
+            serde_json::to_writer(&mut *out, &self.headers)?;
+            out.extend_from_slice(b",\"list\":[");
+            for (i, row) in self.list.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(row.as_bytes());
+            }
+            out.extend_from_slice(b"],\"page_index\":");
+            serde_json::to_writer(&mut *out, &self.page_index)?;
+            out.extend_from_slice(b",\"page_size\":");
+            serde_json::to_writer(&mut *out, &self.page_size)?;
+            out.push(b'}');
+            Ok::<_, serde_json::Error>(())
+        })
+        .map_err(|e| GatewayError::Internal(format!("answer not serialisable: {e}")))
+    }
 }
 
 /// A V1 column header.
@@ -98,17 +194,18 @@ impl V1Header<'_> {
     }
 }
 
-/// V1 headers: V2's `key`/`label` plus a `format` inferred from the rows.
-pub fn v1_headers<'a>(
+/// V1 headers: V2's `key`/`label` plus a `format`, V2's or else `infer`'s
+/// for the keys of the headers without one (in order).
+fn v1_headers<'a>(
     v2_headers: &[OrDefault<V2Header<'a>>],
-    rows: &[&RawValue],
+    infer: impl FnOnce(&[&str]) -> Vec<&'static str>,
 ) -> Vec<V1Header<'a>> {
     let to_infer: Vec<&str> = v2_headers
         .iter()
         .filter(|h| h.0.format.0.is_none())
         .map(|h| h.0.key.0.as_deref().unwrap_or_default())
         .collect();
-    let mut inferred = infer_formats(&to_infer, rows).into_iter();
+    let mut inferred = infer(&to_infer).into_iter();
     v2_headers
         .iter()
         .map(|OrDefault(h)| {
@@ -134,66 +231,66 @@ pub fn v1_headers_of_values(v2_headers: &[Value], rows: &[Value]) -> Vec<Value> 
         .iter()
         .filter_map(|r| serde_json::value::to_raw_value(r).ok())
         .collect();
-    let rows: Vec<&RawValue> = raw.iter().map(|r| &**r).collect();
-    v1_headers(&headers, &rows)
+    let page = ResultPage {
+        count: None,
+        headers: Vec::new(),
+        rows: PageRows::Raw(raw.iter().map(|r| &**r).collect()),
+    };
+    headers_of_page(&headers, &page)
         .iter()
         .map(|h| serde_json::to_value(h).unwrap_or(Value::Null))
         .collect()
 }
 
 /// For each key, `number` when the column has at least one non-null value
-/// in the rows and every non-null value is a JSON number, else `text`. The
-/// rows are scanned, not kept: only the kind of each wanted value is read.
-fn infer_formats(keys: &[&str], rows: &[&RawValue]) -> Vec<&'static str> {
-    #[derive(Clone, Copy)]
-    struct Column {
-        seen: bool,
-        numbers_only: bool,
-    }
-    let mut columns = vec![
-        Column {
-            seen: false,
-            numbers_only: true
-        };
-        keys.len()
-    ];
-    let mut kinds: Vec<Option<Kind>> = vec![None; keys.len()];
-    for row in rows {
-        // Once every column has a non-number, the rest cannot change it.
-        if columns.iter().all(|c| !c.numbers_only) {
-            break;
-        }
-        kinds.iter_mut().for_each(|k| *k = None);
-        let mut de = serde_json::Deserializer::from_str(row.get());
-        // A raw row is valid JSON; a row that is not an object has no fields.
-        let scan = RowScan {
-            keys,
-            kinds: &mut kinds,
-        };
-        if scan.deserialize(&mut de).is_err() {
-            continue;
-        }
-        for (c, k) in columns.iter_mut().zip(&kinds) {
-            match k {
-                Some(Kind::Number) => c.seen = true,
-                Some(Kind::Other) => {
-                    c.seen = true;
-                    c.numbers_only = false;
+/// in the window's rows (`slices`: which rows of each page) and every
+/// non-null value is a JSON number, else `text`. Only the kind of each
+/// wanted value is read: from the scanner's notes, or by reading a raw row
+/// with serde.
+fn infer_formats(
+    keys: &[&str],
+    pages: &[ResultPage],
+    slices: &[Range<usize>],
+) -> Vec<&'static str> {
+    let mut columns = vec![Column::EMPTY; keys.len()];
+    for (page, slice) in pages.iter().zip(slices) {
+        match &page.rows {
+            // With no key twice in a row, the order of the values does not
+            // matter: the page's columns are summed up, then matched to keys.
+            _ if slice.is_empty() => {}
+            // The scanner summed up each column over the window's rows.
+            PageRows::Scanned(rows) if rows.summarised() == *slice && !rows.repeats() => {
+                for (column, key) in columns.iter_mut().zip(keys) {
+                    column.merge(rows.summary(key));
                 }
-                Some(Kind::Null) | None => {}
+            }
+            rows => {
+                let mut kinds: Vec<Option<Kind>> = vec![None; keys.len()];
+                for r in slice.clone() {
+                    // Once every column has a non-number, the rest cannot change it.
+                    if columns.iter().all(|c| !c.numbers_only) {
+                        break;
+                    }
+                    kinds.iter_mut().for_each(|k| *k = None);
+                    let mut de = serde_json::Deserializer::from_str(rows.text(r));
+                    // A raw row is valid JSON; a row that is not an object has no fields.
+                    let scan = RowScan {
+                        keys,
+                        kinds: &mut kinds,
+                    };
+                    if scan.deserialize(&mut de).is_err() {
+                        continue;
+                    }
+                    for (c, k) in columns.iter_mut().zip(&kinds) {
+                        if let Some(k) = k {
+                            c.note(*k);
+                        }
+                    }
+                }
             }
         }
     }
-    columns
-        .iter()
-        .map(|c| {
-            if c.seen && c.numbers_only {
-                "number"
-            } else {
-                "text"
-            }
-        })
-        .collect()
+    columns.into_iter().map(Column::format).collect()
 }
 
 /// Reads one row, noting the kind of the value of each wanted key (the last
@@ -257,45 +354,105 @@ impl<'de> Visitor<'de> for RowScan<'_, '_> {
     }
 }
 
-/// The typed page of a V2 answer. Data the typed reading refused (repeated
-/// keys, say) is written back out from its `Value` into `spare` and read
-/// from there, so it maps exactly as the `Value` said.
-fn page_of<'a>(
-    read: Read<OrDefault<V2ResultPage<'a>>>,
+/// Reads one V2 result page. The scanner finds the rows and the kinds of
+/// their fields in one pass, and serde reads the rest from the skeleton;
+/// when the scanner declines, or the typed reading does, the page is read
+/// as before (data the typed reading refused, repeated keys say, is written
+/// back out from its `Value` into `spare` and read from there, so it maps
+/// exactly as the `Value` said).
+fn read_page<'a>(
+    ex: &Exchange<'_>,
+    fetched: &'a Fetched,
+    scan: Option<(&'a str, ScannedRows<'a>)>,
     spare: &'a mut Option<String>,
-) -> Result<V2ResultPage<'a>, GatewayError> {
-    match read {
-        Read::Typed(page) => Ok(page.map(|p| p.0).unwrap_or_default()),
-        Read::Untyped(data) => {
+) -> Result<ResultPage<'a>, GatewayError> {
+    match scan {
+        Some((skeleton, rows)) => page_from(
+            ex.read_text(fetched, Some(skeleton), Subject::Run)?,
+            Some(rows),
+            spare,
+        ),
+        None => page_from(ex.read(fetched, Subject::Run)?, None, spare),
+    }
+}
+
+/// [`read_page`] once the answer is read: typed (rows from the scanner when
+/// it read the skeleton), or a `Value`.
+fn page_from<'a>(
+    read: Read<OrDefault<V2ResultPage<'a>>>,
+    rows: Option<ScannedRows<'a>>,
+    spare: &'a mut Option<String>,
+) -> Result<ResultPage<'a>, GatewayError> {
+    match (read, rows) {
+        (Read::Typed(page), Some(rows)) => Ok(ResultPage::scanned(
+            page.map(|p| p.0).unwrap_or_default(),
+            rows,
+        )),
+        (Read::Typed(page), None) => Ok(ResultPage::raw(page.map(|p| p.0).unwrap_or_default())),
+        (Read::Untyped(data), _) => {
             let text = spare.insert(data.to_string());
             serde_json::from_str::<OrDefault<V2ResultPage>>(text)
-                .map(|p| p.0)
+                .map(|p| ResultPage::raw(p.0))
                 .map_err(|e| GatewayError::Garbled(format!("unreadable result page ({e})")))
         }
     }
 }
 
-/// The V1 result page from the V2 pages of a plan; rows are moved, not
-/// copied or parsed into values.
+/// Scans each V2 answer (see [`result_scan`]), summing up the columns of
+/// the rows `part(k)` of the `k`-th: the skeletons, to be kept while the
+/// pages borrow from them, and the rows.
+fn scan_all(
+    fetched: &[Fetched],
+    part: impl Fn(usize) -> Range<usize>,
+) -> (Vec<Option<String>>, Vec<Option<ScannedRows<'_>>>) {
+    fetched
+        .iter()
+        .enumerate()
+        .map(|(k, f)| match result_scan::scan(f.body(), part(k)) {
+            Some(Scan { skeleton, rows }) => (Some(skeleton), Some(rows)),
+            None => (None, None),
+        })
+        .unzip()
+}
+
+/// The V1 result page from the V2 pages of a plan; rows are neither copied
+/// nor parsed into values.
 pub fn v1_result_page<'a>(
     window: Window,
     plan: &Plan,
-    mut pages: Vec<V2ResultPage<'a>>,
+    pages: &[ResultPage<'a>],
 ) -> V1ResultPage<'a> {
-    let count = pages.first().and_then(|p| p.count.0).unwrap_or(0);
-    let v2_headers = pages
-        .first_mut()
-        .map(|p| std::mem::take(&mut p.headers.0))
-        .unwrap_or_default();
-    let rows = plan.assemble(pages.into_iter().map(|p| p.list.0).collect());
-    let headers = v1_headers(&v2_headers, &rows);
+    let count = pages.first().and_then(|p| p.count).unwrap_or(0);
+    let lens: Vec<usize> = pages.iter().map(|p| p.rows.len()).collect();
+    let slices = plan.slices(&lens);
+    let headers = match pages.first() {
+        Some(first) => v1_headers(&first.headers, |keys| infer_formats(keys, pages, &slices)),
+        None => Vec::new(),
+    };
+    let list = pages
+        .iter()
+        .zip(&slices)
+        .flat_map(|(page, slice)| slice.clone().map(|r| page.rows.text(r)))
+        .collect();
     V1ResultPage {
         count,
         headers,
-        list: rows,
+        list,
         page_index: window.page_index,
         page_size: window.page_size,
     }
+}
+
+/// V1 headers from `headers` and all the rows of one page (the sample
+/// page of a window past the end, or a synchronous run's results).
+fn headers_of_page<'a>(
+    headers: &[OrDefault<V2Header<'a>>],
+    page: &ResultPage,
+) -> Vec<V1Header<'a>> {
+    let all = 0..page.rows.len();
+    v1_headers(headers, |keys| {
+        infer_formats(keys, std::slice::from_ref(page), std::slice::from_ref(&all))
+    })
 }
 
 pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
@@ -309,34 +466,36 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, Gateway
             result_call(run, o, plan.limit).with_key(Some(key.clone()))
         })
         .await?;
-    let reads = fetched
+    let (skeletons, rows) = scan_all(&fetched, |k| plan.part_of(k));
+    let mut spares: Vec<Option<String>> = (0..fetched.len()).map(|_| None).collect();
+    let pages = fetched
         .iter()
-        .map(|f| ex.read::<OrDefault<V2ResultPage>>(f, Subject::Run))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut spares: Vec<Option<String>> = (0..reads.len()).map(|_| None).collect();
-    let pages = reads
-        .into_iter()
+        .zip(&skeletons)
+        .zip(rows)
         .zip(spares.iter_mut())
-        .map(|(read, spare)| page_of(read, spare))
+        .map(|(((f, skeleton), rows), spare)| {
+            read_page(ex, f, skeleton.as_deref().zip(rows), spare)
+        })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut page = v1_result_page(window, &plan, pages);
+    let mut page = v1_result_page(window, &plan, &pages);
     if page.list.is_empty() && page.count > 0 {
         // A page past the end has no rows to infer column formats from, but
         // V1 still typed its headers: read them off the run's first row.
-        let sample = ex
+        let sample = [ex
             .fetch(result_call(run, 1, 1).with_key(Some(key)), Subject::Run)
-            .await?;
+            .await?];
+        let (skeleton, rows) = scan_all(&sample, |_| 0..usize::MAX);
         let mut spare = None;
-        let first = page_of(ex.read(&sample, Subject::Run)?, &mut spare)?;
-        page.headers = v1_headers(&first.headers.0, &first.list.0)
+        let scan = skeleton[0]
+            .as_deref()
+            .zip(rows.into_iter().next().flatten());
+        let first = read_page(ex, &sample[0], scan, &mut spare)?;
+        page.headers = headers_of_page(&first.headers, &first)
             .into_iter()
             .map(V1Header::into_owned)
             .collect();
     }
-    // Rows, plus separators, headers and the other fields.
-    let capacity =
-        page.list.iter().map(|r| r.get().len() + 1).sum::<usize>() + page.headers.len() * 96 + 128;
-    sized_json(&page, capacity)
+    page.to_json()
 }
 
 /// Checks the V1 export body and builds the V2 call.
@@ -412,11 +571,40 @@ mod tests {
 
     fn headers_of(v2_headers: &str, rows: &str) -> Vec<V1Header<'static>> {
         let headers: List<OrDefault<V2Header>> = serde_json::from_str(v2_headers).unwrap();
-        let rows: Vec<&RawValue> = serde_json::from_str(rows).unwrap();
-        v1_headers(&headers.0, &rows)
+        let rows: List<&RawValue> = serde_json::from_str(rows).unwrap();
+        let raw = ResultPage::raw(V2ResultPage {
+            count: IntLike(None),
+            headers,
+            list: rows,
+        });
+        headers_of_page(&raw.headers, &raw)
             .into_iter()
             .map(V1Header::into_owned)
             .collect()
+    }
+
+    /// A V2 answer (`code` 0) read as the request path reads it, with the
+    /// scanner (`None` when it declines) and without.
+    fn both_ways(body: &'static str) -> (Option<ResultPage<'static>>, ResultPage<'static>) {
+        // As `Exchange::read_text`: typed from `text`, else the whole body's `data`.
+        let read = |text: &'static str| match serde_json::from_str::<
+            crate::v2::DataEnvelope<OrDefault<V2ResultPage>>,
+        >(text)
+        {
+            Ok(e) => Read::Typed(e.data),
+            Err(_) => {
+                let e: crate::v2::Envelope = serde_json::from_str(body).unwrap();
+                Read::Untyped(e.data.unwrap_or(Value::Null))
+            }
+        };
+        // Leaked so the pages may borrow from them, as the request path's
+        // pages borrow from what it keeps.
+        let spare = || Box::leak(Box::new(None));
+        let scanned = result_scan::scan(body.as_bytes(), 0..usize::MAX).map(|s| {
+            let skeleton: &str = Box::leak(s.skeleton.into_boxed_str());
+            page_from(read(skeleton), Some(s.rows), spare()).unwrap()
+        });
+        (scanned, page_from(read(body), None, spare()).unwrap())
     }
 
     #[test]
@@ -455,26 +643,110 @@ mod tests {
 
     #[test]
     fn rows_pass_through_byte_for_byte() {
-        let plan = Window {
+        let window = Window {
             page_index: 1,
             page_size: 2,
+        };
+        let plan = window.plan();
+        let body = r#"{"code": 0, "data": {"count": 2, "headers": [{"key": "a", "label": "A"}],
+            "list": [{"a": 1.50, "b": "\u00e9"}, {"a": 2e3}], "page_index": 1}}"#;
+        let (scanned, raw) = both_ways(body);
+        assert!(matches!(
+            scanned.as_ref().unwrap().rows,
+            PageRows::Scanned(_)
+        ));
+        let expect = r#"{"count":2,"headers":[{"label":"A","key":"a","format":"number"}],"list":[{"a": 1.50, "b": "\u00e9"},{"a": 2e3}],"page_index":1,"page_size":2}"#;
+        for page in [scanned.unwrap(), raw] {
+            let v1 = v1_result_page(window, &plan, &[page]).to_json().unwrap();
+            assert_eq!(std::str::from_utf8(v1.as_bytes()).unwrap(), expect);
         }
-        .plan();
-        let body = r#"{"count": 2, "headers": [{"key": "a", "label": "A"}],
-            "list": [{"a": 1.50, "b": "\u00e9"}, {"a": 2e3}], "page_index": 1}"#;
-        let page: OrDefault<V2ResultPage> = serde_json::from_str(body).unwrap();
-        let v1 = v1_result_page(
-            Window {
-                page_index: 1,
-                page_size: 2,
-            },
-            &plan,
-            vec![page.0],
-        );
-        assert_eq!(
-            std::str::from_utf8(crate::ops::raw_json(&v1).unwrap().as_bytes()).unwrap(),
-            r#"{"count":2,"headers":[{"label":"A","key":"a","format":"number"}],"list":[{"a": 1.50, "b": "\u00e9"},{"a": 2e3}],"page_index":1,"page_size":2}"#
-        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 384, ..Default::default() })]
+
+        /// Formats from the scanner's notes are the formats serde reads from
+        /// the raw rows, over any window of the rows, for any header keys.
+        #[test]
+        fn scanned_formats_are_serdes(
+            (body, n) in result_scan::gen::answer(),
+            keys in proptest::collection::vec(
+                proptest::sample::select(result_scan::gen::HEADER_KEYS), 0..5),
+            skip in 0..8usize,
+        ) {
+            if let Some(scan) = result_scan::scan(body.as_bytes(), skip.min(n)..n) {
+                #[derive(Deserialize)]
+                struct Answer<'a> {
+                    #[serde(borrow)]
+                    data: Page<'a>,
+                }
+                #[derive(Deserialize)]
+                struct Page<'a> {
+                    #[serde(borrow)]
+                    list: List<&'a RawValue>,
+                }
+                let answer: Answer = serde_json::from_str(&body).unwrap();
+                let raw = ResultPage::raw(V2ResultPage { list: answer.data.list, ..Default::default() });
+                let scanned = ResultPage::scanned(V2ResultPage::default(), scan.rows);
+                proptest::prop_assert_eq!(scanned.rows.len(), n);
+                let window = skip.min(n)..n;
+                let fast = infer_formats(&keys, std::slice::from_ref(&scanned), std::slice::from_ref(&window));
+                let slow = infer_formats(&keys, std::slice::from_ref(&raw), std::slice::from_ref(&window));
+                proptest::prop_assert_eq!(fast, slow, "{}", body);
+            }
+        }
+    }
+
+    /// Two V2 pages of a fan-out, one scanned and one not, sliced to a window.
+    #[test]
+    fn fanout_windows_mix_scanned_and_raw_pages() {
+        let window = Window {
+            page_index: 2,
+            page_size: 150,
+        };
+        let plan = window.plan();
+        assert_eq!((plan.offsets.clone().count(), plan.skip), (2, 50));
+        let rows = |from: usize, text: bool| {
+            (from..from + 100)
+                .map(|i| {
+                    let v = if text && i == 120 {
+                        "\"x\"".to_owned()
+                    } else {
+                        i.to_string()
+                    };
+                    format!(r#"{{"i": {i}, "v": {v}}}"#)
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let page = |list: String| {
+            format!(
+                r#"{{"code":0,"data":{{"count":1000,"headers":[{{"key":"i"}},{{"key":"v"}}],"list":[{list}]}}}}"#
+            )
+        };
+        // The second page has a repeated count: serde reads it through a Value.
+        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+        let first = leak(page(rows(100, true)));
+        let second =
+            leak(page(rows(200, false)).replace(r#""count":1000"#, r#""count":1,"count":1000"#));
+        let (a, _) = both_ways(first);
+        let (b, _) = both_ways(second);
+        let pages = [a.unwrap(), b.unwrap()];
+        assert!(matches!(pages[0].rows, PageRows::Scanned(_)));
+        assert!(matches!(pages[1].rows, PageRows::Raw(_)));
+        let v1 = v1_result_page(window, &plan, &pages);
+        assert_eq!(v1.list.len(), 150);
+        assert_eq!(v1.list[0], r#"{"i": 150, "v": 150}"#);
+        // Row 120 (the only text `v`) is before the window.
+        let formats: Vec<_> = v1.headers.iter().map(|h| h.format.as_ref()).collect();
+        assert_eq!(formats, ["number", "number"]);
+        let window = Window {
+            page_index: 1,
+            page_size: 150,
+        };
+        let v1 = v1_result_page(window, &window.plan(), &pages);
+        let formats: Vec<_> = v1.headers.iter().map(|h| h.format.as_ref()).collect();
+        assert_eq!(formats, ["number", "text"]);
     }
 
     #[test]

@@ -1,0 +1,1016 @@
+//! One pass over a V2 result-page answer (`GET /api/v2/worker-runs/{runId}/result`),
+//! between the upstream call and the V1 page `results.rs` writes. The rows
+//! are passed to V1 unchanged, so they must be valid JSON, and V1's header
+//! `format` is inferred from them; serde_json took two passes for that (the
+//! rows as raw slices, then each row again for the kinds of its values) at
+//! 10–15 instructions a byte. This scanner validates the whole body, finds
+//! each row's bytes and, in the same pass, sums up by column what the
+//! top-level fields of the rows in the page's part of the V1 window hold
+//! (number, null, anything else). A row with a key twice is noticed: a
+//! parser keeps the last value, so `results.rs` then reads the rows' kinds
+//! with serde.
+//!
+//! It handles what it can be sure about and refuses the rest: a body it
+//! refuses (`None`) is read by the general serde path as before, so the V1
+//! answer never depends on which path read it. It refuses invalid JSON, keys
+//! with escapes at the envelope, page or row level (an escaped key may spell
+//! `list`, or a column's name), a repeated `data` or `list`, a `list` that
+//! is not an array, strings whose `\u` escapes are not valid UTF-16 (serde
+//! ignores that when it skips a value but not when it reads one), and field
+//! numbers serde cannot read as a number (out of `f64`'s range).
+//!
+//! What the rest of the answer holds (code, request id, count, headers) is
+//! read by the typed serde readers from the *skeleton*: the body with the
+//! rows' array replaced by `[]`, a few hundred bytes.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use crate::ops::wire::Kind;
+
+/// What one pass over a V2 result-page answer found.
+#[derive(Debug)]
+pub struct Scan<'a> {
+    /// The body with `data.list` replaced by `[]`, for the typed reading of
+    /// everything but the rows.
+    pub skeleton: String,
+    pub rows: ScannedRows<'a>,
+}
+
+/// What the values of a column held: V1's header `format` is `number` when
+/// some value was a number and none was anything but a number or null.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Column {
+    pub seen: bool,
+    pub numbers_only: bool,
+}
+
+impl Column {
+    pub const EMPTY: Column = Column {
+        seen: false,
+        numbers_only: true,
+    };
+
+    pub fn note(&mut self, kind: Kind) {
+        match kind {
+            Kind::Number => self.seen = true,
+            Kind::Other => {
+                self.seen = true;
+                self.numbers_only = false;
+            }
+            Kind::Null => {}
+        }
+    }
+
+    pub fn merge(&mut self, other: Column) {
+        self.seen |= other.seen;
+        self.numbers_only &= other.numbers_only;
+    }
+
+    pub fn format(self) -> &'static str {
+        if self.seen && self.numbers_only {
+            "number"
+        } else {
+            "text"
+        }
+    }
+}
+
+/// The rows of a page: their JSON text as V2 sent it, and by column what
+/// the top-level fields of the rows in a given range held.
+#[derive(Debug, Default)]
+pub struct ScannedRows<'a> {
+    rows: Vec<&'a str>,
+    /// The keys seen in the rows, by column number, and the other way round.
+    keys: Vec<&'a str>,
+    columns: HashMap<&'a str, u32>,
+    /// By column: `"key":`, the bytes that start a field of that column.
+    tokens: Vec<Vec<u8>>,
+    /// By column: what its values held in the rows of `summarised`.
+    summary: Vec<Column>,
+    summarised: Range<usize>,
+    /// Whether some row has a key twice.
+    repeats: bool,
+}
+
+impl<'a> ScannedRows<'a> {
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Row `i`'s JSON text.
+    pub fn text(&self, i: usize) -> &'a str {
+        self.rows[i]
+    }
+
+    /// What the values of `key` held in the rows of
+    /// [`ScannedRows::summarised`]; meaningless when a row [repeats](ScannedRows::repeats) a key.
+    pub fn summary(&self, key: &str) -> Column {
+        match self.columns.get(key) {
+            Some(&c) => self.summary[c as usize],
+            None => Column::EMPTY,
+        }
+    }
+
+    /// Whether some row has a key more than once (a parser keeps the last
+    /// value, which the summaries do not know).
+    pub fn repeats(&self) -> bool {
+        self.repeats
+    }
+
+    /// The rows the summaries are of: the range asked for, within the page.
+    pub fn summarised(&self) -> Range<usize> {
+        self.summarised.clone()
+    }
+}
+
+/// Scans a V2 result-page answer, summing up the columns of the rows in
+/// `summarise` (the page's part of the V1 window); `None` when the general
+/// path must read it.
+pub fn scan(body: &[u8], summarise: Range<usize>) -> Option<Scan<'_>> {
+    // Checked as UTF-8 once, so the byte scanner below only deals in ASCII
+    // and rows can be handed on as `str`.
+    let text = std::str::from_utf8(body).ok()?;
+    let mut s = Scanner {
+        text,
+        stack: Vec::new(),
+        list: None,
+    };
+    let end = s.object(ws(body, 0), |s, i, key| {
+        if key != "data" {
+            return value(body, i, &mut s.stack);
+        }
+        // A second `data`, or one that is not an object, is not for here.
+        if s.list.is_some() || body.get(i) != Some(&b'{') {
+            return None;
+        }
+        let mut found = None;
+        let end = s.object(i, |s, i, key| {
+            if key != "list" {
+                return value(body, i, &mut s.stack);
+            }
+            if found.is_some() {
+                return None;
+            }
+            let (rows, end) = s.rows(i, summarise.clone())?;
+            found = Some((i..end, rows));
+            Some(end)
+        })?;
+        s.list = Some(found?);
+        Some(end)
+    })?;
+    if ws(body, end) != body.len() {
+        return None;
+    }
+    let (list, rows) = s.list?;
+    let mut skeleton = String::with_capacity(text.len() - list.len() + 2);
+    skeleton.push_str(&text[..list.start]);
+    skeleton.push_str("[]");
+    skeleton.push_str(&text[list.end..]);
+    Some(Scan { skeleton, rows })
+}
+
+/// A position in the body after what was read; `None` for anything the
+/// scanner will not decide (the general path reads the body then). The
+/// readers below are functions of the bytes and a position, so the position
+/// stays in a register through the row loop.
+type At = Option<usize>;
+
+struct Scanner<'a> {
+    text: &'a str,
+    /// Open arrays and objects of the value being skipped (`[` or `{`):
+    /// nesting is followed without recursion, at any depth.
+    stack: Vec<u8>,
+    /// `data.list`'s bytes and rows, once found.
+    list: Option<(Range<usize>, ScannedRows<'a>)>,
+}
+
+impl<'a> Scanner<'a> {
+    /// An object at `i` whose keys are plain strings (no escapes), `member`
+    /// reading each value (at its first byte) and returning where it ends.
+    fn object(&mut self, i: usize, mut member: impl FnMut(&mut Self, usize, &'a str) -> At) -> At {
+        let b = self.text.as_bytes();
+        let mut i = ws(b, byte(b, i, b'{')?);
+        if b.get(i) == Some(&b'}') {
+            return Some(i + 1);
+        }
+        loop {
+            let (key, at) = plain_key(self.text, i)?;
+            i = ws(b, member(self, at, key)?);
+            match *b.get(i)? {
+                b',' => i = ws(b, i + 1),
+                b'}' => return Some(i + 1),
+                _ => return None,
+            }
+        }
+    }
+
+    /// The rows' array at `i`: each row's text, and the columns of the rows
+    /// in `summarise`.
+    fn rows(&mut self, i: usize, summarise: Range<usize>) -> Option<(ScannedRows<'a>, usize)> {
+        let text = self.text;
+        let b = text.as_bytes();
+        let mut out = ScannedRows::default();
+        // The columns of the previous row, in its order: rows mostly repeat
+        // their keys in the same order, so the bytes of a key are first
+        // compared with the one at its place in the previous row (quotes and
+        // colon included: equal bytes are a key already checked), and only
+        // read and looked up when they differ.
+        let mut previous: Vec<u32> = Vec::new();
+        let mut current: Vec<u32> = Vec::new();
+        // By column: the row it was last seen in (plus one), to notice a key
+        // repeated within a row.
+        let mut last_row: Vec<u32> = Vec::new();
+        let mut i = ws(b, byte(b, i, b'[')?);
+        if b.get(i) == Some(&b']') {
+            out.summarised = 0..0;
+            return Some((out, i + 1));
+        }
+        loop {
+            let start = i;
+            let row = out.rows.len();
+            let counted = summarise.contains(&row);
+            if b.get(i) == Some(&b'{') {
+                i = ws(b, i + 1);
+                current.clear();
+                // Whether every key so far is the previous row's at its place.
+                let mut same = true;
+                if b.get(i) == Some(&b'}') {
+                    i += 1;
+                } else {
+                    loop {
+                        let column = match previous.get(current.len()) {
+                            Some(&c) if b[i..].starts_with(&out.tokens[c as usize]) => {
+                                i = ws(b, i + out.tokens[c as usize].len());
+                                c
+                            }
+                            _ => {
+                                same = false;
+                                let (key, at) = plain_key(text, i)?;
+                                i = at;
+                                out.column_of(key)
+                            }
+                        };
+                        current.push(column);
+                        let (kind, at) = field(b, i, &mut self.stack)?;
+                        if counted {
+                            out.summary[column as usize].note(kind);
+                        }
+                        i = ws(b, at);
+                        match *b.get(i)? {
+                            b',' => i = ws(b, i + 1),
+                            b'}' => {
+                                i += 1;
+                                break;
+                            }
+                            _ => return None,
+                        }
+                    }
+                }
+                // A row with the previous row's keys repeats a key only if
+                // that one did; any other is checked.
+                if !same || current.len() != previous.len() {
+                    last_row.resize(out.keys.len(), 0);
+                    let stamp = row as u32 + 1;
+                    for &c in &current {
+                        if std::mem::replace(&mut last_row[c as usize], stamp) == stamp {
+                            out.repeats = true;
+                        }
+                    }
+                }
+                std::mem::swap(&mut previous, &mut current);
+            } else {
+                i = value(b, i, &mut self.stack)?;
+            }
+            out.rows.push(&text[start..i]);
+            i = ws(b, i);
+            match *b.get(i)? {
+                b',' => i = ws(b, i + 1),
+                b']' => {
+                    let n = out.rows.len();
+                    out.summarised = summarise.start.min(n)..summarise.end.min(n);
+                    return Some((out, i + 1));
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+impl<'a> ScannedRows<'a> {
+    /// The column of a row key seen for the first time in this row.
+    fn column_of(&mut self, key: &'a str) -> u32 {
+        let next = self.keys.len() as u32;
+        let c = *self.columns.entry(key).or_insert(next);
+        if c == next {
+            self.keys.push(key);
+            // `"key":`, as V2 writes it when compact.
+            let mut token = Vec::with_capacity(key.len() + 3);
+            token.push(b'"');
+            token.extend_from_slice(key.as_bytes());
+            token.extend_from_slice(b"\":");
+            self.tokens.push(token);
+            self.summary.push(Column::EMPTY);
+        }
+        c
+    }
+}
+
+/// Skips JSON whitespace (the four characters serde_json accepts).
+fn ws(b: &[u8], mut i: usize) -> usize {
+    while let Some(b' ' | b'\n' | b'\r' | b'\t') = b.get(i) {
+        i += 1;
+    }
+    i
+}
+
+fn byte(b: &[u8], i: usize, c: u8) -> At {
+    (b.get(i) == Some(&c)).then_some(i + 1)
+}
+
+/// `"key":` at `i`, the key without escapes: the key, and where its value
+/// starts (whitespace skipped).
+fn plain_key(text: &str, i: usize) -> Option<(&str, usize)> {
+    let b = text.as_bytes();
+    let (end, escaped) = string(b, byte(b, i, b'"')?)?;
+    if escaped {
+        return None;
+    }
+    let at = ws(b, byte(b, ws(b, end), b':')?);
+    Some((&text[i + 1..end - 1], at))
+}
+
+/// A row's field value at `i`, skipped and checked: its kind and its end.
+fn field(b: &[u8], i: usize, stack: &mut Vec<u8>) -> Option<(Kind, usize)> {
+    match *b.get(i)? {
+        b'"' => {
+            // Most values are plain text: found here without a call.
+            let j = i + 1 + plain_run(b.get(i + 1..)?);
+            let end = match b.get(j) {
+                Some(b'"') => j + 1,
+                _ => string(b, j)?.0,
+            };
+            Some((Kind::Other, end))
+        }
+        b'n' => Some((Kind::Null, literal(b, i, b"null")?)),
+        b'-' | b'0'..=b'9' => {
+            let end = number(b, i)?;
+            let n = &b[i..end];
+            // Short plain numbers are always in f64's range; for the rest,
+            // serde's own reading decides (it refuses what overflows to
+            // infinity, and a row it cannot read gives no kinds).
+            if (n.len() > 17 || n.iter().any(|&c| c == b'e' || c == b'E'))
+                && serde_json::from_slice::<Kind>(n).is_err()
+            {
+                return None;
+            }
+            Some((Kind::Number, end))
+        }
+        _ => Some((Kind::Other, value(b, i, stack)?)),
+    }
+}
+
+/// Skips and checks one JSON value of any depth at `i`.
+fn value(b: &[u8], mut i: usize, stack: &mut Vec<u8>) -> At {
+    let base = stack.len();
+    loop {
+        // A value...
+        i = match *b.get(i)? {
+            b'"' => string(b, i + 1)?.0,
+            b'-' | b'0'..=b'9' => number(b, i)?,
+            b't' => literal(b, i, b"true")?,
+            b'f' => literal(b, i, b"false")?,
+            b'n' => literal(b, i, b"null")?,
+            open @ (b'{' | b'[') => {
+                i = ws(b, i + 1);
+                let close = if open == b'{' { b'}' } else { b']' };
+                if b.get(i) == Some(&close) {
+                    i + 1
+                } else {
+                    stack.push(open);
+                    if open == b'{' {
+                        i = member_key(b, i)?;
+                    }
+                    continue;
+                }
+            }
+            _ => return None,
+        };
+        // ...then whatever closes after it, up to the next value.
+        loop {
+            let Some(&open) = stack.get(base..).and_then(<[u8]>::last) else {
+                return Some(i);
+            };
+            i = ws(b, i);
+            match (*b.get(i)?, open) {
+                (b',', b'{') => {
+                    i = member_key(b, ws(b, i + 1))?;
+                    break;
+                }
+                (b',', _) => {
+                    i = ws(b, i + 1);
+                    break;
+                }
+                (b']', b'[') | (b'}', b'{') => {
+                    stack.pop();
+                    i += 1;
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// A key inside a skipped value (escapes allowed) and its colon; where the
+/// value starts.
+fn member_key(b: &[u8], i: usize) -> At {
+    let (end, _) = string(b, byte(b, i, b'"')?)?;
+    Some(ws(b, byte(b, ws(b, end), b':')?))
+}
+
+fn literal(b: &[u8], i: usize, word: &[u8]) -> At {
+    let end = i + word.len();
+    (b.get(i..end)? == word).then_some(end)
+}
+
+/// A number as JSON writes it: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`.
+/// A digit straight after a leading 0, or anything else after the number,
+/// is for the caller to refuse.
+fn number(b: &[u8], mut i: usize) -> At {
+    if b.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    i = match *b.get(i)? {
+        b'0' => i + 1,
+        b'1'..=b'9' => digits(b, i + 1),
+        _ => return None,
+    };
+    if b.get(i) == Some(&b'.') {
+        i = digits(b, digit(b, i + 1)?);
+    }
+    if let Some(b'e' | b'E') = b.get(i) {
+        i += 1;
+        if let Some(b'+' | b'-') = b.get(i) {
+            i += 1;
+        }
+        i = digits(b, digit(b, i)?);
+    }
+    Some(i)
+}
+
+fn digit(b: &[u8], i: usize) -> At {
+    b.get(i)?.is_ascii_digit().then_some(i + 1)
+}
+
+fn digits(b: &[u8], mut i: usize) -> usize {
+    while b.get(i).is_some_and(u8::is_ascii_digit) {
+        i += 1;
+    }
+    i
+}
+
+/// The rest of a string whose contents start at `i`: where it ends (after
+/// the closing quote), and whether it held an escape. Refuses control
+/// characters, invalid escapes and `\u` escapes that are not valid UTF-16
+/// (a lone surrogate).
+fn string(b: &[u8], mut i: usize) -> Option<(usize, bool)> {
+    let mut escaped = false;
+    loop {
+        i += plain_run(b.get(i..)?);
+        match *b.get(i)? {
+            b'"' => return Some((i + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                i = match *b.get(i + 1)? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => i + 2,
+                    b'u' => match hex4(b, i + 2)? {
+                        0xDC00..=0xDFFF => return None,
+                        0xD800..=0xDBFF => {
+                            let low = byte(b, byte(b, i + 6, b'\\')?, b'u')?;
+                            if !(0xDC00..=0xDFFF).contains(&hex4(b, low)?) {
+                                return None;
+                            }
+                            low + 4
+                        }
+                        _ => i + 6,
+                    },
+                    _ => return None,
+                };
+            }
+            // A control character.
+            _ => return None,
+        }
+    }
+}
+
+fn hex4(b: &[u8], i: usize) -> Option<u16> {
+    let digits = b.get(i..i + 4)?;
+    digits.iter().try_fold(0u16, |n, &d| {
+        let v = (d as char).to_digit(16)?;
+        Some(n << 4 | v as u16)
+    })
+}
+
+/// A byte in every lane of a `u64`.
+const fn lanes(b: u8) -> u64 {
+    u64::from_ne_bytes([b; 8])
+}
+const ONES: u64 = lanes(0x01);
+const HIGHS: u64 = lanes(0x80);
+
+/// How many bytes at the start of `s` a string holds as they are: up to the
+/// first `"`, `\` or control character. Eight bytes at a time, as the bytes
+/// of a row are mostly string contents. (The `memchr` crate finds two or
+/// three given bytes, not a range; this is the word-at-a-time test
+/// serde_json uses for the same search.)
+#[inline]
+fn plain_run(s: &[u8]) -> usize {
+    let mut chunks = s.chunks_exact(8);
+    let mut n = 0;
+    for chunk in &mut chunks {
+        let w = u64::from_le_bytes([
+            chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
+        ]);
+        let ctrl = w.wrapping_sub(lanes(0x20)) & !w;
+        let q = w ^ lanes(b'"');
+        let quote = q.wrapping_sub(ONES) & !q;
+        let bs = w ^ lanes(b'\\');
+        let backslash = bs.wrapping_sub(ONES) & !bs;
+        let hit = (ctrl | quote | backslash) & HIGHS;
+        if hit != 0 {
+            // The lowest flagged byte is a true hit (a borrow only spreads
+            // upwards from one).
+            return n + hit.trailing_zeros() as usize / 8;
+        }
+        n += 8;
+    }
+    let tail = chunks.remainder();
+    n + tail
+        .iter()
+        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+        .unwrap_or(tail.len())
+}
+
+/// Generators of V2 result-page answers for the property tests here and in
+/// `results.rs`: valid JSON of every shape the scanner meets (escapes,
+/// surrogates, numbers out of range, repeated keys, any whitespace, odd
+/// rows), rendered as text.
+#[cfg(test)]
+pub(crate) mod gen {
+    use proptest::prelude::*;
+
+    /// A JSON value to render.
+    #[derive(Debug, Clone)]
+    pub enum J {
+        /// A scalar, as its JSON text.
+        Lit(String),
+        Arr(Vec<J>),
+        /// Members, each key as its JSON text (quotes included).
+        Obj(Vec<(String, J)>),
+    }
+
+    /// Keys as written: plain, empty, escaped (some spelling plain ones).
+    pub const KEYS: &[&str] = &[
+        r#""title""#,
+        r#""rating""#,
+        r#""n""#,
+        r#""""#,
+        r#""list""#,
+        r#""data""#,
+        r#""\u0074itle""#,
+        r#""a\"b""#,
+        r#""é""#,
+    ];
+
+    /// Plain column keys, as header keys (unescaped).
+    pub const HEADER_KEYS: &[&str] = &["title", "rating", "n", "", "list", "x"];
+
+    fn number() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| serde_json::Number::from_f64(f).unwrap().to_string()),
+            "-?(0|[1-9][0-9]{0,25})(\\.[0-9]{1,4})?([eE][+-]?[0-9]{1,3})?",
+            Just("1e400".to_owned()),
+            Just("-1.8e308".to_owned()),
+            Just("1.7976931348623157e308".to_owned()),
+            Just("1e-400".to_owned()),
+            Just("-0".to_owned()),
+        ]
+    }
+
+    fn string() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            4 => "[a-zA-Z0-9 :/.-]{0,12}",
+            1 => Just("é".to_owned()),
+            1 => Just("😀".to_owned()),
+            1 => Just(r#"\""#.to_owned()),
+            1 => Just(r"\\".to_owned()),
+            1 => Just(r"\n\t\/\b\f\r".to_owned()),
+            1 => Just(r"\u00e9".to_owned()),
+            1 => Just(r"\ud83d\ude00".to_owned()),
+            1 => Just(r"\ud800".to_owned()),
+            1 => Just(r"\udc00".to_owned()),
+            1 => Just(r"\ud800\u0041".to_owned()),
+            1 => Just(r"\uDBFF\uDFFF".to_owned()),
+        ];
+        prop::collection::vec(piece, 0..4).prop_map(|p| format!("\"{}\"", p.concat()))
+    }
+
+    pub fn scalar() -> impl Strategy<Value = J> {
+        prop_oneof![
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            Just("false".to_owned()),
+            number(),
+            string(),
+        ]
+        .prop_map(J::Lit)
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => prop::sample::select(KEYS).prop_map(str::to_owned),
+            1 => string(),
+        ]
+    }
+
+    pub fn value() -> impl Strategy<Value = J> {
+        scalar().prop_recursive(4, 24, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(J::Arr),
+                prop::collection::vec((key(), inner), 0..5).prop_map(J::Obj),
+            ]
+        })
+    }
+
+    /// A result row: mostly an object of column keys, sometimes anything.
+    pub fn row() -> impl Strategy<Value = J> {
+        prop_oneof![
+            6 => prop::collection::vec((key(), value()), 0..6).prop_map(J::Obj),
+            1 => value(),
+        ]
+    }
+
+    /// Whitespace between tokens, chosen by a small generator from `seed`.
+    pub struct Ws(pub u64);
+
+    impl Ws {
+        fn next(&mut self) -> &'static str {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            match (self.0 >> 33) % 8 {
+                0 => " ",
+                1 => "\n  ",
+                2 => "\t",
+                3 => "\r\n",
+                _ => "",
+            }
+        }
+    }
+
+    pub fn render(j: &J, ws: &mut Ws, out: &mut String) {
+        match j {
+            J::Lit(t) => out.push_str(t),
+            J::Arr(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(ws.next());
+                    render(item, ws, out);
+                    out.push_str(ws.next());
+                }
+                out.push_str(ws.next());
+                out.push(']');
+            }
+            J::Obj(members) => {
+                out.push('{');
+                for (i, (k, v)) in members.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(ws.next());
+                    out.push_str(k);
+                    out.push_str(ws.next());
+                    out.push(':');
+                    out.push_str(ws.next());
+                    render(v, ws, out);
+                    out.push_str(ws.next());
+                }
+                out.push('}');
+            }
+        }
+    }
+
+    /// A whole V2 answer around `rows`: the envelope's and the page's
+    /// members in any order, sometimes with a repeated or odd member.
+    pub fn answer() -> impl Strategy<Value = (String, usize)> {
+        let headers = prop::collection::vec(
+            prop::sample::select(HEADER_KEYS)
+                .prop_map(|k| J::Obj(vec![(r#""key""#.into(), J::Lit(format!("\"{k}\"")))])),
+            0..4,
+        )
+        .prop_map(J::Arr);
+        let page_extra = prop_oneof![
+            4 => Just(vec![]),
+            1 => value().prop_map(|v| vec![(r#""list""#.to_owned(), v)]),
+            1 => value().prop_map(|v| vec![(r#""count""#.to_owned(), v)]),
+            1 => value().prop_map(|v| vec![(r#""\u006cist""#.to_owned(), v)]),
+        ];
+        let top_extra = prop_oneof![
+            4 => Just(vec![]),
+            1 => value().prop_map(|v| vec![(r#""data""#.to_owned(), v)]),
+            1 => value().prop_map(|v| vec![(r#""details""#.to_owned(), v)]),
+        ];
+        (
+            prop::collection::vec(row(), 0..8),
+            headers,
+            page_extra,
+            top_extra,
+            any::<u64>(),
+        )
+            .prop_flat_map(|(rows, headers, page_extra, top_extra, seed)| {
+                let n = rows.len();
+                let mut page = vec![
+                    (r#""count""#.to_owned(), J::Lit(n.to_string())),
+                    (r#""headers""#.to_owned(), headers),
+                    (r#""list""#.to_owned(), J::Arr(rows)),
+                    (r#""page_index""#.to_owned(), J::Lit("1".into())),
+                ];
+                page.extend(page_extra);
+                (
+                    Just(page).prop_shuffle(),
+                    Just(top_extra),
+                    Just(seed),
+                    Just(n),
+                )
+            })
+            .prop_flat_map(|(page, top_extra, seed, n)| {
+                let mut top = vec![
+                    (r#""code""#.to_owned(), J::Lit("0".into())),
+                    (r#""message""#.to_owned(), J::Lit(r#""success""#.into())),
+                    (r#""data""#.to_owned(), J::Obj(page)),
+                    (r#""request_id""#.to_owned(), J::Lit(r#""r-1""#.into())),
+                ];
+                top.extend(top_extra);
+                (Just(top).prop_shuffle(), Just(seed), Just(n))
+            })
+            .prop_map(|(top, seed, n)| {
+                let mut out = String::new();
+                let mut ws = Ws(seed);
+                out.push_str(ws.next());
+                render(&J::Obj(top), &mut ws, &mut out);
+                out.push_str(ws.next());
+                (out, n)
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gen::*;
+    use super::*;
+    use proptest::prelude::*;
+    use serde::Deserialize;
+    use serde_json::value::RawValue;
+
+    /// What serde makes of an answer: its `data.list`, raw.
+    #[derive(Deserialize)]
+    struct Answer<'a> {
+        #[serde(borrow)]
+        data: Page<'a>,
+    }
+    #[derive(Deserialize)]
+    struct Page<'a> {
+        #[serde(borrow)]
+        list: &'a RawValue,
+    }
+
+    /// A row's fields and the kinds serde reads for them, in order.
+    struct Fields(Vec<(String, Kind)>);
+
+    impl<'de> Deserialize<'de> for Fields {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = Fields;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Fields, A::Error> {
+                    let mut out = Vec::new();
+                    while let Some(k) = map.next_key::<String>()? {
+                        out.push((k, map.next_value::<Kind>()?));
+                    }
+                    Ok(Fields(out))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+
+    fn offset(body: &str, part: &str) -> usize {
+        part.as_ptr() as usize - body.as_ptr() as usize
+    }
+
+    /// The scanner's claims, checked with serde: the body is valid JSON, the
+    /// rows are serde's raw rows at the same places, the columns of the rows
+    /// in `summarise` hold what serde reads, the skeleton is the body
+    /// without its rows.
+    fn check_range(body: &str, summarise: Range<usize>) -> Option<()> {
+        let scan = scan(body.as_bytes(), summarise.clone())?;
+        let answer: Answer = serde_json::from_str(body)
+            .unwrap_or_else(|e| panic!("scanner accepted what serde refuses ({e}): {body}"));
+        let list = answer.data.list.get();
+        let raw: Vec<&RawValue> = serde_json::from_str(list).unwrap();
+        assert_eq!(scan.rows.len(), raw.len(), "{body}");
+        let n = raw.len();
+        assert_eq!(
+            scan.rows.summarised(),
+            summarise.start.min(n)..summarise.end.min(n)
+        );
+        let mut expect: HashMap<String, Column> = HashMap::new();
+        let mut repeats = false;
+        for (i, r) in raw.iter().enumerate() {
+            let text = scan.rows.text(i);
+            assert_eq!(text, r.get(), "{body}");
+            assert_eq!(offset(body, text), offset(body, r.get()), "{body}");
+            if !text.starts_with('{') {
+                continue;
+            }
+            let Fields(fields) = serde_json::from_str(text)
+                .unwrap_or_else(|e| panic!("scanned row serde cannot read ({e}): {text}"));
+            let keys: std::collections::HashSet<&String> = fields.iter().map(|(k, _)| k).collect();
+            repeats |= keys.len() < fields.len();
+            for (key, kind) in &fields {
+                let column = expect.entry(key.clone()).or_insert(Column::EMPTY);
+                if summarise.contains(&i) {
+                    column.note(*kind);
+                }
+            }
+        }
+        assert_eq!(scan.rows.repeats(), repeats, "{body}");
+        if !repeats {
+            for (key, column) in &expect {
+                assert_eq!(scan.rows.summary(key), *column, "{key}: {body}");
+            }
+            assert_eq!(scan.rows.summary("no such key"), Column::EMPTY);
+        }
+        let start = offset(body, list);
+        let expect = format!("{}[]{}", &body[..start], &body[start + list.len()..]);
+        assert_eq!(scan.skeleton, expect);
+        Some(())
+    }
+
+    fn check(body: &str) -> Option<()> {
+        check_range(body, 0..usize::MAX)
+    }
+
+    #[test]
+    fn a_plain_page_is_scanned() {
+        let body = r#"{"code":0,"message":"success","data":{"count":3,"headers":[{"key":"a"}],
+            "list":[ {"a": 1.5e3, "b": "x\"y\u00e9", "c": {"a": "deep"}} , [1,{}], {"a":null,"b":2}],
+            "page_index":1},"request_id":"r"}"#;
+        let scan = scan(body.as_bytes(), 0..3).unwrap();
+        assert_eq!(scan.rows.len(), 3);
+        assert_eq!(scan.rows.text(1), "[1,{}]");
+        let number = Column {
+            seen: true,
+            numbers_only: true,
+        };
+        let text = Column {
+            seen: true,
+            numbers_only: false,
+        };
+        assert!(!scan.rows.repeats());
+        assert_eq!(scan.rows.summary("a"), number);
+        assert_eq!(scan.rows.summary("b"), text);
+        assert_eq!(scan.rows.summary("c"), text);
+        assert_eq!(scan.rows.summary("d"), Column::EMPTY);
+        assert!(scan.skeleton.contains(r#""list":[],"#));
+        check(body).unwrap();
+        // Only the rows asked for are summed up.
+        let scan = super::scan(body.as_bytes(), 1..3).unwrap();
+        assert_eq!(scan.rows.summarised(), 1..3);
+        assert_eq!(scan.rows.summary("b"), number);
+        // A key twice in a row is noticed (the formats are then left to serde).
+        let twice = body.replace(r#"{"a":null,"b":2}"#, r#"{"a":null,"b":2,"a":1}"#);
+        assert!(super::scan(twice.as_bytes(), 0..3).unwrap().rows.repeats());
+        check(&twice).unwrap();
+    }
+
+    #[test]
+    fn what_the_scanner_leaves_to_serde() {
+        let page = |list: &str| {
+            format!(r#"{{"code":0,"data":{{"count":1,"list":{list}}},"request_id":"r"}}"#)
+        };
+        for refused in [
+            page(r#"[{"\u0061": 1}]"#),
+            page(r#"[{"a": "\ud800"}]"#),
+            page(r#"[{"a": "\udc00"}]"#),
+            page(r#"[{"a": {"\ud800x": 1}}]"#),
+            page(r#"[{"a": 1e400}]"#),
+            page(r#"[{"a": 1}"#),
+            page(r#"[{"a": 01}]"#),
+            page(r#"[{"a": 1,}]"#),
+            page(r#"[{"a": "tab	in string"}]"#),
+            page(r#"[{"a": nul}]"#),
+            page(r#"{"a": 1}"#),
+            page("[1] , \"list\": []"),
+            r#"{"code":0,"data":{"\u006cist":[]}}"#.to_owned(),
+            r#"{"code":0,"data":{"list":[]},"data":{"list":[]}}"#.to_owned(),
+            r#"{"code":0,"data":null}"#.to_owned(),
+            r#"{"code":0,"data":{"count":0}}"#.to_owned(),
+            r#"[{"code":0,"data":{"list":[]}}]"#.to_owned(),
+            page("[]") + "x",
+        ] {
+            assert!(scan(refused.as_bytes(), 0..1).is_none(), "{refused}");
+        }
+        // Deep nesting is followed, not refused.
+        let deep = page(&format!(
+            "[{{\"a\": {}1{}}}]",
+            "[".repeat(500),
+            "]".repeat(500)
+        ));
+        check(&deep).unwrap();
+        // Numbers near f64's edge are serde's to judge.
+        check(&page(
+            r#"[{"a": 1.7976931348623157e308, "b": 123456789012345678901234567890}]"#,
+        ))
+        .unwrap();
+        check(&page(r#"[{"a": "\ud83d\ude00", "b": 1e-400}]"#)).unwrap();
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Over generated answers of any shape: whatever the scanner
+        /// accepts, serde reads the same way.
+        #[test]
+        fn the_scanner_agrees_with_serde((body, n) in answer(), from in 0..8usize, len in 0..10usize) {
+            check(&body);
+            check_range(&body, from.min(n)..from + len);
+        }
+
+        /// An answer with a byte changed, dropped or added: the scanner
+        /// never accepts what serde refuses, and agrees on what it accepts.
+        #[test]
+        fn damaged_answers_are_never_taken_for_valid(
+            (body, _) in answer(),
+            at in any::<prop::sample::Index>(),
+            byte in prop::sample::select(&b"{}[],:\"\\ 0-e.tnx\x01"[..]),
+            how in 0..3u8,
+        ) {
+            let mut bytes = body.into_bytes();
+            let i = at.index(bytes.len() + 1);
+            match how {
+                0 if i < bytes.len() => bytes[i] = byte,
+                1 if i < bytes.len() => { bytes.remove(i); }
+                _ => bytes.insert(i, byte),
+            }
+            if let Some(scan) = scan(&bytes, 0..usize::MAX) {
+                let text = std::str::from_utf8(&bytes).unwrap();
+                prop_assert!(serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok(), "{}", text);
+                drop(scan);
+                check(text);
+            }
+        }
+
+        /// Answers without what the scanner leaves to serde (escaped keys,
+        /// lone surrogates, numbers out of range, odd members) are scanned.
+        #[test]
+        fn plain_answers_take_the_fast_path(
+            rows in prop::collection::vec(
+                prop::collection::vec(
+                    (prop::sample::select(HEADER_KEYS), prop_oneof![
+                        Just("null".to_owned()), Just("1.5".to_owned()), Just("-20".to_owned()),
+                        Just(r#""a \"quoted\" \u00e9 😀 text""#.to_owned()), Just("[1, {\"x\": [] }]".to_owned()),
+                    ]),
+                    0..6,
+                ),
+                0..20,
+            ),
+            seed in any::<u64>(),
+        ) {
+            let rows = J::Arr(rows.into_iter().map(|r| J::Obj(
+                r.into_iter().map(|(k, v)| (format!("\"{k}\""), J::Lit(v))).collect()
+            )).collect());
+            let mut body = String::from(r#"{"code":0,"message":"success","data":{"count":1,"list":"#);
+            render(&rows, &mut Ws(seed), &mut body);
+            body.push_str(r#"},"request_id":"r"}"#);
+            prop_assert!(check(&body).is_some(), "{}", body);
+        }
+    }
+}
