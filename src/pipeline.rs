@@ -374,7 +374,9 @@ async fn dispatch_counting(
     deadline: Duration,
     calls: &AtomicU32,
 ) -> Result<ops::Translated, GatewayError> {
-    let handled = ops::handle_counting(&gw.translator, v1, calls).in_current_span();
+    // On the heap: the operation's future would otherwise be part of every
+    // future around it (the pipeline's, the server's), each moved whole.
+    let handled = Box::pin(ops::handle_counting(&gw.translator, v1, calls).in_current_span());
     match tokio::time::timeout(deadline, handled).await {
         Ok(result) => result,
         Err(_) => Err(GatewayError::Deadline(deadline)),
@@ -384,12 +386,17 @@ async fn dispatch_counting(
 /// A client-sent id is kept only if it is short and printable; otherwise it
 /// is replaced, so it cannot smuggle anything into logs or upstream headers.
 pub fn usable_request_id(headers: &HeaderMap) -> Option<String> {
+    request_id_of(headers).map(str::to_owned)
+}
+
+/// [`usable_request_id`], borrowed.
+pub fn request_id_of(headers: &HeaderMap) -> Option<&str> {
     let v = headers.get(&REQUEST_ID)?.to_str().ok()?;
     let ok = !v.is_empty()
         && v.len() <= 128
         && v.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
-    ok.then(|| v.to_owned())
+    ok.then_some(v)
 }
 
 /// The client's key from `api-key` or `Authorization: Bearer`. A header that

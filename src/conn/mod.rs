@@ -22,6 +22,7 @@
 
 pub mod activity;
 pub mod body;
+pub mod coalesce;
 pub mod drain;
 mod refusal;
 mod service;
@@ -36,7 +37,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -52,6 +53,7 @@ pub use settings::{ConnSettings, ConnectionSection};
 
 use crate::telemetry::{OPEN_CONNECTIONS, SHED_CONNECTIONS};
 use activity::Activity;
+use coalesce::{Coalesce, CoalescingExecutor};
 use refusal::Refusals;
 use service::ConnService;
 use stream::SharedStream;
@@ -132,7 +134,7 @@ where
     B::Error: Into<service::BoxError>,
 {
     let settings = &conf.settings;
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(CoalescingExecutor);
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -150,7 +152,7 @@ where
     let mut tasks = JoinSet::new();
     let spawn = |tasks: &mut JoinSet<()>, stream: TcpStream| match cap.clone().try_acquire_owned() {
         Ok(permit) => {
-            tasks.spawn(connection(
+            tasks.spawn(Coalesce::new(connection(
                 stream,
                 builder.clone(),
                 service.clone(),
@@ -158,7 +160,7 @@ where
                 drain.clone(),
                 conf.answers,
                 (conf.name, conf.tls.clone(), permit),
-            ));
+            )));
         }
         Err(_) => {
             metrics::counter!(SHED_CONNECTIONS, "listener" => conf.name).increment(1);
@@ -210,7 +212,7 @@ where
 /// One client connection, from accept to close.
 async fn connection<S, B>(
     socket: TcpStream,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builder: Arc<auto::Builder<CoalescingExecutor>>,
     service: S,
     settings: ConnSettings,
     drain: Drain,
