@@ -20,7 +20,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -39,6 +39,7 @@ use crate::ops::{self, V1Request};
 use crate::reload::Live;
 use crate::route::{self, Operation};
 use crate::telemetry;
+use crate::telemetry::handles::RequestMetrics;
 use crate::upstream::ApiKey;
 use crate::v1::Envelope;
 
@@ -169,18 +170,22 @@ impl Admitted {
 /// (an early return, a cancelled future, a panic) can leak either.
 struct InFlight {
     _permit: OwnedSemaphorePermit,
+    gauge: metrics::Gauge,
 }
 
 impl InFlight {
-    fn new(permit: OwnedSemaphorePermit) -> InFlight {
-        metrics::gauge!(telemetry::IN_FLIGHT).increment(1.0);
-        InFlight { _permit: permit }
+    fn new(permit: OwnedSemaphorePermit, gauge: &metrics::Gauge) -> InFlight {
+        gauge.increment(1.0);
+        InFlight {
+            _permit: permit,
+            gauge: gauge.clone(),
+        }
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        metrics::gauge!(telemetry::IN_FLIGHT).decrement(1.0);
+        self.gauge.decrement(1.0);
     }
 }
 
@@ -190,6 +195,8 @@ pub struct Pipeline {
     live: Arc<Live>,
     in_flight: Arc<Semaphore>,
     max_in_flight: usize,
+    /// Resolved at the first request (see `telemetry::handles`).
+    metrics: OnceLock<RequestMetrics>,
 }
 
 impl Pipeline {
@@ -204,7 +211,12 @@ impl Pipeline {
             live,
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
             max_in_flight,
+            metrics: OnceLock::new(),
         }
+    }
+
+    fn metrics(&self) -> &RequestMetrics {
+        self.metrics.get_or_init(RequestMetrics::resolve)
     }
 
     /// The gateway as configured now.
@@ -251,11 +263,16 @@ impl Pipeline {
             dialect: gateway.config.compat.dialect,
         };
         let Some(op) = route::route(&req.method, &req.path) else {
-            return Err(finish(&cx, Err(GatewayError::UnknownRoute), 0));
+            return Err(finish(
+                &cx,
+                Err(GatewayError::UnknownRoute),
+                0,
+                self.metrics(),
+            ));
         };
         span.record("operation", op.name());
         cx.op = Some(op);
-        let refuse = |err| finish(&cx, Err(err), 0);
+        let refuse = |err| finish(&cx, Err(err), 0, self.metrics());
         // The body is read as JSON whatever its `Content-Type` says, as V1
         // did (`curl -d` sends `application/x-www-form-urlencoded`); a body
         // that is not JSON is still refused, naming the problem.
@@ -283,7 +300,7 @@ impl Pipeline {
         let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
             return Err(refuse(GatewayError::Overloaded));
         };
-        let in_flight = InFlight::new(permit);
+        let in_flight = InFlight::new(permit, &self.metrics().in_flight);
         Ok(Admitted {
             op,
             request_id,
@@ -304,7 +321,12 @@ impl Pipeline {
         let deadline = deadline(&req.gateway.config, req.op);
         let calls = AtomicU32::new(0);
         let result = dispatch_counting(&req.gateway, req.v1_request(), deadline, &calls).await;
-        finish(&self.context(&req), result, calls.load(Ordering::Relaxed))
+        finish(
+            &self.context(&req),
+            result,
+            calls.load(Ordering::Relaxed),
+            self.metrics(),
+        )
     }
 
     fn context<'a>(&self, req: &'a Admitted) -> access::Context<'a> {
@@ -344,7 +366,7 @@ impl Pipeline {
 
     /// An admitted request the gateway could not serve, rendered and counted.
     pub fn refuse(&self, req: Admitted, err: GatewayError) -> V1Response {
-        finish(&self.context(&req), Err(err), 0)
+        finish(&self.context(&req), Err(err), 0, self.metrics())
     }
 }
 
@@ -426,6 +448,7 @@ fn finish(
     cx: &access::Context<'_>,
     result: Result<ops::Translated, GatewayError>,
     calls: u32,
+    metrics: &RequestMetrics,
 ) -> V1Response {
     let name = cx.op.map_or("unknown", Operation::name);
     let (mut response, calls) = match result {
@@ -473,13 +496,23 @@ fn finish(
     if let Ok(v) = HeaderValue::from_str(cx.request_id) {
         response.headers.insert(REQUEST_ID, v);
     }
-    metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status_label(response.status))
-        .increment(1);
-    metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name)
-        .record(cx.started.elapsed().as_secs_f64());
-    if cx.op.is_some() {
-        metrics::histogram!(telemetry::UPSTREAM_CALLS_PER_REQUEST, "operation" => name)
-            .record(f64::from(calls));
+    let elapsed = cx.started.elapsed().as_secs_f64();
+    match cx.op.map(|op| metrics.operation(op)) {
+        Some(op) => {
+            if response.status == StatusCode::OK {
+                op.answered_ok.increment(1);
+            } else {
+                metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status_label(response.status))
+                    .increment(1);
+            }
+            op.duration.record(elapsed);
+            op.upstream_calls.record(f64::from(calls));
+        }
+        None => {
+            metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status_label(response.status))
+                .increment(1);
+            metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name).record(elapsed);
+        }
     }
     response
 }
