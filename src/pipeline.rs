@@ -159,6 +159,18 @@ impl Admitted {
         }
     }
 
+    /// [`Admitted::v1_request`] for the last use of the request's body,
+    /// query and key: moved out rather than copied.
+    fn take_v1_request(&mut self) -> V1Request {
+        V1Request {
+            op: self.op,
+            query: self.query.take(),
+            body: std::mem::take(&mut self.body),
+            key: self.key.take(),
+            request_id: self.request_id.clone(),
+        }
+    }
+
     /// When the request arrived.
     pub fn started(&self) -> Instant {
         self.started
@@ -317,10 +329,11 @@ impl Pipeline {
     }
 
     /// Runs the operation under its deadline and renders the V1 answer.
-    pub async fn translate(&self, req: Admitted) -> V1Response {
+    pub async fn translate(&self, mut req: Admitted) -> V1Response {
         let deadline = deadline(&req.gateway.config, req.op);
         let calls = AtomicU32::new(0);
-        let result = dispatch_counting(&req.gateway, req.v1_request(), deadline, &calls).await;
+        let v1 = req.take_v1_request();
+        let result = dispatch_counting(&req.gateway, v1, deadline, &calls).await;
         finish(
             &self.context(&req),
             result,
