@@ -189,11 +189,11 @@ impl Target {
         } else {
             format!("{}{path_and_query}", self.prefix)
         };
-        Ok(Uri::builder()
+        Uri::builder()
             .scheme(self.scheme.clone())
             .authority(self.authority.clone())
             .path_and_query(PathAndQuery::try_from(path_and_query)?)
-            .build()?)
+            .build()
     }
 }
 
