@@ -1,11 +1,13 @@
-//! The connection layer, in front of the tower stack on both listeners: the
+//! The connection layer, in front of each listener's service: the
 //! accept loop with its cap on open connections, hyper's HTTP/1 and HTTP/2
 //! settings (head-read deadline, stream limit), the idle timeout, reading
 //! request bodies under a deadline ([`body`]), and the drain sequence on
-//! shutdown ([`drain`]).
+//! shutdown ([`drain`]). Every connection task, and every task hyper
+//! spawns (HTTP/2 streams, the V2 client's connections), absorbs the
+//! wake-ups it gives itself ([`coalesce`]).
 //!
 //! ```text
-//! accept ─▶ cap (full: 429 envelope, close) ─▶ connection task
+//! accept ─▶ cap (full: 429 envelope, close) ─▶ connection task (in Coalesce)
 //!   connection task: hyper auto (h1 | h2) over Refusals(TLS?(SharedStream))
 //!     ├─ ConnService: busy count, HEAD without body, cut envelope, close after stop
 //!     ├─ idle for idle_timeout → graceful close
