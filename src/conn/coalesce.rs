@@ -12,7 +12,8 @@
 //!
 //! Used for every connection task: the public and admin listeners' (in
 //! [`super::serve`]) and the V2 client's and HTTP/2 streams', through
-//! [`CoalescingExecutor`].
+//! [`CoalescingExecutor`]. [`WhenWoken`], beside it, spares the connection
+//! task's rarely-ready branches a poll each time the task runs.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -98,6 +99,64 @@ impl<F: Future> Future for Coalesce<F> {
     }
 }
 
+pin_project_lite::pin_project! {
+    /// `inner`, polled only when it asked to be: after its first poll, a
+    /// poll of the task reaches it only if its waker fired since. For the
+    /// branches of the connection task's `select!` that seldom complete (the
+    /// stop signal, the idle deadline): the task is polled several times per
+    /// request, and each poll went through these too.
+    pub struct WhenWoken<F> {
+        #[pin]
+        inner: F,
+        gate: Option<(Arc<Gate>, Waker)>,
+    }
+}
+
+impl<F: Future> WhenWoken<F> {
+    pub fn new(inner: F) -> WhenWoken<F> {
+        WhenWoken { inner, gate: None }
+    }
+}
+
+/// The waker [`WhenWoken`]'s inner future sees.
+#[derive(Default)]
+struct Gate {
+    woken: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Wake for Gate {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::SeqCst);
+        self.task.wake();
+    }
+}
+
+impl<F: Future> Future for WhenWoken<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let first = this.gate.is_none();
+        let (gate, waker) = this.gate.get_or_insert_with(|| {
+            let gate = Arc::new(Gate::default());
+            let waker = Waker::from(gate.clone());
+            (gate, waker)
+        });
+        gate.task.register(cx.waker());
+        // A wake-up that lands between this check and the poll below makes
+        // the next poll look again: one poll too many, never one too few.
+        if !first && !gate.woken.swap(false, Ordering::SeqCst) {
+            return Poll::Pending;
+        }
+        this.inner.poll(&mut Context::from_waker(waker))
+    }
+}
+
 /// hyper's executor for what it spawns (the V2 client's connection tasks,
 /// HTTP/2 streams): tokio tasks, each wrapped in [`Coalesce`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -178,6 +237,49 @@ mod tests {
         assert!(fut.as_mut().poll(&mut cx).is_pending());
         assert_eq!(polls.load(Ordering::SeqCst), MAX_REPOLLS);
         assert_eq!(outer.0.load(Ordering::SeqCst), 1);
+    }
+
+    /// Pending until released; counts its polls.
+    struct Latch {
+        open: Arc<AtomicBool>,
+        waker: Arc<std::sync::Mutex<Option<Waker>>>,
+        polls: Arc<AtomicUsize>,
+    }
+
+    impl Future for Latch {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            self.polls.fetch_add(1, Ordering::SeqCst);
+            if self.open.load(Ordering::SeqCst) {
+                return Poll::Ready(());
+            }
+            *self.waker.lock().unwrap() = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+
+    #[test]
+    fn when_woken_polls_its_future_only_after_a_wake() {
+        let (open, waker, polls) = Default::default();
+        let latch = Latch {
+            open: Arc::clone(&open),
+            waker: Arc::clone(&waker),
+            polls: Arc::clone(&polls),
+        };
+        let mut fut = Box::pin(WhenWoken::new(latch));
+        let outer = Arc::new(Count::default());
+        let outer_waker = Waker::from(outer.clone());
+        let mut cx = Context::from_waker(&outer_waker);
+        for _ in 0..5 {
+            assert!(fut.as_mut().poll(&mut cx).is_pending());
+        }
+        assert_eq!(polls.load(Ordering::SeqCst), 1, "only the first poll");
+        open.store(true, Ordering::SeqCst);
+        let inner_waker: Waker = waker.lock().unwrap().take().unwrap();
+        inner_waker.wake();
+        assert_eq!(outer.0.load(Ordering::SeqCst), 1, "the task was woken");
+        assert!(fut.as_mut().poll(&mut cx).is_ready());
+        assert_eq!(polls.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]

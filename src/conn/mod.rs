@@ -55,7 +55,7 @@ pub use settings::{ConnSettings, ConnectionSection};
 
 use crate::telemetry::{OPEN_CONNECTIONS, SHED_CONNECTIONS};
 use activity::Activity;
-use coalesce::{Coalesce, CoalescingExecutor};
+use coalesce::{Coalesce, CoalescingExecutor, WhenWoken};
 use refusal::Refusals;
 use service::ConnService;
 use stream::SharedStream;
@@ -267,8 +267,8 @@ async fn connection<S, B>(
                 }
                 break;
             }
-            _ = drain.stopped(), if !stopping => stopping = true,
-            _ = activity.idle_for(settings.idle_timeout), if !closing => {
+            _ = WhenWoken::new(drain.stopped()), if !stopping => stopping = true,
+            _ = WhenWoken::new(activity.idle_for(settings.idle_timeout)), if !closing => {
                 conn.as_mut().graceful_shutdown();
                 closing = true;
             }
