@@ -18,7 +18,7 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::dns::GaiResolver;
 use hyper_util::client::legacy::connect::{Connect, HttpConnector};
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
@@ -117,7 +117,8 @@ pub(crate) fn pool<C: Connect + Clone>(
     idle_timeout: Duration,
     max_idle_per_host: usize,
 ) -> Client<C, Full<Bytes>> {
-    Client::builder(TokioExecutor::new())
+    // Connection tasks absorb their own wake-ups (see `conn::coalesce`).
+    Client::builder(crate::conn::coalesce::CoalescingExecutor)
         // Without a timer the pool never evicts idle connections.
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(idle_timeout)

@@ -20,7 +20,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -39,6 +39,7 @@ use crate::ops::{self, V1Request};
 use crate::reload::Live;
 use crate::route::{self, Operation};
 use crate::telemetry;
+use crate::telemetry::handles::RequestMetrics;
 use crate::upstream::ApiKey;
 use crate::v1::Envelope;
 
@@ -158,6 +159,18 @@ impl Admitted {
         }
     }
 
+    /// [`Admitted::v1_request`] for the last use of the request's body,
+    /// query and key: moved out rather than copied.
+    fn take_v1_request(&mut self) -> V1Request {
+        V1Request {
+            op: self.op,
+            query: self.query.take(),
+            body: std::mem::take(&mut self.body),
+            key: self.key.take(),
+            request_id: self.request_id.clone(),
+        }
+    }
+
     /// When the request arrived.
     pub fn started(&self) -> Instant {
         self.started
@@ -169,18 +182,22 @@ impl Admitted {
 /// (an early return, a cancelled future, a panic) can leak either.
 struct InFlight {
     _permit: OwnedSemaphorePermit,
+    gauge: metrics::Gauge,
 }
 
 impl InFlight {
-    fn new(permit: OwnedSemaphorePermit) -> InFlight {
-        metrics::gauge!(telemetry::IN_FLIGHT).increment(1.0);
-        InFlight { _permit: permit }
+    fn new(permit: OwnedSemaphorePermit, gauge: &metrics::Gauge) -> InFlight {
+        gauge.increment(1.0);
+        InFlight {
+            _permit: permit,
+            gauge: gauge.clone(),
+        }
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        metrics::gauge!(telemetry::IN_FLIGHT).decrement(1.0);
+        self.gauge.decrement(1.0);
     }
 }
 
@@ -190,6 +207,8 @@ pub struct Pipeline {
     live: Arc<Live>,
     in_flight: Arc<Semaphore>,
     max_in_flight: usize,
+    /// Resolved at the first request (see `telemetry::handles`).
+    metrics: OnceLock<RequestMetrics>,
 }
 
 impl Pipeline {
@@ -204,7 +223,12 @@ impl Pipeline {
             live,
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
             max_in_flight,
+            metrics: OnceLock::new(),
         }
+    }
+
+    fn metrics(&self) -> &RequestMetrics {
+        self.metrics.get_or_init(RequestMetrics::resolve)
     }
 
     /// The gateway as configured now.
@@ -251,11 +275,16 @@ impl Pipeline {
             dialect: gateway.config.compat.dialect,
         };
         let Some(op) = route::route(&req.method, &req.path) else {
-            return Err(finish(&cx, Err(GatewayError::UnknownRoute), 0));
+            return Err(finish(
+                &cx,
+                Err(GatewayError::UnknownRoute),
+                0,
+                self.metrics(),
+            ));
         };
         span.record("operation", op.name());
         cx.op = Some(op);
-        let refuse = |err| finish(&cx, Err(err), 0);
+        let refuse = |err| finish(&cx, Err(err), 0, self.metrics());
         // The body is read as JSON whatever its `Content-Type` says, as V1
         // did (`curl -d` sends `application/x-www-form-urlencoded`); a body
         // that is not JSON is still refused, naming the problem.
@@ -283,7 +312,7 @@ impl Pipeline {
         let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
             return Err(refuse(GatewayError::Overloaded));
         };
-        let in_flight = InFlight::new(permit);
+        let in_flight = InFlight::new(permit, &self.metrics().in_flight);
         Ok(Admitted {
             op,
             request_id,
@@ -300,11 +329,17 @@ impl Pipeline {
     }
 
     /// Runs the operation under its deadline and renders the V1 answer.
-    pub async fn translate(&self, req: Admitted) -> V1Response {
+    pub async fn translate(&self, mut req: Admitted) -> V1Response {
         let deadline = deadline(&req.gateway.config, req.op);
         let calls = AtomicU32::new(0);
-        let result = dispatch_counting(&req.gateway, req.v1_request(), deadline, &calls).await;
-        finish(&self.context(&req), result, calls.load(Ordering::Relaxed))
+        let v1 = req.take_v1_request();
+        let result = dispatch_counting(&req.gateway, v1, deadline, &calls).await;
+        finish(
+            &self.context(&req),
+            result,
+            calls.load(Ordering::Relaxed),
+            self.metrics(),
+        )
     }
 
     fn context<'a>(&self, req: &'a Admitted) -> access::Context<'a> {
@@ -344,7 +379,7 @@ impl Pipeline {
 
     /// An admitted request the gateway could not serve, rendered and counted.
     pub fn refuse(&self, req: Admitted, err: GatewayError) -> V1Response {
-        finish(&self.context(&req), Err(err), 0)
+        finish(&self.context(&req), Err(err), 0, self.metrics())
     }
 }
 
@@ -374,7 +409,9 @@ async fn dispatch_counting(
     deadline: Duration,
     calls: &AtomicU32,
 ) -> Result<ops::Translated, GatewayError> {
-    let handled = ops::handle_counting(&gw.translator, v1, calls).in_current_span();
+    // On the heap: the operation's future would otherwise be part of every
+    // future around it (the pipeline's, the server's), each moved whole.
+    let handled = Box::pin(ops::handle_counting(&gw.translator, v1, calls).in_current_span());
     match tokio::time::timeout(deadline, handled).await {
         Ok(result) => result,
         Err(_) => Err(GatewayError::Deadline(deadline)),
@@ -384,12 +421,17 @@ async fn dispatch_counting(
 /// A client-sent id is kept only if it is short and printable; otherwise it
 /// is replaced, so it cannot smuggle anything into logs or upstream headers.
 pub fn usable_request_id(headers: &HeaderMap) -> Option<String> {
+    request_id_of(headers).map(str::to_owned)
+}
+
+/// [`usable_request_id`], borrowed.
+pub fn request_id_of(headers: &HeaderMap) -> Option<&str> {
     let v = headers.get(&REQUEST_ID)?.to_str().ok()?;
     let ok = !v.is_empty()
         && v.len() <= 128
         && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
-    ok.then(|| v.to_owned())
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'));
+    ok.then_some(v)
 }
 
 /// The client's key from `api-key` or `Authorization: Bearer`. A header that
@@ -419,6 +461,7 @@ fn finish(
     cx: &access::Context<'_>,
     result: Result<ops::Translated, GatewayError>,
     calls: u32,
+    metrics: &RequestMetrics,
 ) -> V1Response {
     let name = cx.op.map_or("unknown", Operation::name);
     let (mut response, calls) = match result {
@@ -466,13 +509,23 @@ fn finish(
     if let Ok(v) = HeaderValue::from_str(cx.request_id) {
         response.headers.insert(REQUEST_ID, v);
     }
-    metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status_label(response.status))
-        .increment(1);
-    metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name)
-        .record(cx.started.elapsed().as_secs_f64());
-    if cx.op.is_some() {
-        metrics::histogram!(telemetry::UPSTREAM_CALLS_PER_REQUEST, "operation" => name)
-            .record(f64::from(calls));
+    let elapsed = cx.started.elapsed().as_secs_f64();
+    match cx.op.map(|op| metrics.operation(op)) {
+        Some(op) => {
+            if response.status == StatusCode::OK {
+                op.answered_ok.increment(1);
+            } else {
+                metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status_label(response.status))
+                    .increment(1);
+            }
+            op.duration.record(elapsed);
+            op.upstream_calls.record(f64::from(calls));
+        }
+        None => {
+            metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status_label(response.status))
+                .increment(1);
+            metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name).record(elapsed);
+        }
     }
     response
 }

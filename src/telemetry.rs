@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
+pub mod handles;
 mod series;
 pub use series::BUILD_INFO;
 

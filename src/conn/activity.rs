@@ -98,28 +98,32 @@ impl Activity {
     }
 
     /// Resolves once the connection has had nothing in progress for `idle`.
+    ///
+    /// One timer, moved only when it fires: it is first due `idle` after
+    /// the last change, and on firing either the connection has been idle
+    /// that long, or it is set again to `idle` after the last change (or
+    /// from now, while a request is in progress). A request that starts or
+    /// ends neither touches the timer nor wakes the connection's task, which
+    /// used to cost a timer and a wake-up per request.
     pub async fn idle_for(&self, idle: Duration) {
+        let since = self.lock().since;
+        let sleep = tokio::time::sleep_until(since + idle);
+        tokio::pin!(sleep);
         loop {
-            let notified = self.changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
+            sleep.as_mut().await;
             let (active, since) = {
                 let s = self.lock();
                 (s.active, s.since)
             };
-            if active > 0 {
-                notified.await;
-                continue;
+            let next = if active > 0 {
+                Instant::now() + idle
+            } else {
+                since + idle
+            };
+            if next <= Instant::now() {
+                return;
             }
-            tokio::select! {
-                _ = tokio::time::sleep_until(since + idle) => {
-                    let s = self.lock();
-                    if s.active == 0 && s.since == since {
-                        return;
-                    }
-                }
-                _ = notified => {}
-            }
+            sleep.as_mut().reset(next);
         }
     }
 

@@ -1,11 +1,13 @@
-//! The connection layer, in front of the tower stack on both listeners: the
+//! The connection layer, in front of each listener's service: the
 //! accept loop with its cap on open connections, hyper's HTTP/1 and HTTP/2
 //! settings (head-read deadline, stream limit), the idle timeout, reading
 //! request bodies under a deadline ([`body`]), and the drain sequence on
-//! shutdown ([`drain`]).
+//! shutdown ([`drain`]). Every connection task, and every task hyper
+//! spawns (HTTP/2 streams, the V2 client's connections), absorbs the
+//! wake-ups it gives itself ([`coalesce`]).
 //!
 //! ```text
-//! accept ─▶ cap (full: 429 envelope, close) ─▶ connection task
+//! accept ─▶ cap (full: 429 envelope, close) ─▶ connection task (in Coalesce)
 //!   connection task: hyper auto (h1 | h2) over Refusals(TLS?(SharedStream))
 //!     ├─ ConnService: busy count, HEAD without body, cut envelope, close after stop
 //!     ├─ idle for idle_timeout → graceful close
@@ -22,6 +24,7 @@
 
 pub mod activity;
 pub mod body;
+pub mod coalesce;
 pub mod drain;
 mod refusal;
 mod service;
@@ -36,7 +39,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -52,6 +55,7 @@ pub use settings::{ConnSettings, ConnectionSection};
 
 use crate::telemetry::{OPEN_CONNECTIONS, SHED_CONNECTIONS};
 use activity::Activity;
+use coalesce::{Coalesce, CoalescingExecutor, WhenWoken};
 use refusal::Refusals;
 use service::ConnService;
 use stream::SharedStream;
@@ -132,7 +136,7 @@ where
     B::Error: Into<service::BoxError>,
 {
     let settings = &conf.settings;
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(CoalescingExecutor);
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -150,7 +154,7 @@ where
     let mut tasks = JoinSet::new();
     let spawn = |tasks: &mut JoinSet<()>, stream: TcpStream| match cap.clone().try_acquire_owned() {
         Ok(permit) => {
-            tasks.spawn(connection(
+            tasks.spawn(Coalesce::new(connection(
                 stream,
                 builder.clone(),
                 service.clone(),
@@ -158,7 +162,7 @@ where
                 drain.clone(),
                 conf.answers,
                 (conf.name, conf.tls.clone(), permit),
-            ));
+            )));
         }
         Err(_) => {
             metrics::counter!(SHED_CONNECTIONS, "listener" => conf.name).increment(1);
@@ -210,7 +214,7 @@ where
 /// One client connection, from accept to close.
 async fn connection<S, B>(
     socket: TcpStream,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builder: Arc<auto::Builder<CoalescingExecutor>>,
     service: S,
     settings: ConnSettings,
     drain: Drain,
@@ -263,8 +267,8 @@ async fn connection<S, B>(
                 }
                 break;
             }
-            _ = drain.stopped(), if !stopping => stopping = true,
-            _ = activity.idle_for(settings.idle_timeout), if !closing => {
+            _ = WhenWoken::new(drain.stopped()), if !stopping => stopping = true,
+            _ = WhenWoken::new(activity.idle_for(settings.idle_timeout)), if !closing => {
                 conn.as_mut().graceful_shutdown();
                 closing = true;
             }

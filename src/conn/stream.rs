@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::activity::Activity;
@@ -42,17 +42,35 @@ impl AsyncRead for SharedStream {
     ) -> Poll<io::Result<()>> {
         loop {
             ready!(self.socket.poll_read_ready(cx))?;
-            let unfilled = buf.initialize_unfilled();
-            match self.socket.try_read(unfilled) {
-                Ok(n) => {
-                    buf.advance(n);
-                    self.activity.add_read(n);
-                    return Poll::Ready(Ok(()));
+            let room = buf.remaining();
+            let mut got = 0;
+            // `try_read_buf` reads into the unfilled part as it is: hyper
+            // hands over kilobytes of uninitialised buffer on every read, and
+            // zeroing them first cost more than the rest of the read.
+            //
+            // A read that fills less than the room offered has emptied the
+            // kernel's buffer, so the readiness is cleared then (as tokio's
+            // own `TcpStream` does): otherwise the next read, for the next
+            // request, would be a system call that finds nothing. Reporting
+            // `WouldBlock` from the closure is what clears it; the bytes read
+            // are kept.
+            let read = self.socket.try_io(Interest::READABLE, || {
+                got = self.socket.try_read_buf(buf)?;
+                if got > 0 && got < room {
+                    Err(io::ErrorKind::WouldBlock.into())
+                } else {
+                    Ok(got)
                 }
+            });
+            match read {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && got > 0 => {}
                 // Readiness was stale; poll again so the waker is registered.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Poll::Ready(Err(e)),
             }
+            self.activity.add_read(got);
+            return Poll::Ready(Ok(()));
         }
     }
 }

@@ -118,20 +118,26 @@ pub async fn handle_counting(
     let ex = Exchange::new(tr, &req.request_id, key, fallback_key, calls);
     let query = input::Query::parse(req.query.as_deref());
     let body = || input::Body::parse(&req.body);
+    // Each operation's future is boxed on its own: awaited in place, the
+    // largest of them (a fan-out) would set the size of every request's
+    // future, and that size is copied each time the request future moves
+    // (into the connection's task, through the service layers).
     let data = match req.op {
-        Operation::StoreSearch => raw_json(&catalog::store_search(&ex, &query).await?)?,
-        Operation::WorkerDetail => raw_json(&catalog::worker_detail(&ex, &query).await?)?,
-        Operation::ProxyRegions => raw_json(&catalog::proxy_regions(&ex, &query).await?)?,
-        Operation::StartRun => raw_json(&run_actions::start_run(&ex, &body()?).await?)?,
-        Operation::StartTaskRun => raw_json(&run_actions::start_task_run(&ex, &body()?).await?)?,
-        Operation::Rerun => raw_json(&run_actions::rerun(&ex, &body()?).await?)?,
-        Operation::AbortRun => raw_json(&run_actions::abort(&ex, &body()?).await?)?,
-        Operation::RunDetail => run_records::run_detail(&ex, &body()?).await?,
-        Operation::RunList => run_records::run_list(&ex, &body()?).await?,
-        Operation::ResultList => results::result_list(&ex, &body()?).await?,
-        Operation::ResultExport => raw_json(&results::export(&ex, &body()?).await?)?,
-        Operation::RunLog => logs::run_log(&ex, &body()?).await?,
-        Operation::AccountInfo => raw_json(&account::account_info(&ex, &body()?).await?)?,
+        Operation::StoreSearch => raw_json(&boxed(catalog::store_search(&ex, &query)).await?)?,
+        Operation::WorkerDetail => raw_json(&boxed(catalog::worker_detail(&ex, &query)).await?)?,
+        Operation::ProxyRegions => raw_json(&boxed(catalog::proxy_regions(&ex, &query)).await?)?,
+        Operation::StartRun => raw_json(&boxed(run_actions::start_run(&ex, &body()?)).await?)?,
+        Operation::StartTaskRun => {
+            raw_json(&boxed(run_actions::start_task_run(&ex, &body()?)).await?)?
+        }
+        Operation::Rerun => raw_json(&boxed(run_actions::rerun(&ex, &body()?)).await?)?,
+        Operation::AbortRun => raw_json(&boxed(run_actions::abort(&ex, &body()?)).await?)?,
+        Operation::RunDetail => boxed(run_records::run_detail(&ex, &body()?)).await?,
+        Operation::RunList => boxed(run_records::run_list(&ex, &body()?)).await?,
+        Operation::ResultList => boxed(results::result_list(&ex, &body()?)).await?,
+        Operation::ResultExport => raw_json(&boxed(results::export(&ex, &body()?)).await?)?,
+        Operation::RunLog => boxed(logs::run_log(&ex, &body()?)).await?,
+        Operation::AccountInfo => raw_json(&boxed(account::account_info(&ex, &body()?)).await?)?,
     };
     let v2_request_ids = ex.finish();
     let upstream_calls = calls.load(Ordering::Relaxed);
@@ -140,6 +146,11 @@ pub async fn handle_counting(
         v2_request_ids,
         upstream_calls,
     })
+}
+
+/// An operation's future on the heap (see [`handle_counting`]).
+fn boxed<F: std::future::Future>(fut: F) -> std::pin::Pin<Box<F>> {
+    Box::pin(fut)
 }
 
 /// Writes a V1 `data` value as JSON, once; the envelope around it is added

@@ -14,9 +14,14 @@ use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::trace::TraceLayer;
 
 use crate::conn::{self, Drain};
 use crate::gateway::Gateway;
+use crate::pipeline::API_KEY;
 use crate::telemetry;
 
 /// Bounds `/readyz`'s V2 check below a probe's default one-second timeout.
@@ -48,7 +53,23 @@ pub async fn serve_admin(
         },
     };
     let prometheus = telemetry::prometheus();
-    let service = tower::service_fn(move |req: Request<Incoming>| {
+    // tower-http's layers, as the public listener's front reproduces them
+    // (`server::front`): keys never reach a log line, one span per request
+    // (its failure log off, as there), a panic is a 500 rather than a reset.
+    let layers = ServiceBuilder::new()
+        .layer(SetSensitiveRequestHeadersLayer::new([
+            header::AUTHORIZATION,
+            API_KEY,
+        ]))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &Request<Incoming>| {
+                    tracing::info_span!("admin", method = %req.method(), path = %req.uri().path())
+                })
+                .on_failure(()),
+        )
+        .layer(CatchPanicLayer::new());
+    let service = layers.service_fn(move |req: Request<Incoming>| {
         let gateway = live.load();
         let prometheus = prometheus.clone();
         let readiness = readiness.clone();

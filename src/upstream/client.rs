@@ -6,14 +6,15 @@
 //! a V2 answer: a 429 or 5xx that survives the retries is returned as a
 //! [`V2Reply`] for the operation to map.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::header::{
-    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE,
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST,
     RETRY_AFTER, USER_AGENT,
 };
+use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 use tracing::debug;
@@ -28,6 +29,7 @@ use crate::http_client::{
     body_failure, origin_and_prefix, pooled_client, send_failure, tls_config, HyperClient,
     CONNECT_TIMEOUT,
 };
+use crate::telemetry::handles::UpstreamMetrics;
 use crate::telemetry::{
     UPSTREAM_DURATION_SECONDS, UPSTREAM_REQUESTS_TOTAL, UPSTREAM_RETRIES_SKIPPED_TOTAL,
     UPSTREAM_RETRIES_TOTAL,
@@ -131,11 +133,68 @@ pub struct HttpUpstream {
 struct Inner {
     client: HyperClient,
     settings: UpstreamSettings,
-    /// `scheme://authority[/prefix]` without a trailing slash; V2 paths all
-    /// start with `/`.
-    origin_and_prefix: String,
+    /// Where every call goes, parsed once from the base URL.
+    target: Target,
     user_agent: HeaderValue,
     budget: RetryBudget,
+    /// Resolved at the first call (see `telemetry::handles`).
+    metrics: OnceLock<UpstreamMetrics>,
+}
+
+/// The base URL, parsed once: each call only adds its path.
+struct Target {
+    scheme: Scheme,
+    authority: Authority,
+    /// The base URL's path without a trailing slash (often empty); V2 paths
+    /// all start with `/`.
+    prefix: String,
+    /// The `Host` header, as hyper would write it for every call
+    /// (the port only when it is not the scheme's default).
+    host: HeaderValue,
+}
+
+impl Target {
+    /// `origin_and_prefix` is what [`origin_and_prefix`] made of the base URL.
+    fn new(origin_and_prefix: &str) -> Result<Target, String> {
+        let uri: Uri = origin_and_prefix
+            .parse()
+            .map_err(|e| format!("base_url does not form a valid request URI: {e}"))?;
+        let parts = uri.into_parts();
+        let (Some(scheme), Some(authority)) = (parts.scheme, parts.authority) else {
+            return Err("base_url has no scheme or host".to_owned());
+        };
+        let prefix = parts
+            .path_and_query
+            .map(|p| p.path().trim_end_matches('/').to_owned())
+            .unwrap_or_default();
+        let default_port = if scheme == Scheme::HTTPS { 443 } else { 80 };
+        let host = match authority.port_u16() {
+            Some(port) if port != default_port => format!("{}:{port}", authority.host()),
+            _ => authority.host().to_owned(),
+        };
+        let host = HeaderValue::from_str(&host)
+            .map_err(|_| "base_url's host is not a valid header value".to_owned())?;
+        Ok(Target {
+            scheme,
+            authority,
+            prefix,
+            host,
+        })
+    }
+
+    /// The request URI of a V2 path and query.
+    fn uri(&self, path_and_query: String) -> Result<Uri, http::Error> {
+        let path_and_query = if self.prefix.is_empty() {
+            path_and_query
+        } else {
+            format!("{}{path_and_query}", self.prefix)
+        };
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(PathAndQuery::try_from(path_and_query)?)
+            .build()
+    }
 }
 
 impl std::fmt::Debug for HttpUpstream {
@@ -152,8 +211,10 @@ impl HttpUpstream {
     /// agent or unreadable extra roots. Does not connect.
     pub fn new(settings: UpstreamSettings) -> Result<HttpUpstream, String> {
         let mut problems = Vec::new();
-        let origin_and_prefix = origin_and_prefix(&settings.base_url)
-            .map_err(|p| problems.push(format!("base_url {p}")))
+        let target = origin_and_prefix(&settings.base_url)
+            .map_err(|p| format!("base_url {p}"))
+            .and_then(|o| Target::new(&o))
+            .map_err(|p| problems.push(p))
             .ok();
         problems.extend(settings.retry.validate());
         let user_agent = HeaderValue::from_str(&settings.user_agent)
@@ -163,8 +224,8 @@ impl HttpUpstream {
             .map_err(|p| problems.push(p))
             .ok();
         problems.extend(settings.proxy.problems());
-        let (Some(origin_and_prefix), Some(user_agent), Some(tls), true) =
-            (origin_and_prefix, user_agent, tls, problems.is_empty())
+        let (Some(target), Some(user_agent), Some(tls), true) =
+            (target, user_agent, tls, problems.is_empty())
         else {
             return Err(problems.join("; "));
         };
@@ -181,9 +242,10 @@ impl HttpUpstream {
             inner: Arc::new(Inner {
                 client,
                 settings,
-                origin_and_prefix,
+                target,
                 user_agent,
                 budget,
+                metrics: OnceLock::new(),
             }),
         })
     }
@@ -200,10 +262,13 @@ static API_KEY: HeaderName = HeaderName::from_static("api-key");
 fn call_headers(
     call: &V2Call,
     request_id: &str,
-    user_agent: &HeaderValue,
+    (host, user_agent): (&HeaderValue, &HeaderValue),
     auth_style: AuthStyle,
 ) -> HeaderMap {
-    let mut headers = HeaderMap::with_capacity(5);
+    let mut headers = HeaderMap::with_capacity(6);
+    // Set here, from the value made once, so that hyper does not format it
+    // again for every call.
+    headers.insert(HOST, host.clone());
     headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
     headers.insert(USER_AGENT, user_agent.clone());
     if call.body.is_some() {
@@ -262,7 +327,7 @@ impl Upstream for HttpUpstream {
         let headers = call_headers(
             &call,
             request_id,
-            &self.inner.user_agent,
+            (&self.inner.target.host, &self.inner.user_agent),
             self.inner.settings.auth_style,
         );
         Box::pin(self.inner.run(call, headers))
@@ -273,8 +338,9 @@ impl Inner {
     async fn run(&self, call: V2Call, headers: HeaderMap) -> Result<V2Reply, UpstreamFailure> {
         // Cannot fail for a base URL that passed `new` and a `V2Path`; mapped
         // rather than unwrapped all the same.
-        let uri: Uri = format!("{}{}", self.origin_and_prefix, call.path.path_and_query())
-            .parse()
+        let uri = self
+            .target
+            .uri(call.path.path_and_query())
             .map_err(|e| UpstreamFailure::Unreachable(format!("invalid upstream URI: {e}")))?;
         let body = match &call.body {
             Some(json) => Bytes::from(
@@ -419,14 +485,24 @@ impl Inner {
             Ok(answer) => status_class(answer.status),
             Err(_) => "error",
         };
-        metrics::counter!(
-            UPSTREAM_REQUESTS_TOTAL,
-            "route" => *route,
-            "status_class" => status_class
-        )
-        .increment(1);
-        metrics::histogram!(UPSTREAM_DURATION_SECONDS, "route" => *route)
-            .record(elapsed.as_secs_f64());
+        let handles = self
+            .metrics
+            .get_or_init(UpstreamMetrics::resolve)
+            .route(route);
+        match handles {
+            Some(h) if status_class == "2xx" => h.answered_2xx.increment(1),
+            _ => metrics::counter!(
+                UPSTREAM_REQUESTS_TOTAL,
+                "route" => *route,
+                "status_class" => status_class
+            )
+            .increment(1),
+        }
+        match handles {
+            Some(h) => h.duration.record(elapsed.as_secs_f64()),
+            None => metrics::histogram!(UPSTREAM_DURATION_SECONDS, "route" => *route)
+                .record(elapsed.as_secs_f64()),
+        }
         match &outcome {
             Ok(answer) => debug!(
                 method = %method,
@@ -508,18 +584,39 @@ mod tests {
         let key = ApiKey::new("k-123").unwrap();
         let path = crate::v2::V2Path::new(&[crate::v2::Part::Lit("store")]);
         let ua = HeaderValue::from_static("ua");
+        let host = HeaderValue::from_static("v2.example:8080");
         let call = V2Call::get(path.clone()).with_key(Some(key.clone()));
-        let h = call_headers(&call, "req-1", &ua, AuthStyle::Bearer);
+        let h = call_headers(&call, "req-1", (&host, &ua), AuthStyle::Bearer);
+        assert_eq!(h[HOST], "v2.example:8080");
         assert_eq!(h[AUTHORIZATION], "Bearer k-123");
         assert!(h[AUTHORIZATION].is_sensitive());
         assert_eq!(h["x-request-id"], "req-1");
         assert!(h.get(CONTENT_TYPE).is_none());
         let call = V2Call::post(path, Some(serde_json::json!({}))).with_key(Some(key));
-        let h = call_headers(&call, "bad\nid", &ua, AuthStyle::ApiKeyHeader);
+        let h = call_headers(&call, "bad\nid", (&host, &ua), AuthStyle::ApiKeyHeader);
         assert_eq!(h["api-key"], "k-123");
         assert!(h.get(AUTHORIZATION).is_none());
         assert!(h.get("x-request-id").is_none());
         assert_eq!(h[CONTENT_TYPE], "application/json");
+    }
+
+    #[test]
+    fn the_target_is_parsed_once_and_paths_are_appended() {
+        let target = |base: &str| Target::new(&origin_and_prefix(&url(base)).unwrap()).unwrap();
+        let t = target("https://v2.example/coreclaw/");
+        assert_eq!(t.host, "v2.example");
+        assert_eq!(
+            t.uri("/api/v2/store?keyword=a".into()).unwrap(),
+            "https://v2.example/coreclaw/api/v2/store?keyword=a"
+        );
+        let t = target("http://127.0.0.1:8080");
+        assert_eq!(t.host, "127.0.0.1:8080");
+        assert_eq!(
+            t.uri("/api/v2/store".into()).unwrap(),
+            "http://127.0.0.1:8080/api/v2/store"
+        );
+        assert_eq!(target("http://v2.example:80/").host, "v2.example");
+        assert_eq!(target("https://[::1]:8443").host, "[::1]:8443");
     }
 
     #[test]
