@@ -1,28 +1,48 @@
-//! HTTP in and out: the public listener and its front service ([`front`]:
-//! request id, sensitive headers, span, catch-panic) before the
-//! [`pipeline`](crate::pipeline). It reads a V1 request off the socket, hands
+//! HTTP in and out: the public listener and the tower stack in front of the
+//! [`pipeline`](crate::pipeline) (sensitive headers, request id, span,
+//! catch-panic). It reads a V1 request off the socket, hands
 //! it to the pipeline (or to the shadow mirror wrapped around it) and writes
 //! the answer back. The admin listener (`/healthz`, `/readyz`, `/metrics`,
 //! `/openapi.json`) is [`admin`]. Connections, their deadlines and the drain
 //! on shutdown belong to the connection layer ([`crate::conn`]).
 
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestId, RequestId, SetRequestIdLayer};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::trace::TraceLayer;
 
 use crate::conn::{self, BodyReader, Drain};
 use crate::dialect::Dialect;
 use crate::error::GatewayError;
-use crate::pipeline::{self, BodyError, Pipeline, RawV1Request, V1Response};
+use crate::pipeline::{
+    self, request_id_of, BodyError, Pipeline, RawV1Request, V1Response, API_KEY, REQUEST_ID,
+};
 use crate::shadow::Mirror;
 
 pub mod admin;
-mod front;
 pub use admin::serve_admin;
+
+/// Request ids are ULIDs unless the client sent a usable one.
+#[derive(Clone, Copy, Default)]
+struct MakeUlid;
+
+impl MakeRequestId for MakeUlid {
+    fn make_request_id<B>(&mut self, _request: &Request<B>) -> Option<RequestId> {
+        let mut buf = [0u8; ulid::ULID_LEN];
+        HeaderValue::from_str(ulid::Ulid::new().array_to_str(&mut buf))
+            .ok()
+            .map(RequestId::new)
+    }
+}
 
 /// The shared state of the public listener.
 struct Public {
@@ -72,10 +92,45 @@ pub async fn serve_public(
         },
     };
     let dialect = pipeline.dialect();
-    let service = front::Front {
-        state: Arc::new(Public { pipeline, shadow }),
-        dialect,
-    };
+    let state = Arc::new(Public { pipeline, shadow });
+    // The stack, outermost first. Each layer's reason:
+    let service = ServiceBuilder::new()
+        // Keys never reach a log line, even at trace level.
+        .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION, API_KEY]))
+        // Every request has an id: the client's if usable, else a new ULID.
+        // An unusable client id is dropped first, so the id echoed to the
+        // client is the one used in logs and sent upstream.
+        .map_request(|mut req: Request<Incoming>| {
+            if request_id_of(req.headers()).is_none() {
+                req.headers_mut().remove(&REQUEST_ID);
+            }
+            req
+        })
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeUlid))
+        // One span per request; the path is logged without its query.
+        // Its failure log is off: the pipeline's access line is the one
+        // line a failure gets (a 5xx here would be logged a second time).
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<Incoming>| {
+            // A callback token is a capability: logged as its prefix only.
+            let path = crate::callbacks::loggable_path(req.uri().path());
+            tracing::info_span!("request", method = %req.method(), path = %path, request_id = tracing::field::Empty, operation = tracing::field::Empty)
+        }).on_failure(()))
+        // A panic in an operation becomes a V1 500 envelope, not a reset.
+        .layer(CatchPanicLayer::custom(move |_| {
+            tracing::error!("operation panicked");
+            to_http(pipeline::error_response(
+                &GatewayError::Internal("panic".into()),
+                &dialect,
+            ))
+        }))
+        .service_fn(move |req| {
+            let state = state.clone();
+            // Boxed here, at the bottom: each layer above wraps (and the
+            // connection layer moves) a pointer, not the request's whole
+            // future, which is several kilobytes (RESULTS.md, "After: the
+            // HTTP side").
+            Box::pin(async move { Ok::<_, Infallible>(handle_v1(&state, req).await) })
+        });
     conn::serve(listener, service, listener_conf, drain).await
 }
 

@@ -53,9 +53,9 @@ pub async fn serve_admin(
         },
     };
     let prometheus = telemetry::prometheus();
-    // tower-http's layers, as the public listener's front reproduces them
-    // (`server::front`): keys never reach a log line, one span per request
-    // (its failure log off, as there), a panic is a 500 rather than a reset.
+    // tower-http's layers, as on the public listener: keys never reach a log
+    // line, one span per request (its failure log off, as there), a panic is
+    // a 500 rather than a reset.
     let layers = ServiceBuilder::new()
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,
