@@ -509,22 +509,22 @@ fn finish(
     if let Ok(v) = HeaderValue::from_str(cx.request_id) {
         response.headers.insert(REQUEST_ID, v);
     }
+    // The series every answered request touches come from handles resolved
+    // once; the rarer ones (another status, an unknown route) by label.
     let elapsed = cx.started.elapsed().as_secs_f64();
-    match cx.op.map(|op| metrics.operation(op)) {
+    let handles = cx.op.map(|op| metrics.operation(op));
+    match handles {
+        Some(op) if response.status == StatusCode::OK => op.answered_ok.increment(1),
+        _ => metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status_label(response.status))
+            .increment(1),
+    }
+    match handles {
         Some(op) => {
-            if response.status == StatusCode::OK {
-                op.answered_ok.increment(1);
-            } else {
-                metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status_label(response.status))
-                    .increment(1);
-            }
             op.duration.record(elapsed);
             op.upstream_calls.record(f64::from(calls));
         }
         None => {
-            metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status_label(response.status))
-                .increment(1);
-            metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name).record(elapsed);
+            metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name).record(elapsed)
         }
     }
     response

@@ -55,9 +55,9 @@ impl RequestMetrics {
     }
 
     pub fn operation(&self, op: Operation) -> &OperationMetrics {
-        let i = Operation::ALL.iter().position(|o| *o == op);
-        // Every operation is in `ALL` (a test in `route` checks the list).
-        &self.operations[i.unwrap_or_default()]
+        // `operations` follows `Operation::ALL`, which lists the variants in
+        // declaration order (tested below), so the discriminant is the index.
+        &self.operations[op as usize]
     }
 }
 
@@ -102,6 +102,18 @@ impl UpstreamMetrics {
 mod tests {
     use super::*;
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    #[test]
+    fn operations_are_indexed_by_their_discriminant() {
+        for (i, op) in Operation::ALL.iter().enumerate() {
+            assert_eq!(*op as usize, i, "{op:?} out of order in Operation::ALL");
+        }
+        let recorder = DebuggingRecorder::new();
+        metrics::with_local_recorder(&recorder, || {
+            let requests = RequestMetrics::resolve();
+            assert_eq!(requests.operations.len(), Operation::ALL.len());
+        });
+    }
 
     #[test]
     fn handles_count_in_the_series_the_macros_name() {
