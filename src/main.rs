@@ -98,6 +98,12 @@ fn read(path: Option<&PathBuf>) -> Result<config::Loaded, String> {
     config::read(&text, std::env::vars()).map_err(|e| e.to_string())
 }
 
+/// mimalloc instead of glibc's malloc: a request makes about seventy short-lived
+/// allocations, and glibc spent about 15 k instructions a request on them
+/// (deploy/bench/RESULTS.md, "The allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
