@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use metrics_util::debugging::Snapshotter;
+use metrics_util::debugging::{DebugValue, Snapshotter};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
@@ -666,6 +666,70 @@ async fn mirror_samples_by_key_all_or_nothing() {
         }
     }
     assert!(inside > 0 && outside > 0, "in {inside}, out {outside}");
+}
+
+/// With `[shadow]` off no mirror code runs on the request path: no mirror is
+/// built and none of its series is ever touched. The same requests through
+/// a mirror that samples nothing each count a `skipped` copy, so the check
+/// would see the mirror if it ran.
+#[tokio::test(flavor = "current_thread")]
+async fn mirror_off_runs_no_mirror_code_on_the_request_path() {
+    let (m, _local) = local_metrics();
+    let w = World::start().await;
+    // The series exist from start-up (registered at zero so that they are
+    // exported); what must not move is any value.
+    let shadow_total = |m: &Snapshotter| {
+        m.snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| key.key().name().starts_with("v1compat_shadow"))
+            .map(|(.., value)| match value {
+                DebugValue::Counter(n) => n as f64,
+                DebugValue::Gauge(g) => g.0.abs(),
+                DebugValue::Histogram(h) => h.len() as f64,
+            })
+            .sum::<f64>()
+    };
+    let requests = |gw: &TestGateway| {
+        let (addr, key, run) = (gw.addr, w.key().to_owned(), w.runs[0].clone());
+        async move {
+            for _ in 0..5 {
+                let (status, _) = send_json(
+                    addr,
+                    "POST",
+                    "/api/v1/account/info",
+                    Some(&key),
+                    Some(&json!({})),
+                )
+                .await;
+                assert_eq!(status, 200);
+                let (status, _) = send_json(
+                    addr,
+                    "POST",
+                    "/api/v1/run/detail",
+                    Some(&key),
+                    Some(&json!({ "run_slug": run })),
+                )
+                .await;
+                assert_eq!(status, 200);
+            }
+        }
+    };
+
+    let off = gateway(&w, "").await;
+    assert!(!off.has_mirror(), "no mirror is built with [shadow] off");
+    requests(&off).await;
+    assert_eq!(shadow_total(&m), 0.0, "a shadow series moved");
+
+    let down = absent_target().await;
+    let sampling_nothing = gateway(
+        &w,
+        &format!("[shadow]\nenabled = true\nlegacy_base_url = \"http://{down}\"\nsample_percent = 0.0\n"),
+    )
+    .await;
+    requests(&sampling_nothing).await;
+    assert_eq!(copies(&m, "account_info", "skipped"), 5.0);
+    assert_eq!(copies(&m, "run_detail", "skipped"), 5.0);
 }
 
 /// Live baseline: each copy also calls legacy a second time; the capture

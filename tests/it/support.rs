@@ -73,6 +73,11 @@ impl TestGateway {
     }
 
     /// The live shadow mirror; panics when the configuration has none.
+    /// Whether a live mirror was built (only with `[shadow]` enabled).
+    pub fn has_mirror(&self) -> bool {
+        self.mirror.is_some()
+    }
+
     pub fn mirror(&self) -> &Mirror {
         self.mirror.as_deref().expect("[shadow] is enabled")
     }
