@@ -75,14 +75,23 @@ impl Segment {
         if raw.is_empty() {
             return Err(SegmentError::Empty);
         }
-        if raw.chars().count() > MAX_ID_LEN {
+        // One pass over the characters: the length is only known at the end,
+        // so a character problem met first is remembered and reported after
+        // it (the order of the checks is the order of the errors).
+        let (mut chars, mut control, mut forbidden, mut dots_only) = (0usize, false, false, true);
+        for c in raw.chars() {
+            chars += 1;
+            control |= c.is_control();
+            forbidden |= matches!(c, '/' | '\\' | '?' | '#' | '%' | ' ' | '"' | '<' | '>');
+            dots_only &= c == '.';
+        }
+        if chars > MAX_ID_LEN {
             return Err(SegmentError::TooLong(MAX_ID_LEN));
         }
-        if raw.chars().any(char::is_control) {
+        if control {
             return Err(SegmentError::Control);
         }
-        let forbidden = |c: char| matches!(c, '/' | '\\' | '?' | '#' | '%' | ' ' | '"' | '<' | '>');
-        if raw.chars().any(forbidden) || raw.chars().all(|c| c == '.') {
+        if forbidden || dots_only {
             return Err(SegmentError::Forbidden);
         }
         Ok(Segment(raw.to_owned()))

@@ -3,11 +3,14 @@
 # (nginx), with the same sandbox V2 behind both: user-space instructions
 # (valgrind --tool=callgrind) and system calls (strace -c -f) per request,
 # over keep-alive requests on one connection after a warm-up. Instruction
-# counts do not depend on what else the machine runs. See deploy/bench/README.md.
+# counts do not depend on what else the machine runs. The same V2 requests
+# also go through examples/bare_proxy.rs, the least a proxy on v1compat's
+# own stack (tokio, hyper) spends. See deploy/bench/README.md.
 #
 #   deploy/bench/instructions.sh [--requests N] [--warmup N] [--out FILE]
 #                                [--profile DIR] [--log-level LEVEL]
-#                                [--binary PATH] [--no-install] [--no-build]
+#                                [--binary PATH] [--floor PATH]
+#                                [--no-install] [--no-build]
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -20,12 +23,13 @@ LOG_LEVEL=warn   # as deploy/bench/run.sh runs it
 INSTALL=1
 BUILD=1
 BIN=""
+FLOOR=""
 KEY=sandbox-key
 SEED=7
 COMMAND="deploy/bench/instructions.sh${*:+ $*}"
 
 usage() {
-  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
   exit 64
 }
 while [ $# -gt 0 ]; do
@@ -36,6 +40,7 @@ while [ $# -gt 0 ]; do
     --profile) PROFILE="$2"; shift 2 ;;
     --log-level) LOG_LEVEL="$2"; shift 2 ;;
     --binary) BIN="$2"; BUILD=0; shift 2 ;;
+    --floor) FLOOR="$2"; shift 2 ;;
     --no-install) INSTALL=0; shift ;;
     --no-build) BUILD=0; shift ;;
     -h|--help) usage ;;
@@ -72,12 +77,14 @@ fi
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 
 if [ "$BUILD" = 1 ]; then
-  log "cargo build --release --bin v1compat"
-  (cd "$ROOT" && timeout 3600 cargo build --release --quiet --bin v1compat)
+  log "cargo build --release --bin v1compat --example bare_proxy"
+  (cd "$ROOT" && timeout 3600 cargo build --release --quiet --bin v1compat --example bare_proxy)
 fi
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 [ -n "$BIN" ] || BIN="$TARGET_DIR/release/v1compat"
 [ -x "$BIN" ] || die "no release build at $BIN (drop --no-build)"
+[ -n "$FLOOR" ] || FLOOR="$TARGET_DIR/release/examples/bare_proxy"
+[ -x "$FLOOR" ] || die "no release build of the bare proxy at $FLOOR (cargo build --release --example bare_proxy, or --floor PATH)"
 
 # ---------------------------------------------------------------- processes
 WORK="$(mktemp -d /tmp/v1compat-instructions.XXXXXX)"
@@ -149,7 +156,9 @@ RESULTS="$WORK/results.jsonl"   # one line per proxy, tool and workload
 : >"$RESULTS"
 [ -n "$PROFILE" ] && mkdir -p "$PROFILE"
 
-VALGRIND=(valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$WORK/cg.%p")
+# Names uncompressed: each saved dump reads on its own (callgrind_annotate).
+VALGRIND=(valgrind --tool=callgrind --dump-instr=no --compress-strings=no --compress-pos=no
+  --callgrind-out-file="$WORK/cg.%p")
 
 start_nginx() { # tool -> sets PROXY_PID, PROXY_PORT
   local port; port=$(free_port)
@@ -197,6 +206,14 @@ EOF
   wait_http "http://127.0.0.1:$port/__sandbox/healthz" "nginx ($1)" "$PROXY_PID"
 }
 
+start_floor() { # tool -> sets PROXY_PID, PROXY_PORT
+  local port; port=$(free_port)
+  local pre=(); [ "$1" = callgrind ] && pre=("${VALGRIND[@]}")
+  "${pre[@]}" "$FLOOR" "127.0.0.1:$port" "$V2" >"$WORK/floor-$1.log" 2>&1 &
+  PROXY_PID=$!; PIDS+=("$PROXY_PID"); PROXY_PORT=$port
+  wait_http "http://127.0.0.1:$port/__sandbox/healthz" "bare proxy ($1)" "$PROXY_PID"
+}
+
 start_v1compat() { # tool -> sets PROXY_PID, PROXY_PORT
   local port admin; port=$(free_port); admin=$(free_port)
   local pre=(); [ "$1" = callgrind ] && pre=("${VALGRIND[@]}")
@@ -214,7 +231,7 @@ measure() { # proxy tool workload
     callgrind) out="$WORK/cg" ;;
     strace) out="$WORK/strace-$proxy-$w.txt" ;;
   esac
-  if [ "$proxy" = nginx ]; then
+  if [ "$proxy" != v1compat ]; then
     local p
     for p in ${NG_PATHS[$w]}; do args+=(--path "$p"); done
     args+=(--header "$AUTH" --warmup "$WARMUP" --count "$REQUESTS")
@@ -233,7 +250,7 @@ measure() { # proxy tool workload
   fi
 }
 
-for proxy in nginx v1compat; do
+for proxy in nginx floor v1compat; do
   for tool in callgrind strace; do
     log "$proxy under $tool"
     "start_$proxy" "$tool"
@@ -254,13 +271,16 @@ label = {"detail": "run detail", "result-100": "result list, 100 rows",
 target = {"detail": 2.0, "result-100": 5.0, "result-1000": 5.0}
 def k(n):
     return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.1f} k"
-print("| Workload | nginx instructions / request | v1compat instructions / request | ratio (target) | syscalls / request nginx → v1compat | bytes to the client nginx / v1compat |")
-print("|---|---|---|---|---|---|")
+print("| Workload | nginx instructions / request | bare hyper proxy (floor) | v1compat instructions / request | ratio (target) | floor / nginx | v1compat above the floor | syscalls / request nginx → floor → v1compat | bytes to the client nginx / v1compat |")
+print("|---|---|---|---|---|---|---|---|---|")
 verdicts = []
 for w in calls:
     ng, gw = get("nginx", "callgrind", w), get("v1compat", "callgrind", w)
+    fl, fls = get("floor", "callgrind", w), get("floor", "strace", w)
     ngs, gws = get("nginx", "strace", w), get("v1compat", "strace", w)
     ni = ng["instructions"] / ng["requests"] * calls[w]
+    fi = fl["instructions"] / fl["requests"] * calls[w]
+    fs = fls["syscalls"] / fls["requests"] * calls[w]
     gi = gw["instructions"] / gw["requests"]
     ns = ngs["syscalls"] / ngs["requests"] * calls[w]
     gs = gws["syscalls"] / gws["requests"]
@@ -270,16 +290,16 @@ for w in calls:
     if w == "detail":
         ok = "PASS" if gs <= ns + 1 else "MISS"
         verdicts.append(f"| {label[w]}: system calls ≤ nginx + 1 | {ns:.2f} → {gs:.2f} | {ok} |")
-    print(f"| {label[w]} | {k(ni)} | {k(gi)} | {ratio:.2f}× (≤ {target[w]:.1f}×) | {ns:.2f} → {gs:.2f} | {ng['bytes_per_request'] * calls[w]} / {gw['bytes_per_request']} |")
+    print(f"| {label[w]} | {k(ni)} | {k(fi)} | {k(gi)} | {ratio:.2f}× (≤ {target[w]:.1f}×) | {fi / ni:.2f}× | {k(gi - fi)} | {ns:.2f} → {fs:.2f} → {gs:.2f} | {ng['bytes_per_request'] * calls[w]} / {gw['bytes_per_request']} |")
 print()
 print("System calls per request, by call (strace -c -f):")
 print()
 print("| Workload | Proxy | Calls per request |")
 print("|---|---|---|")
 for w in calls:
-    for p in ("nginx", "v1compat"):
+    for p in ("nginx", "floor", "v1compat"):
         r = get(p, "strace", w)
-        n = r["requests"] / (calls[w] if p == "nginx" else 1)
+        n = r["requests"] / (calls[w] if p != "v1compat" else 1)
         parts = sorted(r["by_syscall"].items(), key=lambda kv: -kv[1])
         print(f"| {w} | {p} | " + ", ".join(f"{name} {c / n:.2f}" for name, c in parts) + " |")
 print()
@@ -304,6 +324,7 @@ MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
   echo "| Requests | one keep-alive connection per workload and tool; $WARMUP warm-up then $REQUESTS counted requests through nginx; through v1compat the same for run detail and 100 rows, $WARMUP_1000 then $REQUESTS_1000 for 1,000 rows |"
   echo "| v1compat | \`serve\`, release build, log level \`$LOG_LEVEL\`, metrics recorder on, no shadow mirror |"
   echo "| nginx | one process (\`master_process off\`), keep-alive upstream, access log off |"
+  echo "| floor | \`examples/bare_proxy.rs\`, release build: tokio's multi-threaded runtime, hyper's HTTP/1.1 server and one kept-alive client connection, the V2 request forwarded unchanged; nothing else |"
   echo
   echo "Instructions: callgrind's count of user-space instructions of the proxy process (every"
   echo "thread) between zeroing (\`callgrind_control -z\`) after the warm-up and the dump"

@@ -724,7 +724,9 @@ async fn mirror_off_runs_no_mirror_code_on_the_request_path() {
     let down = absent_target().await;
     let sampling_nothing = gateway(
         &w,
-        &format!("[shadow]\nenabled = true\nlegacy_base_url = \"http://{down}\"\nsample_percent = 0.0\n"),
+        &format!(
+            "[shadow]\nenabled = true\nlegacy_base_url = \"http://{down}\"\nsample_percent = 0.0\n"
+        ),
     )
     .await;
     requests(&sampling_nothing).await;
