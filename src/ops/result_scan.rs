@@ -81,7 +81,8 @@ impl Column {
 #[derive(Debug, Default)]
 pub struct ScannedRows<'a> {
     rows: Vec<&'a str>,
-    /// The keys seen in the rows, by column number, and the other way round.
+    /// The keys seen in the rows, by column number, and the other way round
+    /// once there are many (see [`LINEAR_COLUMNS`]).
     keys: Vec<&'a str>,
     columns: HashMap<&'a str, u32>,
     /// By column: `"key":`, the bytes that start a field of that column.
@@ -110,8 +111,8 @@ impl<'a> ScannedRows<'a> {
     /// What the values of `key` held in the rows of
     /// [`ScannedRows::summarised`]; meaningless when a row [repeats](ScannedRows::repeats) a key.
     pub fn summary(&self, key: &str) -> Column {
-        match self.columns.get(key) {
-            Some(&c) => self.summary[c as usize],
+        match self.find(key) {
+            Some(c) => self.summary[c as usize],
             None => Column::EMPTY,
         }
     }
@@ -215,16 +216,10 @@ impl<'a> Scanner<'a> {
         let text = self.text;
         let b = text.as_bytes();
         let mut out = ScannedRows::default();
-        // The columns of the previous row, in its order: rows mostly repeat
-        // their keys in the same order, so the bytes of a key are first
-        // compared with the one at its place in the previous row (quotes and
-        // colon included: equal bytes are a key already checked), and only
-        // read and looked up when they differ.
-        let mut previous: Vec<u32> = Vec::new();
-        let mut current: Vec<u32> = Vec::new();
-        // By column: the row it was last seen in (plus one), to notice a key
-        // repeated within a row.
-        let mut last_row: Vec<u32> = Vec::new();
+        // A page holds the rows asked of it, mostly: room for them at once
+        // (bounded, as the range may be open-ended).
+        out.rows.reserve(summarise.len().min(MAX_ROWS_RESERVED));
+        let mut order = KeyOrder::default();
         let mut i = ws(b, byte(b, i, b'[')?);
         if b.get(i) == Some(&b']') {
             out.summarised = 0..0;
@@ -233,59 +228,12 @@ impl<'a> Scanner<'a> {
         loop {
             let start = i;
             let row = out.rows.len();
-            let counted = summarise.contains(&row);
-            if b.get(i) == Some(&b'{') {
-                i = ws(b, i + 1);
-                current.clear();
-                // Whether every key so far is the previous row's at its place.
-                let mut same = true;
-                if b.get(i) == Some(&b'}') {
-                    i += 1;
-                } else {
-                    loop {
-                        let column = match previous.get(current.len()) {
-                            Some(&c) if b[i..].starts_with(&out.tokens[c as usize]) => {
-                                i = ws(b, i + out.tokens[c as usize].len());
-                                c
-                            }
-                            _ => {
-                                same = false;
-                                let (key, at) = plain_key(text, i)?;
-                                i = at;
-                                out.column_of(key)
-                            }
-                        };
-                        current.push(column);
-                        let (kind, at) = field(b, i, &mut self.stack)?;
-                        if counted {
-                            out.summary[column as usize].note(kind);
-                        }
-                        i = ws(b, at);
-                        match *b.get(i)? {
-                            b',' => i = ws(b, i + 1),
-                            b'}' => {
-                                i += 1;
-                                break;
-                            }
-                            _ => return None,
-                        }
-                    }
-                }
-                // A row with the previous row's keys repeats a key only if
-                // that one did; any other is checked.
-                if !same || current.len() != previous.len() {
-                    last_row.resize(out.keys.len(), 0);
-                    let stamp = row as u32 + 1;
-                    for &c in &current {
-                        if std::mem::replace(&mut last_row[c as usize], stamp) == stamp {
-                            out.repeats = true;
-                        }
-                    }
-                }
-                std::mem::swap(&mut previous, &mut current);
+            i = if b.get(i) == Some(&b'{') {
+                let counted = summarise.contains(&row);
+                self.row_object(&mut out, &mut order, i, counted, row)?
             } else {
-                i = value(b, i, &mut self.stack)?;
-            }
+                value(b, i, &mut self.stack)?
+            };
             out.rows.push(&text[start..i]);
             i = ws(b, i);
             match *b.get(i)? {
@@ -299,25 +247,167 @@ impl<'a> Scanner<'a> {
             }
         }
     }
+
+    /// A row object at `i` (its `{`): its fields checked and, when
+    /// `counted`, their kinds noted by column; where it ends. Not inlined:
+    /// the page's hottest loop keeps its few values in registers.
+    #[inline(never)]
+    fn row_object(
+        &mut self,
+        out: &mut ScannedRows<'a>,
+        order: &mut KeyOrder,
+        i: usize,
+        counted: bool,
+        row: usize,
+    ) -> At {
+        let text = self.text;
+        let b = text.as_bytes();
+        let mut i = ws(b, i + 1);
+        // Fields read so far, and whether their keys are the previous row's
+        // first ones in order (then `order.current` is not kept up).
+        let mut k = 0;
+        let mut same = true;
+        if b.get(i) == Some(&b'}') {
+            i += 1;
+        } else {
+            loop {
+                let column = match order.previous.get(k) {
+                    Some(&c) if starts_with(&b[i..], &out.tokens[c as usize]) => {
+                        i = ws(b, i + out.tokens[c as usize].len());
+                        c
+                    }
+                    _ => {
+                        if same {
+                            same = false;
+                            order.current.clear();
+                            order.current.extend_from_slice(&order.previous[..k]);
+                        }
+                        let (key, at) = plain_key(text, i)?;
+                        i = at;
+                        out.column_of(key)
+                    }
+                };
+                if !same {
+                    order.current.push(column);
+                }
+                k += 1;
+                let (kind, at) = field(b, i, &mut self.stack)?;
+                if counted {
+                    out.summary[column as usize].note(kind);
+                }
+                i = ws(b, at);
+                match *b.get(i)? {
+                    b',' => i = ws(b, i + 1),
+                    b'}' => {
+                        i += 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        // A row with the previous row's keys repeats a key only if that one
+        // did; any other is checked.
+        if !same || k != order.previous.len() {
+            if same {
+                order.current.clear();
+                order.current.extend_from_slice(&order.previous[..k]);
+            }
+            order.last_row.resize(out.keys.len(), 0);
+            let stamp = row as u32 + 1;
+            for &c in &order.current {
+                if std::mem::replace(&mut order.last_row[c as usize], stamp) == stamp {
+                    out.repeats = true;
+                }
+            }
+            std::mem::swap(&mut order.previous, &mut order.current);
+        }
+        Some(i)
+    }
 }
 
+/// Rows reserved for at most, before any is read.
+const MAX_ROWS_RESERVED: usize = 1024;
+
+/// The key order of the rows read so far. Rows mostly repeat their keys in
+/// the same order, so the bytes of a key are first compared with the one at
+/// its place in the previous row (quotes and colon included: equal bytes
+/// are a key already checked), and only read and looked up when they differ.
+#[derive(Default)]
+struct KeyOrder {
+    /// The columns of the previous row, in its order.
+    previous: Vec<u32>,
+    /// The columns of the row being read, once it differs from the previous.
+    current: Vec<u32>,
+    /// By column: the row it was last seen in (plus one), to notice a key
+    /// repeated within a row.
+    last_row: Vec<u32>,
+}
+
+/// Up to this many columns, a key is looked up by comparing it with each;
+/// beyond, through a hash map (a page of many distinct keys stays linear).
+const LINEAR_COLUMNS: usize = 32;
+
 impl<'a> ScannedRows<'a> {
-    /// The column of a row key seen for the first time in this row.
-    fn column_of(&mut self, key: &'a str) -> u32 {
-        let next = self.keys.len() as u32;
-        let c = *self.columns.entry(key).or_insert(next);
-        if c == next {
-            self.keys.push(key);
-            // `"key":`, as V2 writes it when compact.
-            let mut token = Vec::with_capacity(key.len() + 3);
-            token.push(b'"');
-            token.extend_from_slice(key.as_bytes());
-            token.extend_from_slice(b"\":");
-            self.tokens.push(token);
-            self.summary.push(Column::EMPTY);
+    /// A key's column, if it has one.
+    fn find(&self, key: &str) -> Option<u32> {
+        if self.keys.len() <= LINEAR_COLUMNS {
+            self.keys.iter().position(|k| *k == key).map(|c| c as u32)
+        } else {
+            self.columns.get(key).copied()
         }
-        c
     }
+
+    /// The column of a row key read in full (not matched by its token).
+    fn column_of(&mut self, key: &'a str) -> u32 {
+        if let Some(c) = self.find(key) {
+            return c;
+        }
+        let next = self.keys.len() as u32;
+        self.keys.push(key);
+        if self.keys.len() > LINEAR_COLUMNS {
+            if self.columns.is_empty() {
+                self.columns = self.keys.iter().zip(0..).map(|(k, c)| (*k, c)).collect();
+            } else {
+                self.columns.insert(key, next);
+            }
+        }
+        // `"key":`, as V2 writes it when compact.
+        let mut token = Vec::with_capacity(key.len() + 3);
+        token.push(b'"');
+        token.extend_from_slice(key.as_bytes());
+        token.extend_from_slice(b"\":");
+        self.tokens.push(token);
+        self.summary.push(Column::EMPTY);
+        next
+    }
+}
+
+/// Whether `b` starts with `token`, compared eight bytes at a time: the
+/// tokens are short keys, compared once a field, for which a library call
+/// costs more than the comparison.
+#[inline]
+fn starts_with(b: &[u8], token: &[u8]) -> bool {
+    let Some(head) = b.get(..token.len()) else {
+        return false;
+    };
+    if token.len() < 8 {
+        return head == token;
+    }
+    let word = |s: &[u8], at: usize| {
+        s.get(at..at + 8)
+            .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+    };
+    // Whole words, then the last eight bytes (overlapping the one before).
+    let last = token.len() - 8;
+    let mut at = 0;
+    while at < last {
+        if word(head, at) != word(token, at) {
+            return false;
+        }
+        at += 8;
+    }
+    word(head, last) == word(token, last)
 }
 
 /// Skips JSON whitespace (the four characters serde_json accepts).
@@ -358,14 +448,11 @@ fn field(b: &[u8], i: usize, stack: &mut Vec<u8>) -> Option<(Kind, usize)> {
         }
         b'n' => Some((Kind::Null, literal(b, i, b"null")?)),
         b'-' | b'0'..=b'9' => {
-            let end = number(b, i)?;
-            let n = &b[i..end];
+            let (end, exponent) = number_parts(b, i)?;
             // Short plain numbers are always in f64's range; for the rest,
             // serde's own reading decides (it refuses what overflows to
             // infinity, and a row it cannot read gives no kinds).
-            if (n.len() > 17 || n.iter().any(|&c| c == b'e' || c == b'E'))
-                && serde_json::from_slice::<Kind>(n).is_err()
-            {
+            if (end - i > 17 || exponent) && serde_json::from_slice::<Kind>(&b[i..end]).is_err() {
                 return None;
             }
             Some((Kind::Number, end))
@@ -440,7 +527,13 @@ fn literal(b: &[u8], i: usize, word: &[u8]) -> At {
 /// A number as JSON writes it: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`.
 /// A digit straight after a leading 0, or anything else after the number,
 /// is for the caller to refuse.
-fn number(b: &[u8], mut i: usize) -> At {
+fn number(b: &[u8], i: usize) -> At {
+    Some(number_parts(b, i)?.0)
+}
+
+/// [`number`], and whether the number has an exponent.
+#[inline]
+fn number_parts(b: &[u8], mut i: usize) -> Option<(usize, bool)> {
     if b.get(i) == Some(&b'-') {
         i += 1;
     }
@@ -457,9 +550,9 @@ fn number(b: &[u8], mut i: usize) -> At {
         if let Some(b'+' | b'-') = b.get(i) {
             i += 1;
         }
-        i = digits(b, digit(b, i)?);
+        return Some((digits(b, digit(b, i)?), true));
     }
-    Some(i)
+    Some((i, false))
 }
 
 fn digit(b: &[u8], i: usize) -> At {
@@ -522,32 +615,46 @@ const fn lanes(b: u8) -> u64 {
 const ONES: u64 = lanes(0x01);
 const HIGHS: u64 = lanes(0x80);
 
+/// The bytes of `w` (eight, little-endian) that end a plain run of string
+/// contents (`"`, `\` or a control character), flagged by their high bit.
+/// The lowest flagged byte is a true hit (a borrow only spreads upwards
+/// from one); the ones above it may not be.
+#[inline(always)]
+fn stops(w: u64) -> u64 {
+    let ctrl = w.wrapping_sub(lanes(0x20)) & !w;
+    let q = w ^ lanes(b'"');
+    let quote = q.wrapping_sub(ONES) & !q;
+    let bs = w ^ lanes(b'\\');
+    let backslash = bs.wrapping_sub(ONES) & !bs;
+    (ctrl | quote | backslash) & HIGHS
+}
+
+fn word(bytes: &[u8]) -> u64 {
+    u64::from_le_bytes(bytes.try_into().unwrap_or([0; 8]))
+}
+
 /// How many bytes at the start of `s` a string holds as they are: up to the
-/// first `"`, `\` or control character. Eight bytes at a time, as the bytes
-/// of a row are mostly string contents. (The `memchr` crate finds two or
-/// three given bytes, not a range; this is the word-at-a-time test
-/// serde_json uses for the same search.)
+/// first `"`, `\` or control character. Sixteen bytes at a time (two words
+/// tested together), as the bytes of a row are mostly string contents. (The
+/// `memchr` crate finds two or three given bytes, not a range; this is the
+/// word-at-a-time test serde_json uses for the same search.)
 #[inline]
 fn plain_run(s: &[u8]) -> usize {
-    let mut chunks = s.chunks_exact(8);
+    let mut chunks = s.chunks_exact(16);
     let mut n = 0;
     for chunk in &mut chunks {
-        let w = u64::from_le_bytes([
-            chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
-        ]);
-        let ctrl = w.wrapping_sub(lanes(0x20)) & !w;
-        let q = w ^ lanes(b'"');
-        let quote = q.wrapping_sub(ONES) & !q;
-        let bs = w ^ lanes(b'\\');
-        let backslash = bs.wrapping_sub(ONES) & !bs;
-        let hit = (ctrl | quote | backslash) & HIGHS;
-        if hit != 0 {
-            // The lowest flagged byte is a true hit (a borrow only spreads
-            // upwards from one).
-            return n + hit.trailing_zeros() as usize / 8;
+        let (low, high) = (stops(word(&chunk[..8])), stops(word(&chunk[8..])));
+        if low | high != 0 {
+            let bit = if low != 0 {
+                low.trailing_zeros()
+            } else {
+                64 + high.trailing_zeros()
+            };
+            return n + bit as usize / 8;
         }
-        n += 8;
+        n += 16;
     }
+    // The last bytes of the body.
     let tail = chunks.remainder();
     n + tail
         .iter()
@@ -951,6 +1058,121 @@ mod tests {
         ))
         .unwrap();
         check(&page(r#"[{"a": "\ud83d\ude00", "b": 1e-400}]"#)).unwrap();
+    }
+
+    fn page(list: &str) -> String {
+        format!(r#"{{"code":0,"data":{{"count":1,"list":{list}}},"request_id":"r"}}"#)
+    }
+
+    /// Escapes, quotes, control characters and non-ASCII text at every
+    /// place of a string up to past two of the scanner's 16-byte steps, in a
+    /// key and in a value: accepted exactly when serde accepts, and read alike.
+    #[test]
+    fn string_ends_at_every_offset_agree_with_serde() {
+        let specials = [
+            r#"\""#,
+            r"\\",
+            r"\n",
+            r"\u00e9",
+            r"\ud83d\ude00",
+            r"\ud800",
+            "\u{1}",
+            "\t",
+            "\u{1f}",
+            "\u{7f}",
+            "é",
+            "😀",
+            "\"",
+        ];
+        for len in 0..40 {
+            for at in 0..=len {
+                for special in specials {
+                    let mut text = "x".repeat(len);
+                    text.insert_str(at, special);
+                    for list in [
+                        format!(r#"[{{"a":"{text}","b":1}},{{"a":"{text}","b":"{text}"}}]"#),
+                        format!(r#"[{{"{text}":1}},{{"{text}":2,"b":null}}]"#),
+                    ] {
+                        let body = page(&list);
+                        let valid = serde_json::from_str::<serde::de::IgnoredAny>(&body).is_ok();
+                        let scanned = check(&body).is_some();
+                        assert!(valid || !scanned, "{body}");
+                    }
+                }
+            }
+        }
+        // Plain text of any length is scanned.
+        for len in 0..70 {
+            let text = "é".repeat(len % 3) + &"y".repeat(len);
+            assert!(check(&page(&format!(r#"[{{"a":"{text}"}},{{"a":"{text}"}}]"#))).is_some());
+        }
+    }
+
+    /// A body that is not UTF-8 (a byte of a character cut or out of place,
+    /// in a string or not) is refused, as the general path's reading does.
+    #[test]
+    fn invalid_utf8_is_refused() {
+        for bad in [
+            &b"\xff"[..],
+            b"\xc3",
+            b"\xe9t",
+            b"\xed\xa0\x80",
+            b"\xf0\x9f\x98",
+        ] {
+            for list in [r#"[{"a":"x@y"}]"#, r#"[{"x@y":1}]"#, r#"[{"a":1}]@"#] {
+                let mut body = page(list).into_bytes();
+                let at = body.iter().position(|&c| c == b'@').unwrap();
+                body.splice(at..at + 1, bad.iter().copied());
+                assert!(std::str::from_utf8(&body).is_err());
+                assert!(scan(&body, 0..1).is_none(), "{body:?}");
+            }
+        }
+    }
+
+    /// Keys of every length (compared eight bytes at a time when they repeat
+    /// at their place), rows whose order changes, keys that start alike, and
+    /// pages with more columns than are looked up one by one.
+    #[test]
+    fn key_orders_and_many_columns_agree_with_serde() {
+        for len in 0..40 {
+            let k = "k".repeat(len);
+            let kk = format!("{k}k");
+            let list = format!(
+                r#"[{{"{k}":1,"{kk}":"t"}},{{"{k}":2,"{kk}":3}},{{"{kk}":null,"{k}":"x"}},{{"{k}":1}},{{"{k}":1,"{kk}":2,"{k}":3}},{{"{k}" :1, "{kk}":2}}]"#
+            );
+            check(&page(&list)).unwrap();
+            check_range(&page(&list), 1..3).unwrap();
+        }
+        for columns in [LINEAR_COLUMNS - 1, LINEAR_COLUMNS, LINEAR_COLUMNS + 1, 100] {
+            let row = |order: &mut dyn Iterator<Item = usize>, skip: usize| {
+                let fields: Vec<String> = order
+                    .filter(|c| *c != skip)
+                    .map(|c| {
+                        if c % 3 == 0 {
+                            format!(r#""c{c}":"{c}""#)
+                        } else {
+                            format!(r#""c{c}":{c}"#)
+                        }
+                    })
+                    .collect();
+                format!("{{{}}}", fields.join(","))
+            };
+            let rows = [
+                row(&mut (0..columns), usize::MAX),
+                row(&mut (0..columns).rev(), 5),
+                row(&mut (0..columns), 0),
+                row(&mut (0..columns).chain([7]), usize::MAX),
+            ];
+            let body = page(&format!("[{}]", rows[..3].join(",")));
+            check(&body).unwrap();
+            let scan = scan(body.as_bytes(), 0..3).unwrap();
+            assert!(!scan.rows.repeats());
+            assert_eq!(scan.rows.summary("c3").format(), "text");
+            assert_eq!(scan.rows.summary("c4").format(), "number");
+            assert!(scan.rows.summary(&format!("c{}", columns - 1)).seen);
+            assert!(!scan.rows.summary("c").seen);
+            check(&page(&format!("[{}]", rows.join(",")))).unwrap();
+        }
     }
 
     proptest! {
