@@ -9,6 +9,7 @@ use std::time::Duration;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 pub mod handles;
+mod json_lines;
 mod series;
 pub use series::BUILD_INFO;
 
@@ -186,11 +187,13 @@ pub fn init_logging(format: &str, level: &str) {
         .with_ansi(colour(std::io::IsTerminal::is_terminal(&std::io::stderr())))
         .with_writer(std::io::stderr);
     let _ = if format == "json" {
+        // tracing-subscriber's `json()` layout (flattened event, current
+        // span), written without re-reading span fields (see `json_lines`).
         builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
+            .fmt_fields(json_lines::JsonFields)
+            .event_format(json_lines::JsonLines::with_timer(
+                tracing_subscriber::fmt::time::SystemTime,
+            ))
             .try_init()
     } else {
         builder.try_init()

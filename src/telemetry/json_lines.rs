@@ -1,0 +1,375 @@
+//! The JSON log line, beside every request rather than on its path: the
+//! access line `pipeline::finish` writes and any other event, in the layout
+//! of tracing-subscriber's `json()` formatter (flattened event fields, the
+//! current span under `span`), written straight into the line's buffer.
+//!
+//! tracing-subscriber's own formatter keeps a span's fields as a JSON object
+//! and, for every recorded field and every event, parses that text back into
+//! a map and writes it out again; at the default `info` level that doubled
+//! what a translated run detail cost (deploy/bench/RESULTS.md, "The log
+//! line"). Here a span's fields are kept as the members of an object
+//! (`"method":"POST","path":"/api/v1/run/detail"`), a recorded field is
+//! appended to them, and an event copies them as they are.
+
+use std::fmt::{self, Write};
+
+use tracing::field::{Field, Visit};
+use tracing::span::Record;
+use tracing::{Event, Subscriber};
+use tracing_subscriber::field::RecordFields;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::time::FormatTime;
+#[cfg(doc)]
+use tracing_subscriber::fmt::time::SystemTime;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
+use tracing_subscriber::registry::LookupSpan;
+
+/// A span's fields as the members of a JSON object, without the braces.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct JsonFields;
+
+impl<'w> FormatFields<'w> for JsonFields {
+    fn format_fields<R: RecordFields>(&self, mut writer: Writer<'w>, fields: R) -> fmt::Result {
+        let mut members = Members::new(&mut writer, true);
+        fields.record(&mut members);
+        members.result
+    }
+
+    /// A field recorded later (`request_id`, `operation`) joins the others.
+    fn add_fields(
+        &self,
+        current: &'w mut FormattedFields<Self>,
+        fields: &Record<'_>,
+    ) -> fmt::Result {
+        let first = current.fields.is_empty();
+        let mut writer = current.as_writer();
+        let mut members = Members::new(&mut writer, first);
+        fields.record(&mut members);
+        members.result
+    }
+}
+
+/// One event as one JSON line: `timestamp` (as `T` writes it, e.g.
+/// [`SystemTime`]), `level`, the event's fields, `target`, and the current
+/// span (its fields and `name`) under `span`.
+#[derive(Debug)]
+pub struct JsonLines<T> {
+    timer: T,
+}
+
+impl<T> JsonLines<T> {
+    /// Lines whose `timestamp` `timer` writes.
+    pub fn with_timer(timer: T) -> JsonLines<T> {
+        JsonLines { timer }
+    }
+}
+
+impl<S, T> FormatEvent<S, JsonFields> for JsonLines<T>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    T: FormatTime,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, JsonFields>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let meta = event.metadata();
+        writer.write_str("{\"timestamp\":\"")?;
+        self.timer.format_time(&mut writer)?;
+        writer.write_str("\",\"level\":\"")?;
+        writer.write_str(meta.level().as_str())?;
+        writer.write_char('"')?;
+        let mut members = Members::new(&mut writer, false);
+        event.record(&mut members);
+        members.result?;
+        writer.write_str(",\"target\":")?;
+        string(&mut writer, meta.target())?;
+        let span = event
+            .parent()
+            .and_then(|id| ctx.span(id))
+            .or_else(|| ctx.lookup_current());
+        if let Some(span) = span {
+            writer.write_str(",\"span\":{")?;
+            if let Some(fields) = span.extensions().get::<FormattedFields<JsonFields>>() {
+                if !fields.fields.is_empty() {
+                    writer.write_str(&fields.fields)?;
+                    writer.write_char(',')?;
+                }
+            }
+            writer.write_str("\"name\":")?;
+            string(&mut writer, span.metadata().name())?;
+            writer.write_char('}')?;
+        }
+        writer.write_str("}\n")
+    }
+}
+
+/// Writes each visited field as `"name":value`, comma-separated.
+struct Members<'a, W> {
+    out: &'a mut W,
+    first: bool,
+    result: fmt::Result,
+}
+
+impl<'a, W: Write> Members<'a, W> {
+    fn new(out: &'a mut W, first: bool) -> Self {
+        Members {
+            out,
+            first,
+            result: Ok(()),
+        }
+    }
+
+    fn member(&mut self, field: &Field, value: impl FnOnce(&mut W) -> fmt::Result) {
+        if self.result.is_err() {
+            return;
+        }
+        let out = &mut *self.out;
+        let first = std::mem::replace(&mut self.first, false);
+        self.result = (|| {
+            if !first {
+                out.write_char(',')?;
+            }
+            string(out, field.name())?;
+            out.write_char(':')?;
+            value(out)
+        })();
+    }
+}
+
+impl<W: Write> Visit for Members<'_, W> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.member(field, |w| string(w, value));
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.member(field, |w| w.write_str(itoa::Buffer::new().format(value)));
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.member(field, |w| w.write_str(itoa::Buffer::new().format(value)));
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.member(field, |w| w.write_str(if value { "true" } else { "false" }));
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        // As serde_json writes a float: shortest form, `null` when not finite.
+        self.member(field, |w| {
+            if value.is_finite() {
+                write!(w, "{value:?}")
+            } else {
+                w.write_str("null")
+            }
+        });
+    }
+
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.member(field, |w| {
+            w.write_char('"')?;
+            write!(Escaped(w), "{value}")?;
+            w.write_char('"')
+        });
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.member(field, |w| {
+            w.write_char('"')?;
+            write!(Escaped(w), "{value:?}")?;
+            w.write_char('"')
+        });
+    }
+}
+
+/// `s` as a JSON string.
+fn string(w: &mut impl Write, s: &str) -> fmt::Result {
+    w.write_char('"')?;
+    escape(w, s)?;
+    w.write_char('"')
+}
+
+/// `s` escaped as serde_json escapes a string's contents: `"`, `\` and
+/// control characters; runs that need nothing are written whole.
+fn escape(w: &mut (impl Write + ?Sized), s: &str) -> fmt::Result {
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let escaped = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        w.write_str(&s[start..i])?;
+        if escaped.is_empty() {
+            write!(w, "\\u{b:04x}")?;
+        } else {
+            w.write_str(escaped)?;
+        }
+        start = i + 1;
+    }
+    w.write_str(&s[start..])
+}
+
+/// A `fmt::Write` that escapes what is written through it.
+struct Escaped<'a, W: ?Sized>(&'a mut W);
+
+impl<W: Write + ?Sized> Write for Escaped<'_, W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        escape(self.0, s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::fmt::MakeWriter;
+
+    /// Lines written into memory.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Lines {
+        type Writer = Lines;
+        fn make_writer(&'a self) -> Lines {
+            self.clone()
+        }
+    }
+
+    impl Lines {
+        fn parsed(&self) -> Vec<Value> {
+            let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+            text.lines()
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+                .collect()
+        }
+    }
+
+    /// The events every layout is checked on: fields of each kind, text that
+    /// needs escaping, a span with a field recorded late, nested spans, an
+    /// event outside any span.
+    fn emit() {
+        #[derive(Debug)]
+        struct Problem;
+        impl fmt::Display for Problem {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("broke \"badly\"\n")
+            }
+        }
+        impl std::error::Error for Problem {}
+
+        tracing::info!(target: "v1compat", version = "0.1.0", "v1compat listening");
+        let span = tracing::info_span!(
+            "request",
+            method = %"POST",
+            path = "/api/v1/run/detail",
+            request_id = tracing::field::Empty,
+            operation = tracing::field::Empty
+        );
+        let _entered = span.enter();
+        span.record("request_id", "01KD4N6P8R0T2V4W6Y8Z0B2D4F");
+        span.record("operation", "run_detail");
+        let code: Option<i64> = Some(0);
+        let missing: Option<&str> = None;
+        tracing::info!(
+            target: "v1compat::access",
+            method = %"POST",
+            status = 200u16,
+            code,
+            missing,
+            duration_ms = 1.25,
+            whole = 3.0,
+            negative = -7i64,
+            ok = true,
+            not_a_number = f64::NAN,
+            text = "tab\there \"quoted\" back\\slash \u{1} é 😀",
+            "answered"
+        );
+        let inner = tracing::warn_span!("inner", depth = 2u64);
+        inner.in_scope(|| {
+            let problem = Problem;
+            tracing::warn!(error = &problem as &(dyn std::error::Error + 'static), debugged = ?vec!["a\"b"], "failed {}", 42);
+        });
+        let empty = tracing::info_span!("empty");
+        empty.in_scope(|| tracing::error!("inside a span with no fields"));
+    }
+
+    /// What tracing-subscriber's own `json()` layout writes for [`emit`].
+    fn reference() -> Vec<Value> {
+        let lines = Lines::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(lines.clone())
+            .with_timer(())
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, emit);
+        lines.parsed()
+    }
+
+    fn ours() -> Vec<Value> {
+        let lines = Lines::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(lines.clone())
+            .fmt_fields(JsonFields)
+            .event_format(JsonLines::with_timer(()))
+            .finish();
+        tracing::subscriber::with_default(subscriber, emit);
+        lines.parsed()
+    }
+
+    #[test]
+    fn lines_hold_what_the_tracing_json_layout_holds() {
+        let (ours, reference) = (ours(), reference());
+        assert_eq!(ours.len(), 4);
+        assert_eq!(ours, reference);
+        // Spot checks of what the comparison covers.
+        assert_eq!(ours[1]["span"]["request_id"], "01KD4N6P8R0T2V4W6Y8Z0B2D4F");
+        assert_eq!(ours[1]["span"]["operation"], "run_detail");
+        assert_eq!(ours[1]["span"]["name"], "request");
+        assert_eq!(ours[1]["code"], 0);
+        assert!(ours[1].get("missing").is_none());
+        assert_eq!(ours[1]["not_a_number"], Value::Null);
+        assert_eq!(ours[2]["error"], "broke \"badly\"\n");
+        assert_eq!(ours[3]["span"], serde_json::json!({"name": "empty"}));
+        assert!(ours[0].get("span").is_none());
+    }
+
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them() {
+        for s in [
+            "plain",
+            "",
+            "\"",
+            "\\",
+            "a\u{0}b\u{1f}c\u{7f}",
+            "\n\r\t\u{8}\u{c}",
+            "é😀",
+        ] {
+            let mut out = String::new();
+            string(&mut out, s).unwrap();
+            assert_eq!(out, serde_json::to_string(s).unwrap(), "{s:?}");
+        }
+    }
+}
