@@ -18,6 +18,7 @@ use http::{Method, StatusCode};
 use crate::v2::V2Path;
 
 mod client;
+mod pool;
 pub(crate) mod proxy;
 mod retry;
 mod route_label;
