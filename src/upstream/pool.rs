@@ -275,7 +275,9 @@ impl Pool {
         loop {
             let (sender, reused) = match self.checkout(retried).await {
                 Some(sender) => (sender, true),
-                None => (self.connect().await?, false),
+                // Boxed: connecting (TLS, handshakes) takes a large future
+                // that every call would otherwise carry and copy.
+                None => (Box::pin(self.connect()).await?, false),
             };
             let (mut error, absolute) = match sender {
                 Sender::H1(mut conn) => {
