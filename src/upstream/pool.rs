@@ -300,7 +300,10 @@ impl Pool {
                 }
                 Sender::H2(mut conn) => match conn.tx.try_send_request(request).await {
                     Ok(response) => {
-                        let lease = Lease { pool: self, conn: None };
+                        let lease = Lease {
+                            pool: self,
+                            conn: None,
+                        };
                         return Ok((response, lease));
                     }
                     Err(e) => (e, None),
@@ -516,7 +519,9 @@ mod tests {
         assert_eq!(list.take(later, TIMEOUT).unwrap().id, 2);
         assert_eq!(list.len(), 1);
         // At t0 + 91 s connection 1 has been idle past the timeout.
-        assert!(list.take(t0 + TIMEOUT + Duration::from_secs(1), TIMEOUT).is_none());
+        assert!(list
+            .take(t0 + TIMEOUT + Duration::from_secs(1), TIMEOUT)
+            .is_none());
         assert_eq!(list.len(), 0);
     }
 
