@@ -617,6 +617,57 @@ mod tests {
         assert_eq!(origin_form(&bare), "/");
     }
 
+    /// A pooled connection whose server hung up while it sat idle, found
+    /// before its task noticed: the request comes back unsent and goes out
+    /// once on a new connection, a POST too.
+    #[tokio::test]
+    async fn a_request_a_closed_idle_connection_gave_back_is_sent_on_a_new_one() {
+        use hyper_util::rt::TokioIo;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let _ = seen_tx.send(req.method().clone());
+                async { Ok::<_, std::convert::Infallible>(Response::new(Body::default())) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+        let connector = crate::http_client::connector(
+            crate::http_client::tls_config(None).unwrap(),
+            &super::super::ProxyEnv::default(),
+            Duration::from_secs(5),
+        );
+        let origin: Uri = format!("http://{addr}/").parse().unwrap();
+        let pool = Pool::new(connector, origin.clone(), TIMEOUT, 8);
+
+        // An idle connection to a peer that then goes away. A duplex pipe
+        // shows its end to the connection's next read at once.
+        let (near, far) = tokio::io::duplex(4096);
+        let (mut tx, connection) = http1::handshake(TokioIo::new(near)).await.unwrap();
+        spawn(connection);
+        tx.ready().await.unwrap();
+        pool.put(H1 { tx, proxied: false });
+        drop(far);
+
+        let mut request = Request::new(Body::from("{}"));
+        *request.method_mut() = http::Method::POST;
+        *request.uri_mut() = format!("http://{addr}/api/v2/worker-runs").parse().unwrap();
+        request
+            .headers_mut()
+            .insert(http::header::HOST, addr.to_string().parse().unwrap());
+        let (response, lease) = pool.send(request).await.unwrap();
+        assert_eq!(response.status(), http::StatusCode::OK);
+        assert_eq!(seen.recv().await.unwrap(), http::Method::POST);
+        assert!(seen.try_recv().is_err());
+        drop(response);
+        lease.release();
+        assert_eq!(pool.idle_counts(), (1, false));
+    }
+
     #[test]
     fn pooling_is_off_without_room_or_time() {
         let connector = crate::http_client::connector(
