@@ -3,10 +3,10 @@
 //! request path), the shadow tester's legacy V1 client
 //! ([`crate::shadow::legacy`], beside it) and the callback deliverer
 //! ([`crate::callbacks`], after it). Each keeps its own policy (retries,
-//! loop guard, address checks); what is defined here, once, is how a client
-//! is built (TCP settings, rustls, the pool), which base URLs are usable,
-//! the pool defaults of the side clients, and how a transport error is put
-//! into words.
+//! loop guard, address checks); what is defined here, once, is how
+//! connections are made (TCP settings, rustls, proxies), the side clients'
+//! pool (the upstream keeps its own, `upstream::pool`), which base URLs are
+//! usable, and how a transport error is put into words.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -80,8 +80,7 @@ pub(crate) fn origin_and_prefix(url: &url::Url) -> Result<String, String> {
     Ok(origin_and_prefix)
 }
 
-/// A pooled HTTP/1.1 + HTTP/2 client over plain TCP or rustls, directly or
-/// through the proxy `proxy` names, shared by the V2 upstream and the shadow
+/// A pooled HTTP/1.1 + HTTP/2 client over [`connector`], for the shadow
 /// tester's legacy client.
 pub(crate) fn pooled_client(
     tls: rustls::ClientConfig,
@@ -90,14 +89,29 @@ pub(crate) fn pooled_client(
     idle_timeout: Duration,
     max_idle_per_host: usize,
 ) -> HyperClient {
+    pool(
+        connector(tls, proxy, connect_timeout),
+        idle_timeout,
+        max_idle_per_host,
+    )
+}
+
+/// Connections over plain TCP or rustls (offering h2 and http/1.1 by
+/// ALPN), directly or through the proxy `proxy` names: what the V2
+/// upstream's own pool ([`crate::upstream`]) and [`pooled_client`] connect
+/// with.
+pub(crate) fn connector(
+    tls: rustls::ClientConfig,
+    proxy: &ProxyEnv,
+    connect_timeout: Duration,
+) -> HttpsConnector<ProxyConnector> {
     let http = tcp_connector(GaiResolver::new(), connect_timeout);
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
+    hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
         .enable_http2()
-        .wrap_connector(ProxyConnector::new(http, proxy));
-    pool(https, idle_timeout, max_idle_per_host)
+        .wrap_connector(ProxyConnector::new(http, proxy))
 }
 
 /// The TCP connector under every client: `resolver` picks the addresses

@@ -4,7 +4,8 @@
 //! operations run against the real pooled HTTPS client ([`HttpUpstream`]) or
 //! a test double. The parts: `client` (the V2 client on the shared
 //! [`crate::http_client`] plumbing: headers, deadlines, size cap, upstream
-//! metrics), `retry` (which failures are retried, backoff, the retry
+//! metrics), `pool` (its connections to V2 over hyper's connection-level
+//! senders), `retry` (which failures are retried, backoff, the retry
 //! budget), `proxy` (outbound proxies from the environment), `route_label`
 //! (the `route` label values registered at start).
 
@@ -18,6 +19,7 @@ use http::{Method, StatusCode};
 use crate::v2::V2Path;
 
 mod client;
+mod pool;
 pub(crate) mod proxy;
 mod retry;
 mod route_label;

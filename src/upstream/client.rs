@@ -25,10 +25,8 @@ use super::retry::{
 };
 use super::{ApiKey, RetryPolicy, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply};
 
-use crate::http_client::{
-    body_failure, origin_and_prefix, pooled_client, send_failure, tls_config, HyperClient,
-    CONNECT_TIMEOUT,
-};
+use super::pool::Pool;
+use crate::http_client::{body_failure, connector, origin_and_prefix, tls_config, CONNECT_TIMEOUT};
 use crate::telemetry::handles::UpstreamMetrics;
 use crate::telemetry::{
     UPSTREAM_DURATION_SECONDS, UPSTREAM_REQUESTS_TOTAL, UPSTREAM_RETRIES_SKIPPED_TOTAL,
@@ -131,7 +129,7 @@ pub struct HttpUpstream {
 }
 
 struct Inner {
-    client: HyperClient,
+    pool: Pool,
     settings: UpstreamSettings,
     /// Where every call goes, parsed once from the base URL.
     target: Target,
@@ -151,6 +149,8 @@ struct Target {
     /// The `Host` header, as hyper would write it for every call
     /// (the port only when it is not the scheme's default).
     host: HeaderValue,
+    /// `scheme://authority`: what connections are made to.
+    origin: Uri,
 }
 
 impl Target {
@@ -174,11 +174,18 @@ impl Target {
         };
         let host = HeaderValue::from_str(&host)
             .map_err(|_| "base_url's host is not a valid header value".to_owned())?;
+        let origin = Uri::builder()
+            .scheme(scheme.clone())
+            .authority(authority.clone())
+            .path_and_query("/")
+            .build()
+            .map_err(|e| format!("base_url does not form a valid origin: {e}"))?;
         Ok(Target {
             scheme,
             authority,
             prefix,
             host,
+            origin,
         })
     }
 
@@ -230,17 +237,16 @@ impl HttpUpstream {
             return Err(problems.join("; "));
         };
 
-        let client = pooled_client(
-            tls,
-            &settings.proxy,
-            settings.connect_timeout,
+        let pool = Pool::new(
+            connector(tls, &settings.proxy, settings.connect_timeout),
+            target.origin.clone(),
             settings.pool_idle_timeout,
             settings.pool_max_idle_per_host,
         );
         let budget = RetryBudget::new(&settings.retry);
         Ok(HttpUpstream {
             inner: Arc::new(Inner {
-                client,
+                pool,
                 settings,
                 target,
                 user_agent,
@@ -449,7 +455,7 @@ impl Inner {
             *request.method_mut() = method.clone();
             *request.uri_mut() = uri.clone();
             *request.headers_mut() = headers.clone();
-            let response = self.client.request(request).await.map_err(send_failure)?;
+            let (response, lease) = self.pool.send(request).await?;
             let (parts, body) = response.into_parts();
             // A declared length over the cap needs no reading to refuse.
             let declared = parts
@@ -465,6 +471,8 @@ impl Inner {
                 .await
                 .map_err(|e| body_failure(e, limit))?
                 .to_bytes();
+            // Read to the end: the connection can carry the next call.
+            lease.release();
             let retry_after = parts
                 .headers
                 .get(RETRY_AFTER)

@@ -45,6 +45,8 @@ struct TestServer {
     hits: Arc<AtomicUsize>,
     connections: Arc<AtomicUsize>,
     seen: mpsc::UnboundedReceiver<Seen>,
+    /// One message each time a connection ends on the server's side.
+    closed: mpsc::UnboundedReceiver<()>,
 }
 
 impl TestServer {
@@ -72,10 +74,12 @@ where
     let counter = hits.clone();
     let connections = Arc::new(AtomicUsize::new(0));
     let accepted = connections.clone();
+    let (closed_tx, closed) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             accepted.fetch_add(1, Ordering::SeqCst);
             let (handler, counter, tx) = (handler.clone(), counter.clone(), tx.clone());
+            let closed_tx = closed_tx.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |req: hyper::Request<Incoming>| {
                     let (handler, counter, tx) = (handler.clone(), counter.clone(), tx.clone());
@@ -99,6 +103,7 @@ where
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
+                let _ = closed_tx.send(());
             });
         }
     });
@@ -107,6 +112,7 @@ where
         hits,
         connections,
         seen,
+        closed,
     }
 }
 
@@ -463,6 +469,103 @@ async fn connections_are_reused_across_calls() {
     }
     assert_eq!(server.hits(), 5);
     assert_eq!(server.connections.load(Ordering::SeqCst), 1);
+}
+
+/// No call comes after the first: only the pool's own sweep can close the
+/// connection, and the server sees it end.
+#[tokio::test]
+async fn an_idle_connection_is_closed_after_the_idle_timeout() {
+    let mut server = serve(|_| async { reply(StatusCode::OK, OK_BODY) }).await;
+    let mut s = settings(server.url());
+    s.pool_idle_timeout = Duration::from_millis(100);
+    let up = HttpUpstream::new(s).unwrap();
+    up.call(V2Call::get(store_path()), "req").await.unwrap();
+    // The bound only keeps a broken pool from hanging the suite.
+    tokio::time::timeout(Duration::from_secs(30), server.closed.recv())
+        .await
+        .expect("the idle connection was never closed")
+        .unwrap();
+    // The upstream itself lives on and connects again.
+    up.call(V2Call::get(store_path()), "req").await.unwrap();
+    assert_eq!(server.connections.load(Ordering::SeqCst), 2);
+    assert_eq!(server.hits(), 2);
+}
+
+/// A V2 (or a load balancer before it) that closes each kept-alive
+/// connection right after its answer: every call still succeeds at its
+/// first attempt, POSTs included, and each request arrives exactly once.
+#[tokio::test]
+async fn calls_succeed_when_the_server_closes_connections_after_each_answer() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, mut requests) = mpsc::unbounded_channel::<String>();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let accepted = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            accepted.fetch_add(1, Ordering::SeqCst);
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let Some(line) = read_request(&mut stream).await else {
+                    return;
+                };
+                let _ = tx.send(line);
+                // A keep-alive answer (no `connection: close`), then the
+                // connection is closed all the same.
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{OK_BODY}",
+                    OK_BODY.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    let base = url::Url::parse(&format!("http://{addr}")).unwrap();
+    let up = HttpUpstream::new(settings(base)).unwrap();
+    for _ in 0..5 {
+        let reply = up.call(V2Call::get(store_path()), "req").await.unwrap();
+        assert_eq!((reply.status, reply.attempts), (StatusCode::OK, 1));
+        let post = V2Call::post(
+            V2Path::new(&[Part::Lit("worker-runs")]),
+            Some(serde_json::json!({"workerId": "coreclaw~maps"})),
+        );
+        let reply = up.call(post, "req").await.unwrap();
+        assert_eq!((reply.status, reply.attempts), (StatusCode::OK, 1));
+    }
+    let mut lines = Vec::new();
+    while let Ok(line) = requests.try_recv() {
+        lines.push(line);
+    }
+    assert_eq!(lines.len(), 10, "{lines:?}");
+    let posts = lines.iter().filter(|l| l.starts_with("POST ")).count();
+    assert_eq!(posts, 5, "{lines:?}");
+    assert_eq!(connections.load(Ordering::SeqCst), 10);
+}
+
+/// Reads one HTTP/1.1 request (head and `content-length` body) and returns
+/// its request line; `None` if the connection ends first.
+async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<String> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            let length = head
+                .lines()
+                .filter_map(|l| l.split_once(':'))
+                .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            while buf.len() < end + 4 + length {
+                let n = stream.read(&mut chunk).await.ok().filter(|n| *n > 0)?;
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            return head.lines().next().map(str::to_owned);
+        }
+        let n = stream.read(&mut chunk).await.ok().filter(|n| *n > 0)?;
+        buf.extend_from_slice(&chunk[..n]);
+    }
 }
 
 #[tokio::test]
