@@ -80,7 +80,7 @@ where
         self.timer.format_time(&mut writer)?;
         writer.write_str("\",\"level\":\"")?;
         writer.write_str(meta.level().as_str())?;
-        writer.write_char('"')?;
+        writer.write_str("\"")?;
         let mut members = Members::new(&mut writer, false);
         event.record(&mut members);
         members.result?;
@@ -95,12 +95,12 @@ where
             if let Some(fields) = span.extensions().get::<FormattedFields<JsonFields>>() {
                 if !fields.fields.is_empty() {
                     writer.write_str(&fields.fields)?;
-                    writer.write_char(',')?;
+                    writer.write_str(",")?;
                 }
             }
             writer.write_str("\"name\":")?;
             string(&mut writer, span.metadata().name())?;
-            writer.write_char('}')?;
+            writer.write_str("}")?;
         }
         writer.write_str("}\n")
     }
@@ -129,11 +129,9 @@ impl<'a, W: Write> Members<'a, W> {
         let out = &mut *self.out;
         let first = std::mem::replace(&mut self.first, false);
         self.result = (|| {
-            if !first {
-                out.write_char(',')?;
-            }
-            string(out, field.name())?;
-            out.write_char(':')?;
+            out.write_str(if first { "\"" } else { ",\"" })?;
+            escape(out, field.name())?;
+            out.write_str("\":")?;
             value(out)
         })();
     }
@@ -169,33 +167,42 @@ impl<W: Write> Visit for Members<'_, W> {
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
         self.member(field, |w| {
-            w.write_char('"')?;
+            w.write_str("\"")?;
             write!(Escaped(w), "{value}")?;
-            w.write_char('"')
+            w.write_str("\"")
         });
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         self.member(field, |w| {
-            w.write_char('"')?;
+            w.write_str("\"")?;
             write!(Escaped(w), "{value:?}")?;
-            w.write_char('"')
+            w.write_str("\"")
         });
     }
 }
 
 /// `s` as a JSON string.
 fn string(w: &mut impl Write, s: &str) -> fmt::Result {
-    w.write_char('"')?;
+    w.write_str("\"")?;
     escape(w, s)?;
-    w.write_char('"')
+    w.write_str("\"")
+}
+
+/// Whether a byte must be escaped in a JSON string.
+fn special(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
 }
 
 /// `s` escaped as serde_json escapes a string's contents: `"`, `\` and
-/// control characters; runs that need nothing are written whole.
+/// control characters; runs that need nothing are written whole (almost
+/// every string: names, ids, paths).
 fn escape(w: &mut (impl Write + ?Sized), s: &str) -> fmt::Result {
+    let Some(first) = s.bytes().position(special) else {
+        return w.write_str(s);
+    };
     let mut start = 0;
-    for (i, b) in s.bytes().enumerate() {
+    for (i, b) in s.bytes().enumerate().skip(first) {
         let escaped = match b {
             b'"' => "\\\"",
             b'\\' => "\\\\",
