@@ -104,6 +104,11 @@ impl<'a> ScannedRows<'a> {
         self.rows[i]
     }
 
+    /// The JSON texts of the rows `range`.
+    pub fn texts(&self, range: Range<usize>) -> &[&'a str] {
+        &self.rows[range]
+    }
+
     /// What the values of `key` held in the rows of
     /// [`ScannedRows::summarised`]; meaningless when a row [repeats](ScannedRows::repeats) a key.
     pub fn summary(&self, key: &str) -> Column {
