@@ -51,15 +51,10 @@ impl Column {
         numbers_only: true,
     };
 
+    /// Noted without a branch: it is done for every field of the window.
     pub fn note(&mut self, kind: Kind) {
-        match kind {
-            Kind::Number => self.seen = true,
-            Kind::Other => {
-                self.seen = true;
-                self.numbers_only = false;
-            }
-            Kind::Null => {}
-        }
+        self.seen |= kind != Kind::Null;
+        self.numbers_only &= kind != Kind::Other;
     }
 
     pub fn merge(&mut self, other: Column) {
@@ -85,8 +80,9 @@ pub struct ScannedRows<'a> {
     /// once there are many (see [`LINEAR_COLUMNS`]).
     keys: Vec<&'a str>,
     columns: HashMap<&'a str, u32>,
-    /// By column: `"key":`, the bytes that start a field of that column.
-    tokens: Vec<Vec<u8>>,
+    /// By column: `"key":`, the bytes that start a field of that column
+    /// as V2 writes it when compact.
+    tokens: Vec<Box<[u8]>>,
     /// By column: what its values held in the rows of `summarised`.
     summary: Vec<Column>,
     summarised: Range<usize>,
@@ -106,6 +102,11 @@ impl<'a> ScannedRows<'a> {
     /// Row `i`'s JSON text.
     pub fn text(&self, i: usize) -> &'a str {
         self.rows[i]
+    }
+
+    /// The JSON texts of the rows `range`.
+    pub fn texts(&self, range: Range<usize>) -> &[&'a str] {
+        &self.rows[range]
     }
 
     /// What the values of `key` held in the rows of
@@ -250,7 +251,9 @@ impl<'a> Scanner<'a> {
 
     /// A row object at `i` (its `{`): its fields checked and, when
     /// `counted`, their kinds noted by column; where it ends. Not inlined:
-    /// the page's hottest loop keeps its few values in registers.
+    /// the page's hottest loop keeps its few values in registers. Fields
+    /// whose keys are the previous row's, in order, are read here; the rest
+    /// of a row that differs by [`Scanner::row_rest`].
     #[inline(never)]
     fn row_object(
         &mut self,
@@ -260,69 +263,85 @@ impl<'a> Scanner<'a> {
         counted: bool,
         row: usize,
     ) -> At {
+        let b = self.text.as_bytes();
+        let mut i = ws(b, i + 1);
+        if b.get(i) == Some(&b'}') {
+            return Some(order.finish(out, 0, true, row, i + 1));
+        }
+        for (k, key) in order.expected.iter().enumerate() {
+            let Some(at) = key.after(b, i, &out.tokens) else {
+                return self.row_rest(out, order, i, k, counted, row);
+            };
+            let (kind, at) = field(b, ws(b, at), &mut self.stack)?;
+            if counted {
+                out.summary.get_mut(key.column as usize)?.note(kind);
+            }
+            i = ws(b, at);
+            match *b.get(i)? {
+                b',' => i = ws(b, i + 1),
+                b'}' => return Some(order.finish(out, k + 1, true, row, i + 1)),
+                _ => return None,
+            }
+        }
+        // More fields than the previous row.
+        let k = order.expected.len();
+        self.row_rest(out, order, i, k, counted, row)
+    }
+
+    /// The rest of a row object from its field `k` (whose key is at `i`),
+    /// once its keys differ from the previous row's: each key read and
+    /// looked up.
+    #[inline(never)]
+    fn row_rest(
+        &mut self,
+        out: &mut ScannedRows<'a>,
+        order: &mut KeyOrder,
+        mut i: usize,
+        mut k: usize,
+        counted: bool,
+        row: usize,
+    ) -> At {
         let text = self.text;
         let b = text.as_bytes();
-        let mut i = ws(b, i + 1);
-        // Fields read so far, and whether their keys are the previous row's
-        // first ones in order (then `order.current` is not kept up).
-        let mut k = 0;
+        // Whether the keys so far are the previous row's first ones (then
+        // `order.current` is not kept up).
         let mut same = true;
-        if b.get(i) == Some(&b'}') {
-            i += 1;
-        } else {
-            loop {
-                let column = match order.previous.get(k) {
-                    Some(&c) if starts_with(&b[i..], &out.tokens[c as usize]) => {
-                        i = ws(b, i + out.tokens[c as usize].len());
-                        c
-                    }
-                    _ => {
-                        if same {
-                            same = false;
-                            order.current.clear();
-                            order.current.extend_from_slice(&order.previous[..k]);
-                        }
-                        let (key, at) = plain_key(text, i)?;
-                        i = at;
-                        out.column_of(key)
-                    }
-                };
-                if !same {
-                    order.current.push(column);
+        loop {
+            let known = match order.expected.get(k) {
+                Some(key) if same => key.after(b, i, &out.tokens).map(|at| (key.column, at)),
+                _ => None,
+            };
+            let column = match known {
+                Some((c, at)) => {
+                    i = at;
+                    c
                 }
-                k += 1;
-                let (kind, at) = field(b, i, &mut self.stack)?;
-                if counted {
-                    out.summary[column as usize].note(kind);
-                }
-                i = ws(b, at);
-                match *b.get(i)? {
-                    b',' => i = ws(b, i + 1),
-                    b'}' => {
-                        i += 1;
-                        break;
+                None => {
+                    if same {
+                        same = false;
+                        order.current.clear();
+                        order.current.extend_from_slice(&order.previous[..k]);
                     }
-                    _ => return None,
+                    let (key, at) = plain_key(text, i)?;
+                    i = at;
+                    out.column_of(key)
                 }
+            };
+            if !same {
+                order.current.push(column);
+            }
+            k += 1;
+            let (kind, at) = field(b, ws(b, i), &mut self.stack)?;
+            if counted {
+                out.summary[column as usize].note(kind);
+            }
+            i = ws(b, at);
+            match *b.get(i)? {
+                b',' => i = ws(b, i + 1),
+                b'}' => return Some(order.finish(out, k, same, row, i + 1)),
+                _ => return None,
             }
         }
-        // A row with the previous row's keys repeats a key only if that one
-        // did; any other is checked.
-        if !same || k != order.previous.len() {
-            if same {
-                order.current.clear();
-                order.current.extend_from_slice(&order.previous[..k]);
-            }
-            order.last_row.resize(out.keys.len(), 0);
-            let stamp = row as u32 + 1;
-            for &c in &order.current {
-                if std::mem::replace(&mut order.last_row[c as usize], stamp) == stamp {
-                    out.repeats = true;
-                }
-            }
-            std::mem::swap(&mut order.previous, &mut order.current);
-        }
-        Some(i)
     }
 }
 
@@ -342,6 +361,47 @@ struct KeyOrder {
     /// By column: the row it was last seen in (plus one), to notice a key
     /// repeated within a row.
     last_row: Vec<u32>,
+    /// `previous`, as what a row's fields are compared with.
+    expected: Vec<Key>,
+}
+
+impl KeyOrder {
+    /// A row read with `k` fields (the previous row's first `k` keys in
+    /// order when `same`), ending at `end`: a row with the previous row's
+    /// keys repeats a key only if that one did; any other is checked, and
+    /// its keys become the ones the next row is compared with.
+    #[inline]
+    fn finish(
+        &mut self,
+        out: &mut ScannedRows,
+        k: usize,
+        same: bool,
+        row: usize,
+        end: usize,
+    ) -> usize {
+        if same && k == self.previous.len() {
+            return end;
+        }
+        if same {
+            self.current.clear();
+            self.current.extend_from_slice(&self.previous[..k]);
+        }
+        self.last_row.resize(out.keys.len(), 0);
+        let stamp = row as u32 + 1;
+        for &c in &self.current {
+            if std::mem::replace(&mut self.last_row[c as usize], stamp) == stamp {
+                out.repeats = true;
+            }
+        }
+        std::mem::swap(&mut self.previous, &mut self.current);
+        self.expected.clear();
+        self.expected.extend(
+            self.previous
+                .iter()
+                .map(|&c| Key::new(&out.tokens[c as usize], c)),
+        );
+        end
+    }
 }
 
 /// Up to this many columns, a key is looked up by comparing it with each;
@@ -372,46 +432,92 @@ impl<'a> ScannedRows<'a> {
                 self.columns.insert(key, next);
             }
         }
-        // `"key":`, as V2 writes it when compact.
         let mut token = Vec::with_capacity(key.len() + 3);
         token.push(b'"');
         token.extend_from_slice(key.as_bytes());
         token.extend_from_slice(b"\":");
-        self.tokens.push(token);
+        self.tokens.push(token.into());
         self.summary.push(Column::EMPTY);
         next
     }
 }
 
-/// Whether `b` starts with `token`, compared eight bytes at a time: the
-/// tokens are short keys, compared once a field, for which a library call
-/// costs more than the comparison.
-#[inline]
-fn starts_with(b: &[u8], token: &[u8]) -> bool {
-    let Some(head) = b.get(..token.len()) else {
-        return false;
-    };
-    if token.len() < 8 {
-        return head == token;
-    }
-    let word = |s: &[u8], at: usize| {
-        s.get(at..at + 8)
-            .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
-    };
-    // Whole words, then the last eight bytes (overlapping the one before).
-    let last = token.len() - 8;
-    let mut at = 0;
-    while at < last {
-        if word(head, at) != word(token, at) {
-            return false;
-        }
-        at += 8;
-    }
-    word(head, last) == word(token, last)
+/// A key expected at its place in a row: its column and the first and last
+/// eight bytes of its token as words. The tokens are short keys, compared
+/// once a field, for which a library call costs more than the comparison.
+#[derive(Debug, Clone, Copy)]
+struct Key {
+    column: u32,
+    len: usize,
+    /// The first eight bytes (fewer, zero-padded, for a shorter token).
+    head: u64,
+    /// The bytes of a word that `head` is (all, or a shorter token's).
+    mask: u64,
+    /// The last eight bytes.
+    tail: u64,
 }
 
-/// Skips JSON whitespace (the four characters serde_json accepts).
-fn ws(b: &[u8], mut i: usize) -> usize {
+impl Key {
+    fn new(token: &[u8], column: u32) -> Key {
+        let n = token.len();
+        let mut head = [0; 8];
+        head[..n.min(8)].copy_from_slice(&token[..n.min(8)]);
+        let head = u64::from_le_bytes(head);
+        Key {
+            column,
+            len: n,
+            head,
+            mask: if n >= 8 { !0 } else { (1 << (8 * n)) - 1 },
+            tail: if n >= 8 { word(&token[n - 8..]) } else { head },
+        }
+    }
+
+    /// Where the value starts when `b` holds the key's token (`tokens`, by
+    /// column) at `i`: the first and last words compared (overlapping for a
+    /// token under sixteen bytes), then any between.
+    #[inline(always)]
+    fn after(&self, b: &[u8], i: usize, tokens: &[Box<[u8]>]) -> Option<usize> {
+        let n = self.len;
+        let end = i + n;
+        let Some(head) = b.get(i..i + 8) else {
+            // The last bytes of the body.
+            return (b.get(i..end)? == &*tokens[self.column as usize]).then_some(end);
+        };
+        if word(head) & self.mask != self.head {
+            return None;
+        }
+        if n <= 8 {
+            return Some(end);
+        }
+        let s = b.get(i..end)?;
+        if word(&s[n - 8..]) != self.tail {
+            return None;
+        }
+        if n > 16 {
+            let token = tokens.get(self.column as usize)?;
+            let mut at = 8;
+            while at + 8 < n {
+                if word(&s[at..at + 8]) != word(&token[at..at + 8]) {
+                    return None;
+                }
+                at += 8;
+            }
+        }
+        Some(end)
+    }
+}
+
+/// Skips JSON whitespace (the four characters serde_json accepts). Compact
+/// JSON has none: one comparison tells, inlined.
+#[inline(always)]
+fn ws(b: &[u8], i: usize) -> usize {
+    match b.get(i) {
+        Some(&c) if c > b' ' => i,
+        _ => ws_run(b, i),
+    }
+}
+
+fn ws_run(b: &[u8], mut i: usize) -> usize {
     while let Some(b' ' | b'\n' | b'\r' | b'\t') = b.get(i) {
         i += 1;
     }
@@ -435,6 +541,8 @@ fn plain_key(text: &str, i: usize) -> Option<(&str, usize)> {
 }
 
 /// A row's field value at `i`, skipped and checked: its kind and its end.
+/// Inlined in the row loops, where most values are a string found here.
+#[inline(always)]
 fn field(b: &[u8], i: usize, stack: &mut Vec<u8>) -> Option<(Kind, usize)> {
     match *b.get(i)? {
         b'"' => {
@@ -447,7 +555,15 @@ fn field(b: &[u8], i: usize, stack: &mut Vec<u8>) -> Option<(Kind, usize)> {
             Some((Kind::Other, end))
         }
         b'n' => Some((Kind::Null, literal(b, i, b"null")?)),
-        b'-' | b'0'..=b'9' => {
+        first @ (b'-' | b'0'..=b'9') => {
+            // A plain integer (no sign, fraction or exponent, short enough
+            // to be in f64's range) is read here without a call.
+            if first != b'-' && first != b'0' {
+                let end = digits(b, i + 1);
+                if end - i <= 17 && !matches!(b.get(end), Some(b'.' | b'e' | b'E') | None) {
+                    return Some((Kind::Number, end));
+                }
+            }
             let (end, exponent) = number_parts(b, i)?;
             // Short plain numbers are always in f64's range; for the rest,
             // serde's own reading decides (it refuses what overflows to
@@ -608,58 +724,48 @@ fn hex4(b: &[u8], i: usize) -> Option<u16> {
     })
 }
 
-/// A byte in every lane of a `u64`.
-const fn lanes(b: u8) -> u64 {
-    u64::from_ne_bytes([b; 8])
-}
-const ONES: u64 = lanes(0x01);
-const HIGHS: u64 = lanes(0x80);
-
-/// The bytes of `w` (eight, little-endian) that end a plain run of string
-/// contents (`"`, `\` or a control character), flagged by their high bit.
-/// The lowest flagged byte is a true hit (a borrow only spreads upwards
-/// from one); the ones above it may not be.
-#[inline(always)]
-fn stops(w: u64) -> u64 {
-    let ctrl = w.wrapping_sub(lanes(0x20)) & !w;
-    let q = w ^ lanes(b'"');
-    let quote = q.wrapping_sub(ONES) & !q;
-    let bs = w ^ lanes(b'\\');
-    let backslash = bs.wrapping_sub(ONES) & !bs;
-    (ctrl | quote | backslash) & HIGHS
-}
-
+/// Eight bytes as a little-endian word.
 fn word(bytes: &[u8]) -> u64 {
     u64::from_le_bytes(bytes.try_into().unwrap_or([0; 8]))
 }
 
 /// How many bytes at the start of `s` a string holds as they are: up to the
-/// first `"`, `\` or control character. Sixteen bytes at a time (two words
-/// tested together), as the bytes of a row are mostly string contents. (The
-/// `memchr` crate finds two or three given bytes, not a range; this is the
-/// word-at-a-time test serde_json uses for the same search.)
+/// first `"`, `\` or control character. Sixteen bytes at a time, as the
+/// bytes of a row are mostly string contents. (`memchr` finds two or three
+/// given bytes, not a range, and its call costs more than the search of a
+/// short string.)
 #[inline]
 fn plain_run(s: &[u8]) -> usize {
     let mut chunks = s.chunks_exact(16);
     let mut n = 0;
     for chunk in &mut chunks {
-        let (low, high) = (stops(word(&chunk[..8])), stops(word(&chunk[8..])));
-        if low | high != 0 {
-            let bit = if low != 0 {
-                low.trailing_zeros()
-            } else {
-                64 + high.trailing_zeros()
-            };
-            return n + bit as usize / 8;
+        let stops = stops(chunk.try_into().unwrap_or(&[0; 16]));
+        if stops != 0 {
+            return n + stops.trailing_zeros() as usize / 8;
         }
         n += 16;
     }
     // The last bytes of the body.
     let tail = chunks.remainder();
-    n + tail
-        .iter()
-        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
-        .unwrap_or(tail.len())
+    n + tail.iter().position(|&c| stop(c)).unwrap_or(tail.len())
+}
+
+/// Whether a byte ends a plain run of string contents.
+#[inline(always)]
+fn stop(c: u8) -> bool {
+    (c == b'"') | (c == b'\\') | (c < 0x20)
+}
+
+/// The bytes of `chunk` that end a plain run, as `0xff` bytes of a
+/// little-endian number. Written byte by byte over a fixed array so that
+/// the compiler makes it a few vector instructions (compare, minimum, or).
+#[inline(always)]
+fn stops(chunk: &[u8; 16]) -> u128 {
+    let mut flags = [0u8; 16];
+    for (f, &c) in flags.iter_mut().zip(chunk) {
+        *f = u8::from(stop(c)).wrapping_neg();
+    }
+    u128::from_le_bytes(flags)
 }
 
 /// Generators of V2 result-page answers for the property tests here and in
@@ -1106,6 +1212,83 @@ mod tests {
             let text = "é".repeat(len % 3) + &"y".repeat(len);
             assert!(check(&page(&format!(r#"[{{"a":"{text}"}},{{"a":"{text}"}}]"#))).is_some());
         }
+    }
+
+    /// Integers the row loop reads without a call (up to 17 digits), and
+    /// what it leaves to the general reading (a sign, a leading zero, a
+    /// fraction, an exponent, more digits, a number cut short): accepted
+    /// exactly when serde accepts, with the same kinds.
+    #[test]
+    fn plain_integers_agree_with_serde() {
+        let numbers = [
+            "0",
+            "7",
+            "-7",
+            "-0",
+            "01",
+            "00",
+            "10",
+            "1234567890123456",
+            "12345678901234567",
+            "123456789012345678",
+            "99999999999999999999999",
+            "1.5",
+            "1.",
+            "1e5",
+            "1E+2",
+            "1e",
+            "-",
+            "--1",
+            "1-",
+            "1x",
+            "9.9e999",
+        ];
+        for n in numbers {
+            for list in [
+                format!(r#"[{{"a":{n}}},{{"a":{n},"b":{n}}}]"#),
+                format!(r#"[{{"a":"t"}},{{"a":{n} }},{{"a":{n}}}]"#),
+                format!(r#"[{{"a":{n}"#),
+            ] {
+                let body = page(&list);
+                let valid = serde_json::from_str::<serde::de::IgnoredAny>(&body).is_ok();
+                let scanned = check(&body).is_some();
+                assert!(valid || !scanned, "{body}");
+                if valid && !n.contains('e') {
+                    assert!(scanned, "{body}");
+                }
+            }
+        }
+    }
+
+    /// A column's notes: a null changes nothing, a number is seen, anything
+    /// else is seen and not a number.
+    #[test]
+    fn notes_by_kind() {
+        let noted = |kinds: &[Kind]| {
+            let mut c = Column::EMPTY;
+            kinds.iter().for_each(|k| c.note(*k));
+            c
+        };
+        assert_eq!(noted(&[Kind::Null]), Column::EMPTY);
+        assert_eq!(
+            noted(&[Kind::Null, Kind::Number]),
+            Column {
+                seen: true,
+                numbers_only: true
+            }
+        );
+        assert_eq!(
+            noted(&[Kind::Other, Kind::Null]),
+            Column {
+                seen: true,
+                numbers_only: false
+            }
+        );
+        assert_eq!(
+            noted(&[Kind::Number, Kind::Other, Kind::Number]).format(),
+            "text"
+        );
+        assert_eq!(noted(&[Kind::Number, Kind::Null]).format(), "number");
     }
 
     /// A body that is not UTF-8 (a byte of a character cut or out of place,

@@ -106,6 +106,15 @@ impl<'a> PageRows<'a> {
             PageRows::Raw(rows) => rows[i].get(),
         }
     }
+
+    /// The texts of the rows `range` (within the page) added to `out`: a
+    /// scanned page's in one copy.
+    pub fn texts_into(&self, range: Range<usize>, out: &mut Vec<&'a str>) {
+        match self {
+            PageRows::Scanned(rows) => out.extend_from_slice(rows.texts(range)),
+            PageRows::Raw(rows) => out.extend(rows[range].iter().map(|r| r.get())),
+        }
+    }
 }
 
 /// One V2 result page, ready to map.
@@ -429,11 +438,10 @@ pub fn v1_result_page<'a>(
         Some(first) => v1_headers(&first.headers, |keys| infer_formats(keys, pages, &slices)),
         None => Vec::new(),
     };
-    let list = pages
-        .iter()
-        .zip(&slices)
-        .flat_map(|(page, slice)| slice.clone().map(|r| page.rows.text(r)))
-        .collect();
+    let mut list = Vec::with_capacity(slices.iter().map(Range::len).sum());
+    for (page, slice) in pages.iter().zip(&slices) {
+        page.rows.texts_into(slice.clone(), &mut list);
+    }
     V1ResultPage {
         count,
         headers,
