@@ -453,6 +453,11 @@ MEM=$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
   f_l1000=$(med "$(col "$FAN_TSV" '$1 == "loopback" && $2 == "v1-1000"' 4)")
   f_s100=$(med "$(col "$FAN_TSV" "\$1 == \"v2+${FANOUT_LATENCY_MS}ms\" && \$2 == \"v2-100\"" 4)")
   f_s1000=$(med "$(col "$FAN_TSV" "\$1 == \"v2+${FANOUT_LATENCY_MS}ms\" && \$2 == \"v1-1000\"" 4)")
+  rps_gw=$(med "$(col "$RESULTS_TSV" '$1 == "detail" && $2 == "v1compat"' 4)")
+  rps_ng=$(med "$(col "$RESULTS_TSV" '$1 == "detail" && $2 == "nginx"' 4)")
+  p99_256_gw=$(med "$(col "$RESULTS_TSV" '$1 == "detail-c256" && $2 == "v1compat"' 7)")
+  p99_256_ng=$(med "$(col "$RESULTS_TSV" '$1 == "detail-c256" && $2 == "nginx"' 7)")
+  ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
   verdict() { awk -v a="$1" -v b="$2" 'BEGIN { print (a <= b) ? "PASS" : "MISS" }'; }
   echo "## Targets"
   echo
@@ -460,6 +465,9 @@ MEM=$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
   echo "|---|---|---|"
   echo "| CPU per translated run-detail request ≤ nginx's per proxied request, $CONNS connections flat out | v1compat $cpu_gw µs vs nginx $cpu_ng µs (ratio $(awk -v a="$cpu_gw" -v b="$cpu_ng" 'BEGIN { printf "%.2f", a / b }')) | $(verdict "$cpu_gw" "$cpu_ng") |"
   echo "| same, at $RATE req/s | v1compat $rcpu_gw µs vs nginx $rcpu_ng µs (ratio $(awk -v a="$rcpu_gw" -v b="$rcpu_ng" 'BEGIN { printf "%.2f", a / b }')) | $(verdict "$rcpu_gw" "$rcpu_ng") |"
+  echo "| CPU per run-detail request ≤ 1.5 × nginx's (issue 10), $CONNS connections | ratio $(ratio "$cpu_gw" "$cpu_ng") | $(verdict "$(ratio "$cpu_gw" "$cpu_ng")" 1.5) |"
+  echo "| Run-detail throughput ≥ 70% of nginx's (issue 10), $CONNS connections | $rps_gw vs $rps_ng req/s ($(awk -v a="$rps_gw" -v b="$rps_ng" 'BEGIN { printf "%.0f", 100 * a / b }')%) | $(verdict 0.70 "$(ratio "$rps_gw" "$rps_ng")") |"
+  echo "| Run-detail p99 at 256 connections ≤ 1.5 × nginx's (issue 10) | $p99_256_gw µs vs $p99_256_ng µs (ratio $(ratio "$p99_256_gw" "$p99_256_ng")) | $(verdict "$(ratio "$p99_256_gw" "$p99_256_ng")" 1.5) |"
   echo "| Added latency at p50 ≤ 0.3 ms at $RATE req/s | $((r_g50 - r_d50)) µs (v1compat $r_g50 − direct $r_d50; nginx adds $((r_n50 - r_d50))) | $(verdict $((r_g50 - r_d50)) 300) |"
   echo "| Added latency at p99 ≤ 1 ms at $RATE req/s | $((r_g99 - r_d99)) µs (v1compat $r_g99 − direct $r_d99; nginx adds $((r_n99 - r_d99))) | $(verdict $((r_g99 - r_d99)) 1000) |"
   echo "| RSS ≤ 15 MB idle | $(mb "$IDLE_GW_KB") MB after start and one check request per workload ($(mb "$AFTER_GW_KB") MB idle after the load; nginx $(mb "$IDLE_NGINX_KB") MB idle) | $(verdict "$IDLE_GW_KB" 15360) |"
