@@ -564,14 +564,7 @@ fn field(b: &[u8], i: usize, stack: &mut Vec<u8>) -> Option<(Kind, usize)> {
                     return Some((Kind::Number, end));
                 }
             }
-            let (end, exponent) = number_parts(b, i)?;
-            // Short plain numbers are always in f64's range; for the rest,
-            // serde's own reading decides (it refuses what overflows to
-            // infinity, and a row it cannot read gives no kinds).
-            if (end - i > 17 || exponent) && serde_json::from_slice::<Kind>(&b[i..end]).is_err() {
-                return None;
-            }
-            Some((Kind::Number, end))
+            Some((Kind::Number, number(b, i)?))
         }
         _ => Some((Kind::Other, value(b, i, stack)?)),
     }
@@ -640,11 +633,21 @@ fn literal(b: &[u8], i: usize, word: &[u8]) -> At {
     (b.get(i..end)? == word).then_some(end)
 }
 
-/// A number as JSON writes it: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`.
-/// A digit straight after a leading 0, or anything else after the number,
-/// is for the caller to refuse.
+/// A number as JSON writes it: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`,
+/// that serde reads as a number. A digit straight after a leading 0, or
+/// anything else after the number, is for the caller to refuse.
+///
+/// Wherever it stands (a row's field, a nested value, the envelope), a
+/// number that overflows `f64` (`1e400`, 400 digits) is refused: the
+/// general path reads the body as a `Value`, which refuses it, so the
+/// answer must not depend on which path read the body. Short plain numbers
+/// are always in range; for the rest, serde's own reading decides.
 fn number(b: &[u8], i: usize) -> At {
-    Some(number_parts(b, i)?.0)
+    let (end, exponent) = number_parts(b, i)?;
+    if (end - i > 17 || exponent) && serde_json::from_slice::<Kind>(&b[i..end]).is_err() {
+        return None;
+    }
+    Some(end)
 }
 
 /// [`number`], and whether the number has an exponent.
@@ -1164,6 +1167,20 @@ mod tests {
         ))
         .unwrap();
         check(&page(r#"[{"a": "\ud83d\ude00", "b": 1e-400}]"#)).unwrap();
+        // A number serde's `Value` cannot hold is refused wherever it stands,
+        // not only in a row's field: the general path would refuse the body.
+        for out_of_range in [
+            r#"{"code":0,"data":{"count":1,"list":[{"a":1}],"x":2020000E800010},"request_id":"r"}"#,
+            r#"{"code":0,"data":{"count":1,"list":[{"a":1}]},"x":[1e400],"request_id":"r"}"#,
+            &page(r#"[{"a": {"deep": [-1e309]}}]"#),
+            &page(&format!(r#"[{{"a": [{}]}}]"#, "9".repeat(400))),
+        ] {
+            assert!(serde_json::from_str::<serde_json::Value>(out_of_range).is_err());
+            assert!(
+                scan(out_of_range.as_bytes(), 0..1).is_none(),
+                "{out_of_range}"
+            );
+        }
     }
 
     fn page(list: &str) -> String {
