@@ -100,7 +100,7 @@ fn read(path: Option<&PathBuf>) -> Result<config::Loaded, String> {
 
 /// mimalloc instead of glibc's malloc: a request makes about seventy short-lived
 /// allocations, and glibc spent about 15 k instructions a request on them
-/// (deploy/bench/RESULTS.md, "The allocator").
+/// (deploy/bench/RESULTS.md, "What changed, step by step").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

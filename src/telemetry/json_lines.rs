@@ -1,15 +1,15 @@
-//! The JSON log line, beside every request rather than on its path: the
-//! access line `pipeline::finish` writes and any other event, in the layout
+//! The JSON log line, the last thing a request does before its answer is
+//! written: the access line `pipeline::finish` writes, and any other event, in the layout
 //! of tracing-subscriber's `json()` formatter (flattened event fields, the
 //! current span under `span`), written straight into the line's buffer.
 //!
 //! tracing-subscriber's own formatter keeps a span's fields as a JSON object
 //! and, for every recorded field and every event, parses that text back into
-//! a map and writes it out again; at the default `info` level that doubled
-//! what a translated run detail cost (deploy/bench/RESULTS.md, "The log
-//! line"). Here a span's fields are kept as the members of an object
-//! (`"method":"POST","path":"/api/v1/run/detail"`), a recorded field is
-//! appended to them, and an event copies them as they are.
+//! a map and writes it out again; at the default `info` level that added
+//! two thirds to what a translated run detail cost (deploy/bench/RESULTS.md,
+//! "The default log level: the access line"). Here a span's fields are kept
+//! as the members of an object (`"method":"POST","path":"/api/v1/run/detail"`),
+//! a recorded field is appended to them, and an event copies them as they are.
 
 use std::fmt::{self, Write};
 
