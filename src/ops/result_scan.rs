@@ -778,6 +778,23 @@ fn stops(chunk: &[u8; 16]) -> u128 {
 #[cfg(test)]
 pub(crate) mod gen {
     use proptest::prelude::*;
+    use serde::Deserialize;
+    use serde_json::value::RawValue;
+
+    /// What serde makes of an answer: its `data.list`, raw, and nothing
+    /// else (the generated answers may repeat other members, which the
+    /// typed reader of a page refuses).
+    #[derive(Deserialize)]
+    pub struct Answer<'a> {
+        #[serde(borrow)]
+        pub data: Page<'a>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct Page<'a> {
+        #[serde(borrow)]
+        pub list: &'a RawValue,
+    }
 
     /// A JSON value to render.
     #[derive(Debug, Clone)]
@@ -998,18 +1015,6 @@ mod tests {
     use proptest::prelude::*;
     use serde::Deserialize;
     use serde_json::value::RawValue;
-
-    /// What serde makes of an answer: its `data.list`, raw.
-    #[derive(Deserialize)]
-    struct Answer<'a> {
-        #[serde(borrow)]
-        data: Page<'a>,
-    }
-    #[derive(Deserialize)]
-    struct Page<'a> {
-        #[serde(borrow)]
-        list: &'a RawValue,
-    }
 
     /// A row's fields and the kinds serde reads for them, in order.
     struct Fields(Vec<(String, Kind)>);

@@ -683,18 +683,9 @@ mod tests {
             skip in 0..8usize,
         ) {
             if let Some(scan) = result_scan::scan(body.as_bytes(), skip.min(n)..n) {
-                #[derive(Deserialize)]
-                struct Answer<'a> {
-                    #[serde(borrow)]
-                    data: Page<'a>,
-                }
-                #[derive(Deserialize)]
-                struct Page<'a> {
-                    #[serde(borrow)]
-                    list: List<&'a RawValue>,
-                }
-                let answer: Answer = serde_json::from_str(&body).unwrap();
-                let raw = ResultPage::raw(V2ResultPage { list: answer.data.list, ..Default::default() });
+                let answer: result_scan::gen::Answer = serde_json::from_str(&body).unwrap();
+                let list = serde_json::from_str(answer.data.list.get()).unwrap();
+                let raw = ResultPage::raw(V2ResultPage { list, ..Default::default() });
                 let scanned = ResultPage::scanned(V2ResultPage::default(), scan.rows);
                 proptest::prop_assert_eq!(scanned.rows.len(), n);
                 let window = skip.min(n)..n;
