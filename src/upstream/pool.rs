@@ -5,7 +5,8 @@
 //! pool and its layers of futures.
 //!
 //! Connections come from the shared connector ([`crate::http_client::connector`]:
-//! TCP or rustls, direct or through a `CONNECT` proxy). HTTP/1.1 senders are
+//! TCP or rustls, direct or through a `CONNECT` tunnel, so every HTTP/1.1
+//! request goes in origin-form, as to V2 itself). HTTP/1.1 senders are
 //! kept idle last-in first-out, each with the instant it went idle, and are
 //! handed to one call at a time; a connection whose TLS negotiated h2 is
 //! kept as one shared sender that every call clones. A sender goes back only
@@ -51,6 +52,14 @@ pub(crate) struct Pool {
     shared: Arc<Shared>,
 }
 
+impl Shared {
+    fn idle(&self) -> MutexGuard<'_, Idle> {
+        // The lock guards plain bookkeeping; a panic under it leaves the
+        // lists consistent.
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 struct Shared {
     connector: HttpsConnector<ProxyConnector>,
     /// `scheme://authority` of the origin: what the connector dials.
@@ -71,8 +80,6 @@ struct Idle {
 /// An HTTP/1.1 connection's sender.
 struct H1 {
     tx: http1::SendRequest<Body>,
-    /// Plain HTTP through a forwarding proxy: requests carry absolute URIs.
-    proxied: bool,
 }
 
 /// The shared sender of an HTTP/2 connection.
@@ -258,9 +265,7 @@ impl Pool {
     }
 
     fn idle(&self) -> MutexGuard<'_, Idle> {
-        // The lock guards plain bookkeeping; a panic under it leaves the
-        // lists consistent.
-        self.shared.idle.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.idle()
     }
 
     /// Sends `request` (absolute URI; `Host` already set) and returns the
@@ -279,35 +284,20 @@ impl Pool {
                 // that every call would otherwise carry and copy.
                 None => (Box::pin(self.connect()).await?, false),
             };
-            let (mut error, absolute) = match sender {
+            // hyper writes the URI as given: HTTP/1.1 takes origin-form,
+            // HTTP/2 the absolute URI (its `:scheme` and `:authority`).
+            let (sent, conn, absolute) = match sender {
                 Sender::H1(mut conn) => {
-                    // hyper writes the URI as given: origin-form to V2
-                    // itself, absolute-form to a forwarding proxy.
-                    let absolute = (!conn.proxied).then(|| {
-                        let origin = origin_form(request.uri());
-                        std::mem::replace(request.uri_mut(), origin)
-                    });
-                    match conn.tx.try_send_request(request).await {
-                        Ok(response) => {
-                            let lease = Lease {
-                                pool: self,
-                                conn: Some(conn),
-                            };
-                            return Ok((response, lease));
-                        }
-                        Err(e) => (e, absolute),
-                    }
+                    let origin = origin_form(request.uri());
+                    let absolute = std::mem::replace(request.uri_mut(), origin);
+                    let sent = conn.tx.try_send_request(request).await;
+                    (sent, Some(conn), Some(absolute))
                 }
-                Sender::H2(mut conn) => match conn.tx.try_send_request(request).await {
-                    Ok(response) => {
-                        let lease = Lease {
-                            pool: self,
-                            conn: None,
-                        };
-                        return Ok((response, lease));
-                    }
-                    Err(e) => (e, None),
-                },
+                Sender::H2(mut conn) => (conn.tx.try_send_request(request).await, None, None),
+            };
+            let mut error = match sent {
+                Ok(response) => return Ok((response, Lease { pool: self, conn })),
+                Err(error) => error,
             };
             match error.take_message() {
                 // Not written: a reused connection the server had closed.
@@ -382,10 +372,7 @@ impl Pool {
                 .map_err(|e| UpstreamFailure::Broken(error_chain(&e)))?;
             spawn(connection);
             // A new sender takes one request before its task first runs.
-            Ok(Sender::H1(H1 {
-                tx,
-                proxied: connected.is_proxied(),
-            }))
+            Ok(Sender::H1(H1 { tx }))
         }
     }
 
@@ -435,7 +422,7 @@ async fn sweep(pool: Weak<Shared>, period: Duration, mut stopped: oneshot::Recei
         }
         let Some(shared) = pool.upgrade() else { return };
         let now = Instant::now();
-        let mut idle = shared.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = shared.idle();
         idle.h1.sweep(now, shared.idle_timeout);
         idle.h2.sweep(now, shared.idle_timeout);
     }
@@ -455,10 +442,8 @@ where
 
 /// `/path?query` of an absolute URI (`/` when it has none).
 fn origin_form(uri: &Uri) -> Uri {
-    match uri.path_and_query() {
-        Some(path) if path.as_str() != "/" => Uri::from(path.clone()),
-        _ => Uri::from_static("/"),
-    }
+    uri.path_and_query()
+        .map_or_else(|| Uri::from_static("/"), |path| Uri::from(path.clone()))
 }
 
 fn broken(error: TrySendError<Request<Body>>) -> UpstreamFailure {
@@ -650,7 +635,7 @@ mod tests {
         let (mut tx, connection) = http1::handshake(TokioIo::new(near)).await.unwrap();
         spawn(connection);
         tx.ready().await.unwrap();
-        pool.put(H1 { tx, proxied: false });
+        pool.put(H1 { tx });
         drop(far);
 
         let mut request = Request::new(Body::from("{}"));
