@@ -616,7 +616,14 @@ fn upstream_metrics_have_bounded_labels() {
 /// An HTTPS server (HTTP/1.1 and HTTP/2 by ALPN) with a fresh self-signed
 /// certificate for `localhost`; returns its address, the certificate PEM and
 /// a channel of the HTTP versions requests arrived with.
-async fn serve_tls() -> (SocketAddr, String, mpsc::UnboundedReceiver<http::Version>) {
+/// A TLS server offering h2: its address, its certificate, the version of
+/// each request it receives, and how many TLS connections it accepted.
+async fn serve_tls() -> (
+    SocketAddr,
+    String,
+    mpsc::UnboundedReceiver<http::Version>,
+    Arc<AtomicUsize>,
+) {
     let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     let cert_pem = certified.cert.pem();
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
@@ -632,14 +639,17 @@ async fn serve_tls() -> (SocketAddr, String, mpsc::UnboundedReceiver<http::Versi
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, versions) = mpsc::unbounded_channel();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counted = accepted.clone();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
-            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            let (acceptor, tx, counted) = (acceptor.clone(), tx.clone(), counted.clone());
             tokio::spawn(async move {
                 // A client that refuses the certificate ends the handshake.
                 let Ok(tls) = acceptor.accept(stream).await else {
                     return;
                 };
+                counted.fetch_add(1, Ordering::SeqCst);
                 let service = service_fn(move |req: hyper::Request<Incoming>| {
                     let _ = tx.send(req.version());
                     async { Ok::<_, Infallible>(reply(StatusCode::OK, OK_BODY)) }
@@ -652,12 +662,12 @@ async fn serve_tls() -> (SocketAddr, String, mpsc::UnboundedReceiver<http::Versi
             });
         }
     });
-    (addr, cert_pem, versions)
+    (addr, cert_pem, versions, accepted)
 }
 
 #[tokio::test]
 async fn https_with_an_extra_root_negotiates_http2() {
-    let (addr, cert_pem, mut versions) = serve_tls().await;
+    let (addr, cert_pem, mut versions, _) = serve_tls().await;
     let base = url::Url::parse(&format!("https://localhost:{}/", addr.port())).unwrap();
     let mut s = settings(base);
     s.extra_root_pem = Some(cert_pem.into_bytes());
@@ -668,9 +678,40 @@ async fn https_with_an_extra_root_negotiates_http2() {
     assert_eq!(versions.recv().await.unwrap(), http::Version::HTTP_2);
 }
 
+/// An HTTP/2 connection is shared: once one is open, calls one after the
+/// other and calls at the same time all go over it.
+#[tokio::test]
+async fn calls_share_one_http2_connection() {
+    let (addr, cert_pem, mut versions, accepted) = serve_tls().await;
+    let base = url::Url::parse(&format!("https://localhost:{}/", addr.port())).unwrap();
+    let mut s = settings(base);
+    s.extra_root_pem = Some(cert_pem.into_bytes());
+    let up = HttpUpstream::new(s).unwrap();
+    for i in 0..3 {
+        let reply = up
+            .call(V2Call::get(store_path()), &format!("seq-{i}"))
+            .await;
+        assert_eq!(reply.unwrap().status, StatusCode::OK);
+    }
+    let together = (0..8).map(|i| {
+        let up = up.clone();
+        async move {
+            up.call(V2Call::get(store_path()), &format!("par-{i}"))
+                .await
+        }
+    });
+    for reply in futures_util::future::join_all(together).await {
+        assert_eq!(reply.unwrap().status, StatusCode::OK);
+    }
+    for _ in 0..11 {
+        assert_eq!(versions.recv().await.unwrap(), http::Version::HTTP_2);
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn https_with_an_untrusted_certificate_is_unreachable() {
-    let (addr, _, mut versions) = serve_tls().await;
+    let (addr, _, mut versions, _) = serve_tls().await;
     let base = url::Url::parse(&format!("https://localhost:{}/", addr.port())).unwrap();
     let up = HttpUpstream::new(settings(base)).unwrap();
     let err = up
