@@ -76,6 +76,18 @@ impl Json {
         })
     }
 
+    /// [`Json::write_with`] for a writer that cannot fail.
+    pub fn write_direct(capacity: usize, write: impl FnOnce(&mut Vec<u8>)) -> Json {
+        let written = Json::write_with(capacity, |out| {
+            write(out);
+            Ok::<_, std::convert::Infallible>(())
+        });
+        match written {
+            Ok(json) => json,
+            Err(never) => match never {},
+        }
+    }
+
     pub fn as_bytes(&self) -> &[u8] {
         &self.envelope[SUCCESS_HEAD.len()..self.envelope.len() - 1]
     }

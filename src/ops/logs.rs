@@ -391,5 +391,18 @@ mod tests {
     fn repeated_fields_are_left_to_the_general_reading() {
         let data = r#"{"list": [{"type": 1, "type": 4}]}"#;
         assert!(serde_json::from_str::<OrDefault<V2Log>>(data).is_err());
+        // The general reading keeps the last value, as a parser does.
+        let general = |text: &str| {
+            let value: Value = serde_json::from_str(text).unwrap();
+            log_answer(Read::Untyped(value)).unwrap()
+        };
+        assert_eq!(
+            general(data).as_bytes(),
+            general(r#"{"list": [{"type": 4}]}"#).as_bytes()
+        );
+        assert_ne!(
+            general(data).as_bytes(),
+            general(r#"{"list": [{"type": 1}]}"#).as_bytes()
+        );
     }
 }

@@ -1134,9 +1134,6 @@ mod tests {
 
     #[test]
     fn what_the_scanner_leaves_to_serde() {
-        let page = |list: &str| {
-            format!(r#"{{"code":0,"data":{{"count":1,"list":{list}}},"request_id":"r"}}"#)
-        };
         for refused in [
             page(r#"[{"\u0061": 1}]"#),
             page(r#"[{"a": "\ud800"}]"#),

@@ -301,11 +301,7 @@ pub fn detail_answer(read: Read<Object<V2Run<'_>>>, compat: &Compat) -> Result<J
 
 /// One V1 record as the answer's `data`.
 fn record_json(run: &V1Run) -> Json {
-    Json::write_with(run.json_len(), |out| {
-        run.write_json(out);
-        Ok::<_, std::convert::Infallible>(())
-    })
-    .unwrap_or_else(|never| match never {})
+    Json::write_direct(run.json_len(), |out| run.write_json(out))
 }
 
 pub async fn run_detail(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
@@ -350,7 +346,7 @@ pub fn v1_run_list(plan: &Plan, pages: Vec<Value>, compat: &Compat) -> Result<Js
     let list: Vec<V1Run> = records.iter().map(|r| v1_run(r, compat)).collect();
     let capacity = 32 + list.iter().map(|r| r.json_len() + 1).sum::<usize>();
     // `{"count":…,"list":[…]}`, as serde would write the two fields.
-    let json = Json::write_with(capacity, |out| {
+    Ok(Json::write_direct(capacity, |out| {
         out.extend_from_slice(b"{\"count\":");
         out.extend_from_slice(itoa::Buffer::new().format(count).as_bytes());
         out.extend_from_slice(b",\"list\":[");
@@ -361,9 +357,7 @@ pub fn v1_run_list(plan: &Plan, pages: Vec<Value>, compat: &Compat) -> Result<Js
             record.write_json(out);
         }
         out.extend_from_slice(b"]}");
-        Ok::<_, std::convert::Infallible>(())
-    });
-    Ok(json.unwrap_or_else(|never| match never {}))
+    }))
 }
 
 pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
