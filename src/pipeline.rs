@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tracing::Instrument;
 
 mod access;
 pub use access::TARGET as ACCESS_LOG_TARGET;
@@ -410,8 +409,10 @@ async fn dispatch_counting(
     calls: &AtomicU32,
 ) -> Result<ops::Translated, GatewayError> {
     // On the heap: the operation's future would otherwise be part of every
-    // future around it (the pipeline's, the server's), each moved whole.
-    let handled = Box::pin(ops::handle_counting(&gw.translator, v1, calls).in_current_span());
+    // future around it (the pipeline's, the server's), each moved whole. It
+    // is polled in the request's own task, inside its span: entering the
+    // span again at each poll would only repeat that.
+    let handled = Box::pin(ops::handle_counting(&gw.translator, v1, calls));
     match tokio::time::timeout(deadline, handled).await {
         Ok(result) => result,
         Err(_) => Err(GatewayError::Deadline(deadline)),

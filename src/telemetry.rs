@@ -191,9 +191,7 @@ pub fn init_logging(format: &str, level: &str) {
         // span), written without re-reading span fields (see `json_lines`).
         builder
             .fmt_fields(json_lines::JsonFields)
-            .event_format(json_lines::JsonLines::with_timer(
-                tracing_subscriber::fmt::time::SystemTime,
-            ))
+            .event_format(json_lines::JsonLines::with_timer(json_lines::UtcMicros))
             .try_init()
     } else {
         builder.try_init()

@@ -56,7 +56,7 @@ pub(super) fn log(cx: &Context<'_>, out: &Outcome<'_>) {
         ($level:ident, $message:literal) => {
             tracing::$level!(
                 target: TARGET,
-                method = %cx.method,
+                method = cx.method.as_str(),
                 operation,
                 status = out.status.as_u16(),
                 code = out.code,

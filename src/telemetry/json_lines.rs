@@ -155,14 +155,7 @@ impl<W: Write> Visit for Members<'_, W> {
     }
 
     fn record_f64(&mut self, field: &Field, value: f64) {
-        // As serde_json writes a float: shortest form, `null` when not finite.
-        self.member(field, |w| {
-            if value.is_finite() {
-                write!(w, "{value:?}")
-            } else {
-                w.write_str("null")
-            }
-        });
+        self.member(field, |w| float(w, value));
     }
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
@@ -182,6 +175,62 @@ impl<W: Write> Visit for Members<'_, W> {
     }
 }
 
+/// A float as `{:?}` writes it (as serde_json does: the shortest text that
+/// reads back as the same `f64`), `null` when it is not finite. The floats
+/// logged are mostly durations in milliseconds rounded to the microsecond:
+/// those are written from two integers, without `core::fmt`'s search for
+/// the shortest digits. Under 10¹² a number of thousandths has at most 15
+/// significant digits, and every such decimal reads back as a different
+/// `f64`, so no shorter text names the same number.
+fn float(w: &mut impl Write, value: f64) -> fmt::Result {
+    if !value.is_finite() {
+        return w.write_str("null");
+    }
+    let thousandths = (value * 1e3).round();
+    if !(1e-3..1e12).contains(&value.abs()) || thousandths / 1e3 != value {
+        return write!(w, "{value:?}");
+    }
+    let n = thousandths.abs() as u64;
+    if value < 0.0 {
+        w.write_str("-")?;
+    }
+    w.write_str(itoa::Buffer::new().format(n / 1000))?;
+    let fraction = n % 1000;
+    let digits = [
+        b'.',
+        b'0' + (fraction / 100) as u8,
+        b'0' + (fraction / 10 % 10) as u8,
+        b'0' + (fraction % 10) as u8,
+    ];
+    // At least one digit after the point, as `{:?}` writes `1.0`.
+    let zeros = digits[2..].iter().rev().take_while(|&&d| d == b'0').count();
+    w.write_str(std::str::from_utf8(&digits[..4 - zeros]).map_err(|_| fmt::Error)?)
+}
+
+/// The line's timestamp in the layout of tracing-subscriber's `SystemTime`
+/// (`2026-11-25T16:45:53.123456Z`: UTC, microseconds), built by humantime
+/// and written at once, where tracing-subscriber writes its seven numbers
+/// one by one through `core::fmt` (a quarter of what an access line cost).
+/// A clock humantime cannot write (before 1970, from the year 10000 on) is
+/// left to tracing-subscriber's.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct UtcMicros;
+
+impl FormatTime for UtcMicros {
+    fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
+        let now = std::time::SystemTime::now();
+        match now.duration_since(std::time::UNIX_EPOCH) {
+            Ok(since) if since.as_secs() < YEAR_10000 => {
+                write!(w, "{}", humantime::format_rfc3339_micros(now))
+            }
+            _ => tracing_subscriber::fmt::time::SystemTime.format_time(w),
+        }
+    }
+}
+
+/// 10000-01-01T00:00:00Z, in seconds since the epoch.
+const YEAR_10000: u64 = 253_402_300_800;
+
 /// `s` as a JSON string.
 fn string(w: &mut impl Write, s: &str) -> fmt::Result {
     w.write_str("\"")?;
@@ -196,38 +245,42 @@ fn special(b: u8) -> bool {
 
 /// Where the first byte [`special`] names is, looking at eight bytes a
 /// step: almost every string holds none, and a byte-by-byte search was most
-/// of a log line's cost.
+/// of a log line's cost. The last bytes (all of a short field name) are
+/// tested as one word too, padded with spaces, which need no escape.
 fn first_special(s: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    // Per byte, the high bit set where the byte is 0 (the usual test).
-    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
     let mut chunks = s.chunks_exact(8);
     for (i, chunk) in chunks.by_ref().enumerate() {
         let mut word = [0u8; 8];
         word.copy_from_slice(chunk);
-        let v = u64::from_le_bytes(word);
-        // A byte is below 0x20 exactly when its top three bits are clear.
-        // The zero test may flag bytes above a real match, never a word
-        // without one: a flagged word is searched byte by byte.
-        let control = zero(v & 0xe0e0_e0e0_e0e0_e0e0);
-        let quote = zero(v ^ (ONES * u64::from(b'"')));
-        let backslash = zero(v ^ (ONES * u64::from(b'\\')));
-        if control | quote | backslash != 0 {
+        if has_special(u64::from_le_bytes(word)) {
             return chunk.iter().position(|&b| special(b)).map(|p| i * 8 + p);
         }
     }
-    let done = s.len() - chunks.remainder().len();
-    chunks
-        .remainder()
-        .iter()
-        .position(|&b| special(b))
-        .map(|p| done + p)
+    let tail = chunks.remainder();
+    let mut word = [b' '; 8];
+    word[..tail.len()].copy_from_slice(tail);
+    if !has_special(u64::from_le_bytes(word)) {
+        return None;
+    }
+    let done = s.len() - tail.len();
+    tail.iter().position(|&b| special(b)).map(|p| done + p)
 }
 
-/// `s` escaped as serde_json escapes a string's contents: `"`, `\` and
-/// control characters; runs that need nothing are written whole (almost
-/// every string: names, ids, paths).
+/// Whether some byte of `v` may be [`special`]. The zero test may flag
+/// bytes above a real match, never a word without one: a flagged word is
+/// searched byte by byte.
+fn has_special(v: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // Per byte, the high bit set where the byte is 0 (the usual test).
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
+    // A byte is below 0x20 exactly when its top three bits are clear.
+    let control = zero(v & 0xe0e0_e0e0_e0e0_e0e0);
+    let quote = zero(v ^ (ONES * u64::from(b'"')));
+    let backslash = zero(v ^ (ONES * u64::from(b'\\')));
+    control | quote | backslash != 0
+}
+
 fn escape(w: &mut (impl Write + ?Sized), s: &str) -> fmt::Result {
     let Some(first) = first_special(s.as_bytes()) else {
         return w.write_str(s);
@@ -413,6 +466,52 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn floats_are_written_as_debug_writes_them() {
+        let mut values = vec![
+            0.0, -0.0, 1.0, -1.0, 0.001, 0.0005, 1.25, 1.5e-4, 12.345, 12.3456, 0.1, 0.2, 0.3,
+            1e11, 1e12, 1e15, 1e16, 1e300, -7.007, 5e-324,
+        ];
+        values.extend([999_999_999_999.999, 0.999_999_9]);
+        // Durations as the access line computes them, from a microsecond
+        // to hours.
+        for micros in (0..20_000_000_000u64).step_by(9_999_991).chain(0..5000) {
+            values.push(micros as f64 / 1e3);
+        }
+        for v in values {
+            let mut out = String::new();
+            float(&mut out, v).unwrap();
+            assert_eq!(out, format!("{v:?}"), "{v}");
+        }
+        for v in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let mut out = String::new();
+            float(&mut out, v).unwrap();
+            assert_eq!(out, "null");
+        }
+    }
+
+    #[test]
+    fn timestamps_have_tracing_subscribers_layout() {
+        let written = |timer: &dyn FormatTime| {
+            let mut out = String::new();
+            timer.format_time(&mut Writer::new(&mut out)).unwrap();
+            out
+        };
+        // Taken between two of tracing-subscriber's: the same second as
+        // one of them, unless the clock was set back in between.
+        let reference = tracing_subscriber::fmt::time::SystemTime;
+        let before = written(&reference);
+        let ours = written(&UtcMicros);
+        let after = written(&reference);
+        assert!(
+            ours[..20] == before[..20] || ours[..20] == after[..20],
+            "{before} {ours} {after}"
+        );
+        let shape = |s: &str| s.replace(|c: char| c.is_ascii_digit(), "9");
+        assert_eq!(shape(&ours), "9999-99-99T99:99:99.999999Z");
+        assert_eq!(shape(&before), shape(&ours));
     }
 
     #[test]
