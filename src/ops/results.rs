@@ -100,19 +100,19 @@ impl<'a> PageRows<'a> {
     }
 
     /// Row `i`'s JSON text, as V2 sent it.
-    pub fn text(&self, i: usize) -> &'a str {
+    pub fn row(&self, i: usize) -> &'a [u8] {
         match self {
-            PageRows::Scanned(rows) => rows.text(i),
-            PageRows::Raw(rows) => rows[i].get(),
+            PageRows::Scanned(rows) => rows.row(i),
+            PageRows::Raw(rows) => rows[i].get().as_bytes(),
         }
     }
 
     /// The texts of the rows `range` (within the page) added to `out`: a
     /// scanned page's in one copy.
-    pub fn texts_into(&self, range: Range<usize>, out: &mut Vec<&'a str>) {
+    pub fn rows_into(&self, range: Range<usize>, out: &mut Vec<&'a [u8]>) {
         match self {
-            PageRows::Scanned(rows) => out.extend_from_slice(rows.texts(range)),
-            PageRows::Raw(rows) => out.extend(rows[range].iter().map(|r| r.get())),
+            PageRows::Scanned(rows) => out.extend_from_slice(rows.rows(range)),
+            PageRows::Raw(rows) => out.extend(rows[range].iter().map(|r| r.get().as_bytes())),
         }
     }
 }
@@ -146,12 +146,13 @@ impl<'a> ResultPage<'a> {
     }
 }
 
-/// The V1 result page (`data`): V1's fields, the rows as V2 sent them.
+/// The V1 result page (`data`): V1's fields, the rows as V2 sent them
+/// (valid JSON text, as bytes).
 #[derive(Debug)]
 pub struct V1ResultPage<'a> {
     pub count: i64,
     pub headers: Vec<V1Header<'a>>,
-    pub list: Vec<&'a str>,
+    pub list: Vec<&'a [u8]>,
     pub page_index: u64,
     pub page_size: u64,
 }
@@ -172,7 +173,7 @@ impl V1ResultPage<'_> {
                 if i > 0 {
                     out.push(b',');
                 }
-                out.extend_from_slice(row.as_bytes());
+                out.extend_from_slice(row);
             }
             out.extend_from_slice(b"],\"page_index\":");
             serde_json::to_writer(&mut *out, &self.page_index)?;
@@ -281,7 +282,7 @@ fn infer_formats(
                         break;
                     }
                     kinds.iter_mut().for_each(|k| *k = None);
-                    let mut de = serde_json::Deserializer::from_str(rows.text(r));
+                    let mut de = serde_json::Deserializer::from_slice(rows.row(r));
                     // A raw row is valid JSON; a row that is not an object has no fields.
                     let scan = RowScan {
                         keys,
@@ -440,7 +441,7 @@ pub fn v1_result_page<'a>(
     };
     let mut list = Vec::with_capacity(slices.iter().map(Range::len).sum());
     for (page, slice) in pages.iter().zip(&slices) {
-        page.rows.texts_into(slice.clone(), &mut list);
+        page.rows.rows_into(slice.clone(), &mut list);
     }
     V1ResultPage {
         count,
@@ -736,7 +737,7 @@ mod tests {
         assert!(matches!(pages[1].rows, PageRows::Raw(_)));
         let v1 = v1_result_page(window, &plan, &pages);
         assert_eq!(v1.list.len(), 150);
-        assert_eq!(v1.list[0], r#"{"i": 150, "v": 150}"#);
+        assert_eq!(v1.list[0], br#"{"i": 150, "v": 150}"#);
         // Row 120 (the only text `v`) is before the window.
         let formats: Vec<_> = v1.headers.iter().map(|h| h.format.as_ref()).collect();
         assert_eq!(formats, ["number", "number"]);
