@@ -112,9 +112,7 @@ fn bench(c: &mut Criterion) {
                         }
                     })
                     .collect();
-                let v1 = results::v1_result_page(window, &plan, &pages)
-                    .to_json()
-                    .unwrap();
+                let v1 = results::v1_result_page(window, &plan, &pages).to_json();
                 v1::Envelope::success(v1).to_bytes()
             })
         });

@@ -107,9 +107,9 @@ impl<'a> PageRows<'a> {
         }
     }
 
-    /// The texts of the rows `range` (within the page) added to `out`: a
-    /// scanned page's in one copy.
-    pub fn rows_into(&self, range: Range<usize>, out: &mut Vec<&'a [u8]>) {
+    /// The texts of the rows `range` (within the page) added to `out`, one
+    /// run each (see [`V1ResultPage::runs`]): a scanned page's in one copy.
+    pub fn runs_into(&self, range: Range<usize>, out: &mut Vec<&'a [u8]>) {
         match self {
             PageRows::Scanned(rows) => out.extend_from_slice(rows.rows(range)),
             PageRows::Raw(rows) => out.extend(rows[range].iter().map(|r| r.get().as_bytes())),
@@ -152,37 +152,47 @@ impl<'a> ResultPage<'a> {
 pub struct V1ResultPage<'a> {
     pub count: i64,
     pub headers: Vec<V1Header<'a>>,
-    pub list: Vec<&'a [u8]>,
+    /// The rows of `list` in runs: one row, or rows V2 sent with only a
+    /// comma between them, that text with the commas. Joined by commas, the
+    /// runs are the list's content; none when the page has no rows.
+    pub runs: Vec<&'a [u8]>,
     pub page_index: u64,
     pub page_size: u64,
 }
 
 impl V1ResultPage<'_> {
     /// Written once, in V1's field order, into a buffer sized for it: the
-    /// rows (valid JSON, checked by whoever read them) are copied as they are.
-    pub fn to_json(&self) -> Result<Json, GatewayError> {
-        let rows: usize = self.list.iter().map(|r| r.len() + 1).sum();
-        let capacity = rows + self.headers.len() * 96 + 128;
-        Json::write_with(capacity, |out| {
+    /// rows (valid JSON, checked by whoever read them) are copied as they
+    /// are, a run at a time; the rest is written as serde would write it.
+    pub fn to_json(&self) -> Json {
+        let rows: usize = self.runs.iter().map(|r| r.len() + 1).sum();
+        let headers: usize = self.headers.iter().map(V1Header::json_len).sum();
+        // Punctuation, keys and three integers of up to 20 digits.
+        let capacity = rows + headers + 128;
+        Json::write_direct(capacity, |out| {
+            let mut int = itoa::Buffer::new();
             out.extend_from_slice(b"{\"count\":");
-            serde_json::to_writer(&mut *out, &self.count)?;
-            out.extend_from_slice(b",\"headers\":");
-            serde_json::to_writer(&mut *out, &self.headers)?;
-            out.extend_from_slice(b",\"list\":[");
-            for (i, row) in self.list.iter().enumerate() {
+            out.extend_from_slice(int.format(self.count).as_bytes());
+            out.extend_from_slice(b",\"headers\":[");
+            for (i, header) in self.headers.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                out.extend_from_slice(row);
+                header.write_json(out);
+            }
+            out.extend_from_slice(b"],\"list\":[");
+            for (i, run) in self.runs.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(run);
             }
             out.extend_from_slice(b"],\"page_index\":");
-            serde_json::to_writer(&mut *out, &self.page_index)?;
+            out.extend_from_slice(int.format(self.page_index).as_bytes());
             out.extend_from_slice(b",\"page_size\":");
-            serde_json::to_writer(&mut *out, &self.page_size)?;
+            out.extend_from_slice(int.format(self.page_size).as_bytes());
             out.push(b'}');
-            Ok::<_, serde_json::Error>(())
         })
-        .map_err(|e| GatewayError::Internal(format!("answer not serialisable: {e}")))
     }
 }
 
@@ -195,12 +205,42 @@ pub struct V1Header<'a> {
 }
 
 impl V1Header<'_> {
+    /// The header as serde writes it (a test compares the two), keys
+    /// written already quoted.
+    fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"label\":");
+        json_string(out, &self.label);
+        out.extend_from_slice(b",\"key\":");
+        json_string(out, &self.key);
+        out.extend_from_slice(b",\"format\":");
+        json_string(out, &self.format);
+        out.push(b'}');
+    }
+
+    /// Room [`V1Header::write_json`] needs, give or take escapes.
+    fn json_len(&self) -> usize {
+        40 + self.label.len() + self.key.len() + self.format.len()
+    }
+
     fn into_owned(self) -> V1Header<'static> {
         V1Header {
             label: Cow::Owned(self.label.into_owned()),
             key: Cow::Owned(self.key.into_owned()),
             format: Cow::Owned(self.format.into_owned()),
         }
+    }
+}
+
+/// `s` as a JSON string: copied between quotes when nothing in it needs an
+/// escape (the common case), else written by serde_json.
+fn json_string(out: &mut Vec<u8>, s: &str) {
+    if s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        // Writing a string into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *out, s);
+    } else {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
     }
 }
 
@@ -439,14 +479,15 @@ pub fn v1_result_page<'a>(
         Some(first) => v1_headers(&first.headers, |keys| infer_formats(keys, pages, &slices)),
         None => Vec::new(),
     };
-    let mut list = Vec::with_capacity(slices.iter().map(Range::len).sum());
+    // Room for a run a row, the most there can be.
+    let mut runs = Vec::with_capacity(slices.iter().map(Range::len).sum());
     for (page, slice) in pages.iter().zip(&slices) {
-        page.rows.rows_into(slice.clone(), &mut list);
+        page.rows.runs_into(slice.clone(), &mut runs);
     }
     V1ResultPage {
         count,
         headers,
-        list,
+        runs,
         page_index: window.page_index,
         page_size: window.page_size,
     }
@@ -487,7 +528,7 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, Gateway
         })
         .collect::<Result<Vec<_>, _>>()?;
     let mut page = v1_result_page(window, &plan, &pages);
-    if page.list.is_empty() && page.count > 0 {
+    if page.runs.is_empty() && page.count > 0 {
         // A page past the end has no rows to infer column formats from, but
         // V1 still typed its headers: read them off the run's first row.
         let sample = [ex
@@ -505,7 +546,7 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, Gateway
             .map(V1Header::into_owned)
             .collect();
     }
-    page.to_json()
+    Ok(page.to_json())
 }
 
 /// Checks the V1 export body and builds the V2 call.
@@ -667,9 +708,51 @@ mod tests {
         ));
         let expect = r#"{"count":2,"headers":[{"label":"A","key":"a","format":"number"}],"list":[{"a": 1.50, "b": "\u00e9"},{"a": 2e3}],"page_index":1,"page_size":2}"#;
         for page in [scanned.unwrap(), raw] {
-            let v1 = v1_result_page(window, &plan, &[page]).to_json().unwrap();
+            let v1 = v1_result_page(window, &plan, &[page]).to_json();
             assert_eq!(std::str::from_utf8(v1.as_bytes()).unwrap(), expect);
         }
+    }
+
+    /// Headers are written as serde writes them, escapes and all.
+    #[test]
+    fn headers_are_written_as_serde_writes_them() {
+        let texts = [
+            "",
+            "plain",
+            "é ✓ 😀",
+            "q\"b\\s/",
+            "nl\n tab\t \u{1} \u{1f} \u{7f}",
+            "</script>",
+        ];
+        let headers: Vec<V1Header> = texts
+            .iter()
+            .flat_map(|a| texts.iter().map(move |b| (a, b)))
+            .map(|(a, b)| V1Header {
+                label: Cow::Borrowed(a),
+                key: Cow::Borrowed(b),
+                format: Cow::Borrowed(a),
+            })
+            .collect();
+        let page = V1ResultPage {
+            count: -3,
+            headers: headers.clone(),
+            runs: vec![br#"{"a":1},{"a":2}"#, b"[]"],
+            page_index: u64::MAX,
+            page_size: 0,
+        };
+        let expect = serde_json::to_string(&json!({
+            "count": -3,
+            "headers": headers,
+            "list": [{"a": 1}, {"a": 2}, []],
+            "page_index": u64::MAX,
+            "page_size": 0,
+        }))
+        .unwrap();
+        // In V1's field order (serde_json keeps `json!`'s, `preserve_order`).
+        assert_eq!(
+            std::str::from_utf8(page.to_json().as_bytes()).unwrap(),
+            expect
+        );
     }
 
     proptest::proptest! {
@@ -736,8 +819,8 @@ mod tests {
         assert!(matches!(pages[0].rows, PageRows::Scanned(_)));
         assert!(matches!(pages[1].rows, PageRows::Raw(_)));
         let v1 = v1_result_page(window, &plan, &pages);
-        assert_eq!(v1.list.len(), 150);
-        assert_eq!(v1.list[0], br#"{"i": 150, "v": 150}"#);
+        assert_eq!(v1.runs.len(), 150);
+        assert_eq!(v1.runs[0], br#"{"i": 150, "v": 150}"#);
         // Row 120 (the only text `v`) is before the window.
         let formats: Vec<_> = v1.headers.iter().map(|h| h.format.as_ref()).collect();
         assert_eq!(formats, ["number", "number"]);

@@ -266,7 +266,13 @@ impl<'a> Scanner<'a> {
         // A page holds the rows asked of it, mostly: room for them at once
         // (bounded, as the range may be open-ended).
         out.rows.reserve(summarise.len().min(MAX_ROWS_RESERVED));
+        // And for a usual row's columns, which the first row adds one by
+        // one (growing each of these a few times otherwise).
+        out.keys.reserve(COLUMNS_RESERVED);
+        out.tokens.reserve(COLUMNS_RESERVED);
+        out.summary.reserve(COLUMNS_RESERVED);
         let mut order = KeyOrder::default();
+        order.current.reserve(COLUMNS_RESERVED);
         let mut i = ws(b, byte(b, i, b'[')?);
         if b.get(i) == Some(&b']') {
             out.summarised = 0..0;
@@ -447,6 +453,9 @@ fn same_rows<'a>(
 
 /// Rows reserved for at most, before any is read.
 const MAX_ROWS_RESERVED: usize = 1024;
+
+/// Columns room is made for at once: more than a usual row has.
+const COLUMNS_RESERVED: usize = 16;
 
 /// The key order of the rows read so far, and the fields a row is first
 /// compared with (see the module doc).
