@@ -174,6 +174,16 @@ impl V2Path {
         self.route
     }
 
+    /// [`V2Path::path_and_query`], taking the path: without a query it is
+    /// the path's own buffer, not a copy.
+    pub fn into_path_and_query(self) -> String {
+        if self.query.is_empty() {
+            self.path
+        } else {
+            self.path_and_query()
+        }
+    }
+
     pub fn path_and_query(&self) -> String {
         let mut out = self.path.clone();
         for (i, (name, value)) in self.query.iter().enumerate() {
@@ -367,6 +377,12 @@ mod tests {
             p.path_and_query(),
             "/api/v2/store?keyword=a%26b%3Dc&filter_keys=title%2Cprice"
         );
+        assert_eq!(
+            p.into_path_and_query(),
+            "/api/v2/store?keyword=a%26b%3Dc&filter_keys=title%2Cprice"
+        );
+        let bare = V2Path::new(&[Part::Lit("store")]);
+        assert_eq!(bare.into_path_and_query(), "/api/v2/store");
     }
 
     #[test]
