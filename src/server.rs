@@ -144,12 +144,17 @@ async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Byte
             return Box::pin(relay.receive(req)).await;
         }
     }
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let gateway = state.pipeline.gateway();
     let config = &gateway.config;
     let limit = config.limits.max_body_bytes;
     let reader = BodyReader::new(&parts, &config.connections);
     let raw = RawV1Request {
+        // Settled by the request-id layer above, which put it here too.
+        request_id: parts
+            .extensions
+            .remove::<RequestId>()
+            .map(RequestId::into_header_value),
         method: parts.method,
         path: parts.uri.path().to_owned(),
         query: parts.uri.query().map(str::to_owned),

@@ -253,12 +253,40 @@ pub struct Envelope {
 pub struct DataEnvelope<'a, T> {
     pub code: Option<i64>,
     #[serde(default, borrow)]
-    pub message: Option<Cow<'a, str>>,
+    pub message: Option<Text<'a>>,
     pub data: Option<T>,
     #[serde(default, borrow)]
-    pub request_id: Option<Cow<'a, str>>,
+    pub request_id: Option<Text<'a>>,
     #[serde(default)]
     pub details: Option<IgnoredAny>,
+}
+
+/// A JSON string, borrowed from the body unless it holds an escape; any
+/// other value is refused, as a `String` refuses it. (serde borrows a bare
+/// `Cow<str>` field, but copies one inside an `Option`.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Text<'a>(pub Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, s: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(s.to_owned())))
+            }
+            fn visit_string<E: serde::de::Error>(self, s: String) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(s)))
+            }
+        }
+        d.deserialize_str(V(std::marker::PhantomData))
+    }
 }
 
 /// V2 run statuses as documented. Anything else does not parse (`None`);
@@ -284,15 +312,19 @@ impl RunStatus {
         }
     }
 
+    /// A status in any letter case, spaces around it ignored.
     pub fn parse(s: &str) -> Option<RunStatus> {
-        Some(match s.trim().to_ascii_lowercase().as_str() {
-            "ready" => RunStatus::Ready,
-            "running" => RunStatus::Running,
-            "succeeded" => RunStatus::Succeeded,
-            "failed" => RunStatus::Failed,
-            "aborting" => RunStatus::Aborting,
-            _ => return None,
-        })
+        const ALL: [RunStatus; 5] = [
+            RunStatus::Ready,
+            RunStatus::Running,
+            RunStatus::Succeeded,
+            RunStatus::Failed,
+            RunStatus::Aborting,
+        ];
+        let s = s.trim();
+        // Compared in place: no lower-cased copy for every record read.
+        ALL.into_iter()
+            .find(|status| status.as_str().eq_ignore_ascii_case(s))
     }
 
     pub fn is_completed(self) -> bool {
@@ -386,10 +418,28 @@ mod tests {
     }
 
     #[test]
+    fn envelope_strings_borrow_and_refuse_what_envelope_refuses() {
+        type E<'a> = DataEnvelope<'a, IgnoredAny>;
+        let e: E = serde_json::from_str(r#"{"code":0,"message":"ok","request_id":"r-1"}"#).unwrap();
+        assert!(matches!(e.request_id, Some(Text(Cow::Borrowed("r-1")))));
+        let e: E =
+            serde_json::from_str(r#"{"code":0,"message":"a\nb","request_id":null}"#).unwrap();
+        assert_eq!(e.message, Some(Text(Cow::Owned("a\nb".into()))));
+        assert!(e.request_id.is_none());
+        for bad in [r#"{"code":0,"message":5}"#, r#"{"code":0,"request_id":[]}"#] {
+            assert!(serde_json::from_str::<E>(bad).is_err(), "{bad}");
+            assert!(serde_json::from_str::<Envelope>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn statuses_round_trip() {
         for s in ["ready", "running", "succeeded", "failed", "aborting"] {
             assert_eq!(RunStatus::parse(s).unwrap().as_str(), s);
         }
         assert_eq!(RunStatus::parse("aborted"), None);
+        assert_eq!(RunStatus::parse(" Succeeded "), Some(RunStatus::Succeeded));
+        assert_eq!(RunStatus::parse("FAILED"), Some(RunStatus::Failed));
+        assert_eq!(RunStatus::parse("readyy"), None);
     }
 }
