@@ -38,7 +38,46 @@ pub struct V2Path {
 
 /// An identifier that is safe to place as one path segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Segment(String);
+pub struct Segment {
+    id: String,
+    /// Every byte is one that percent-encoding keeps (ids nearly always
+    /// are): the path takes it as it is.
+    plain: bool,
+}
+
+/// What [`Segment::new`] needs to know of an ASCII byte, one bit each.
+const CONTROL: u8 = 1;
+const FORBIDDEN: u8 = 2;
+const NOT_DOT: u8 = 4;
+const ENCODED: u8 = 8;
+
+/// [`CONTROL`], [`FORBIDDEN`], [`NOT_DOT`] and [`ENCODED`] of every ASCII byte.
+const ASCII_CLASS: [u8; 128] = {
+    let mut class = [0u8; 128];
+    let mut b = 0;
+    while b < 128 {
+        let c = b as u8;
+        let mut bits = 0;
+        if c < 0x20 || c == 0x7f {
+            bits |= CONTROL;
+        }
+        if matches!(
+            c,
+            b'/' | b'\\' | b'?' | b'#' | b'%' | b' ' | b'"' | b'<' | b'>'
+        ) {
+            bits |= FORBIDDEN;
+        }
+        if c != b'.' {
+            bits |= NOT_DOT;
+        }
+        if !(c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b'~')) {
+            bits |= ENCODED;
+        }
+        class[b] = bits;
+        b += 1;
+    }
+    class
+};
 
 /// Why an identifier was refused before it reached V2.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -75,6 +114,25 @@ impl Segment {
         if raw.is_empty() {
             return Err(SegmentError::Empty);
         }
+        if raw.is_ascii() {
+            // The usual id: one pass over its bytes, each looked up once.
+            let seen = raw
+                .bytes()
+                .fold(0u8, |seen, b| seen | ASCII_CLASS[usize::from(b)]);
+            if raw.len() > MAX_ID_LEN {
+                return Err(SegmentError::TooLong(MAX_ID_LEN));
+            }
+            if seen & CONTROL != 0 {
+                return Err(SegmentError::Control);
+            }
+            if seen & FORBIDDEN != 0 || seen & NOT_DOT == 0 {
+                return Err(SegmentError::Forbidden);
+            }
+            return Ok(Segment {
+                id: raw.to_owned(),
+                plain: seen & ENCODED == 0,
+            });
+        }
         // One pass over the characters: the length is only known at the end,
         // so a character problem met first is remembered and reported after
         // it (the order of the checks is the order of the errors).
@@ -94,7 +152,10 @@ impl Segment {
         if forbidden || dots_only {
             return Err(SegmentError::Forbidden);
         }
-        Ok(Segment(raw.to_owned()))
+        Ok(Segment {
+            id: raw.to_owned(),
+            plain: false,
+        })
     }
 
     /// A run identifier: a [`Segment::new`] that is also not one of V2's
@@ -104,7 +165,7 @@ impl Segment {
         let seg = Segment::new(raw)?;
         if RESERVED_RUN_WORDS
             .iter()
-            .any(|w| seg.0.eq_ignore_ascii_case(w))
+            .any(|w| seg.id.eq_ignore_ascii_case(w))
         {
             return Err(SegmentError::Reserved);
         }
@@ -118,7 +179,7 @@ impl Segment {
             Some((owner, name)) if !owner.is_empty() && !name.is_empty() && !name.contains('/') => {
                 let owner = Segment::new(owner)?;
                 let name = Segment::new(name)?;
-                Segment::new(&format!("{}~{}", owner.0, name.0))
+                Segment::new(&format!("{}~{}", owner.id, name.id))
             }
             Some(_) => Err(SegmentError::Forbidden),
             None => Segment::new(raw),
@@ -126,7 +187,7 @@ impl Segment {
     }
 
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.id
     }
 }
 
@@ -140,6 +201,7 @@ impl V2Path {
             path.push('/');
             match part {
                 Part::Lit(s) => path.push_str(s),
+                Part::Id(seg) if seg.plain => path.push_str(seg.as_str()),
                 Part::Id(seg) => path.extend(utf8_percent_encode(seg.as_str(), SEGMENT)),
             }
         }
@@ -358,6 +420,48 @@ mod tests {
             p.path_and_query(),
             "/api/v2/worker-runs/01KS2A1M515HG7PZX9STTB0KPH/log"
         );
+    }
+
+    /// The byte table of ASCII ids says what the character checks say, and
+    /// an id marked plain is one percent-encoding leaves as it is.
+    #[test]
+    fn ascii_ids_are_judged_as_characters_are() {
+        for b in 0u8..128 {
+            let c = char::from(b);
+            for raw in [format!("a{c}b"), format!("{c}"), format!("{c}{c}")] {
+                let by_chars = {
+                    let control = raw.chars().any(char::is_control);
+                    let forbidden = raw
+                        .chars()
+                        .any(|c| matches!(c, '/' | '\\' | '?' | '#' | '%' | ' ' | '"' | '<' | '>'));
+                    let dots_only = raw.chars().all(|c| c == '.');
+                    if control {
+                        Err(SegmentError::Control)
+                    } else if forbidden || dots_only {
+                        Err(SegmentError::Forbidden)
+                    } else {
+                        Ok(())
+                    }
+                };
+                let seg = Segment::new(&raw);
+                assert_eq!(
+                    seg.as_ref().map(|_| ()).map_err(Clone::clone),
+                    by_chars,
+                    "{raw:?}"
+                );
+                if let Ok(seg) = seg {
+                    let encoded: String = utf8_percent_encode(&raw, SEGMENT).collect();
+                    assert_eq!(seg.plain, encoded == raw, "{raw:?}");
+                }
+            }
+        }
+        let long = "a".repeat(MAX_ID_LEN + 1);
+        assert_eq!(Segment::new(&long), Err(SegmentError::TooLong(MAX_ID_LEN)));
+        assert_eq!(
+            Segment::new(&format!("{long}\u{1}")),
+            Err(SegmentError::TooLong(MAX_ID_LEN))
+        );
+        assert!(Segment::new(&"a".repeat(MAX_ID_LEN)).is_ok());
     }
 
     #[test]

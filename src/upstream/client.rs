@@ -9,14 +9,15 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{
     HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST,
     RETRY_AFTER, USER_AGENT,
 };
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -27,7 +28,7 @@ use super::retry::{
 use super::{ApiKey, RetryPolicy, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply};
 
 use super::pool::Pool;
-use crate::http_client::{body_failure, connector, origin_and_prefix, tls_config, CONNECT_TIMEOUT};
+use crate::http_client::{connector, error_chain, origin_and_prefix, tls_config, CONNECT_TIMEOUT};
 use crate::telemetry::handles::UpstreamMetrics;
 use crate::telemetry::{
     UPSTREAM_DURATION_SECONDS, UPSTREAM_REQUESTS_TOTAL, UPSTREAM_RETRIES_SKIPPED_TOTAL,
@@ -497,11 +498,7 @@ impl Inner {
             if declared.is_some_and(|len| len > limit as u64) {
                 return Err(UpstreamFailure::TooLarge(limit));
             }
-            let body = Limited::new(body, limit)
-                .collect()
-                .await
-                .map_err(|e| body_failure(e, limit))?
-                .to_bytes();
+            let body = read_whole(body, limit).await?;
             // Read to the end: the connection can carry the next call. The
             // instant it went idle is the one the attempt ended at.
             let ended = Instant::now();
@@ -584,6 +581,35 @@ fn finish(
         attempts,
         retry_after: answer.retry_after,
     })
+}
+
+/// An answer's whole body, at most `limit` bytes. The usual V2 answer comes
+/// in one frame, which is kept as it is rather than gathered into a list of
+/// frames first; only a body of several is copied into one buffer.
+async fn read_whole(mut body: Incoming, limit: usize) -> Result<Bytes, UpstreamFailure> {
+    let mut whole = Bytes::new();
+    let mut joined: Option<BytesMut> = None;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| UpstreamFailure::Broken(error_chain(&e)))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let read = joined.as_ref().map_or(whole.len(), BytesMut::len);
+        if read + data.len() > limit {
+            return Err(UpstreamFailure::TooLarge(limit));
+        }
+        match &mut joined {
+            Some(buf) => buf.extend_from_slice(&data),
+            None if whole.is_empty() => whole = data,
+            None => {
+                let mut buf = BytesMut::with_capacity(whole.len() + data.len());
+                buf.extend_from_slice(&whole);
+                buf.extend_from_slice(&data);
+                joined = Some(buf);
+            }
+        }
+    }
+    Ok(joined.map_or(whole, BytesMut::freeze))
 }
 
 /// `timeout` after `start`; a timeout too long to add is as good as none
