@@ -11,11 +11,12 @@ use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use http::header::{
-    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST,
-    RETRY_AFTER, USER_AGENT,
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, RETRY_AFTER,
+    USER_AGENT,
 };
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Method, Request, StatusCode, Uri};
+use http_body::Body as _;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use tokio::time::Instant;
@@ -489,13 +490,13 @@ impl Inner {
             );
             let (response, lease) = self.pool.send(request, started).await?;
             let (parts, body) = response.into_parts();
-            // A declared length over the cap needs no reading to refuse.
-            let declared = parts
-                .headers
-                .get(CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u64>().ok());
-            if declared.is_some_and(|len| len > limit as u64) {
+            // A declared length over the cap needs no reading to refuse
+            // (hyper read the length; its size hint is exact when declared).
+            if body
+                .size_hint()
+                .exact()
+                .is_some_and(|len| len > limit as u64)
+            {
                 return Err(UpstreamFailure::TooLarge(limit));
             }
             let body = read_whole(body, limit).await?;
