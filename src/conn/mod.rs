@@ -41,7 +41,6 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -254,7 +253,7 @@ async fn connection<S, B>(
         drain: drain.clone(),
         cut: answers.cut,
     };
-    let conn = builder.serve_connection(io, TowerToHyperService::new(service));
+    let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
     let (mut stopping, mut closing, mut quiet_enough, mut cut) = (false, false, false, false);
     let quiet = DRAIN_QUIET.min(settings.idle_timeout);

@@ -41,7 +41,10 @@ pub struct ConnService<S> {
 
 type BoxFuture<B> = Pin<Box<dyn Future<Output = Result<Response<ConnBody<B>>, Infallible>> + Send>>;
 
-impl<S, B> Service<Request<Incoming>> for ConnService<S>
+// A hyper service, so hyper calls it directly: through tower's adapter each
+// request cloned this service (and its inner stack) once more, and went
+// through one more layer of futures.
+impl<S, B> hyper::service::Service<Request<Incoming>> for ConnService<S>
 where
     S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
         + Clone
@@ -55,11 +58,7 @@ where
     type Error = Infallible;
     type Future = BoxFuture<B>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut req: Request<Incoming>) -> BoxFuture<B> {
+    fn call(&self, mut req: Request<Incoming>) -> BoxFuture<B> {
         let busy = self.activity.begin();
         let version = req.version();
         let http2 = version == Version::HTTP_2;
@@ -69,12 +68,15 @@ where
         let head = req.method() == Method::HEAD;
         req.extensions_mut()
             .insert(ConnHandle(self.activity.clone()));
-        let answer = self.inner.clone().oneshot(req);
+        let inner = self.inner.clone();
         let activity = self.activity.clone();
         let drain = self.drain.clone();
         let cut = self.cut;
         Box::pin(async move {
             let _busy = busy;
+            // Made and pinned in place: raced by reference, not moved into
+            // the race.
+            let mut answer = std::pin::pin!(inner.oneshot(req));
             // The grace deadline. An HTTP/2 stream is a task of its own and
             // waits for the signal itself. An HTTP/1 request is polled by its
             // connection's task, which waits for the signal once for all its
@@ -89,7 +91,7 @@ where
             };
             let mut resp = tokio::select! {
                 biased;
-                r = answer => r?.map(Either::Left),
+                r = &mut answer => r?.map(Either::Left),
                 _ = cut_now => cut().map(Either::Right),
             };
             if head {

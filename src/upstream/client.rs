@@ -478,7 +478,9 @@ impl Inner {
         } = prepared;
         let timeout = *timeout;
         let limit = self.settings.max_response_bytes;
-        let exchange = async {
+        // Pinned where it is: handed to the deadline by reference, not moved
+        // into it (a copy of the whole future, head and body state and all).
+        let exchange = std::pin::pin!(async {
             // Bytes clones share the buffer: a retry does not copy the body.
             let mut request = Request::new(Full::new(body.clone()));
             *request.method_mut() = method.clone();
@@ -499,25 +501,29 @@ impl Inner {
             {
                 return Err(UpstreamFailure::TooLarge(limit));
             }
-            let body = read_whole(body, limit).await?;
-            // Read to the end: the connection can carry the next call. The
-            // instant it went idle is the one the attempt ended at.
-            let ended = Instant::now();
-            lease.release(ended);
+            // What the head says is read now, so the head is not kept while
+            // the body is read.
+            let status = parts.status;
             let retry_after = parts
                 .headers
                 .get(RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| parse_retry_after(v, SystemTime::now()));
+            drop(parts);
+            let body = read_whole(body, limit).await?;
+            // Read to the end: the connection can carry the next call. The
+            // instant it went idle is the one the attempt ended at.
+            let ended = Instant::now();
+            lease.release(ended);
             Ok((
                 AttemptReply {
-                    status: parts.status,
+                    status,
                     retry_after,
                     body,
                 },
                 ended,
             ))
-        };
+        });
         let (outcome, ended) =
             match tokio::time::timeout_at(deadline(started, timeout), exchange).await {
                 Ok(Ok((answer, ended))) => (Ok(answer), ended),
