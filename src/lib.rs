@@ -63,6 +63,7 @@ pub mod differences;
 pub mod error;
 pub mod gateway;
 pub mod http_client;
+mod json_escape;
 pub mod openapi;
 pub mod ops;
 pub mod paging;

@@ -40,7 +40,6 @@ use crate::route::{self, Operation};
 use crate::telemetry;
 use crate::telemetry::handles::RequestMetrics;
 use crate::upstream::ApiKey;
-use crate::v1::Envelope;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub const V2_REQUEST_ID: HeaderName = HeaderName::from_static("x-v2-request-id");
@@ -64,6 +63,10 @@ pub enum BodyError {
 /// reader (the socket, in `server`) runs only once the request is routed and
 /// its headers checked; in-process callers hand over ready bytes.
 pub struct RawV1Request<B> {
+    /// The id the server's request-id layer settled on (the client's
+    /// `x-request-id` if usable, else a new one), already checked; `None`
+    /// when no such layer ran, and admission finds or makes one itself.
+    pub request_id: Option<HeaderValue>,
     pub method: Method,
     /// `/api/v1/run/detail`, `/api/store`, … (no query).
     pub path: String,
@@ -85,6 +88,7 @@ impl RawV1Request<ReadyBody> {
         body: Bytes,
     ) -> Self {
         RawV1Request {
+            request_id: None,
             method,
             path: path.into(),
             query,
@@ -106,7 +110,8 @@ pub struct V1Response {
 impl V1Response {
     /// A JSON answer with no diagnostics.
     pub fn json(status: StatusCode, body: Bytes) -> V1Response {
-        let mut headers = HeaderMap::new();
+        // Room for the diagnostics added to it, so none of them grows the map.
+        let mut headers = HeaderMap::with_capacity(6);
         headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
@@ -130,7 +135,10 @@ impl V1Response {
 /// unwinding) frees the slot and the in-flight gauge.
 pub struct Admitted {
     pub op: Operation,
-    pub request_id: String,
+    /// Shared with the operation (and a shadow copy) rather than copied.
+    pub request_id: Arc<str>,
+    /// The same id as the header value the answer echoes.
+    id_header: HeaderValue,
     pub method: Method,
     pub path: String,
     pub query: Option<String>,
@@ -154,7 +162,7 @@ impl Admitted {
             query: self.query.clone(),
             body: self.body.clone(),
             key: self.key.clone(),
-            request_id: self.request_id.clone(),
+            request_id: Arc::clone(&self.request_id),
         }
     }
 
@@ -166,7 +174,7 @@ impl Admitted {
             query: self.query.take(),
             body: std::mem::take(&mut self.body),
             key: self.key.take(),
-            request_id: self.request_id.clone(),
+            request_id: Arc::clone(&self.request_id),
         }
     }
 
@@ -261,10 +269,9 @@ impl Pipeline {
     {
         let started = Instant::now();
         let gateway = self.live.load();
-        let request_id =
-            usable_request_id(&req.headers).unwrap_or_else(|| ulid::Ulid::new().to_string());
+        let (request_id, id_header) = request_ident(req.request_id, &req.headers);
         let span = tracing::Span::current();
-        span.record("request_id", request_id.as_str());
+        span.record("request_id", &*request_id);
         let mut cx = access::Context {
             method: &req.method,
             op: None,
@@ -276,6 +283,7 @@ impl Pipeline {
         let Some(op) = route::route(&req.method, &req.path) else {
             return Err(finish(
                 &cx,
+                &id_header,
                 Err(GatewayError::UnknownRoute),
                 0,
                 self.metrics(),
@@ -283,7 +291,7 @@ impl Pipeline {
         };
         span.record("operation", op.name());
         cx.op = Some(op);
-        let refuse = |err| finish(&cx, Err(err), 0, self.metrics());
+        let refuse = |err| finish(&cx, &id_header, Err(err), 0, self.metrics());
         // The body is read as JSON whatever its `Content-Type` says, as V1
         // did (`curl -d` sends `application/x-www-form-urlencoded`); a body
         // that is not JSON is still refused, naming the problem.
@@ -315,6 +323,7 @@ impl Pipeline {
         Ok(Admitted {
             op,
             request_id,
+            id_header,
             method: req.method,
             path: req.path,
             query: req.query,
@@ -335,6 +344,7 @@ impl Pipeline {
         let result = dispatch_counting(&req.gateway, v1, deadline, &calls).await;
         finish(
             &self.context(&req),
+            &req.id_header,
             result,
             calls.load(Ordering::Relaxed),
             self.metrics(),
@@ -378,7 +388,13 @@ impl Pipeline {
 
     /// An admitted request the gateway could not serve, rendered and counted.
     pub fn refuse(&self, req: Admitted, err: GatewayError) -> V1Response {
-        finish(&self.context(&req), Err(err), 0, self.metrics())
+        finish(
+            &self.context(&req),
+            &req.id_header,
+            Err(err),
+            0,
+            self.metrics(),
+        )
     }
 }
 
@@ -425,6 +441,28 @@ pub fn usable_request_id(headers: &HeaderMap) -> Option<String> {
     request_id_of(headers).map(str::to_owned)
 }
 
+/// A request's id as text (logs, V2) and as the header value its answer
+/// echoes: the one the server's layers settled on, else the client's if
+/// usable, else a new ULID.
+fn request_ident(settled: Option<HeaderValue>, headers: &HeaderMap) -> (Arc<str>, HeaderValue) {
+    // The layers checked it already (printable ASCII): it is UTF-8.
+    if let Some(value) = settled {
+        if let Ok(text) = std::str::from_utf8(value.as_bytes()) {
+            return (Arc::from(text), value);
+        }
+    }
+    if let Some(id) = request_id_of(headers) {
+        if let Some(value) = headers.get(&REQUEST_ID) {
+            return (Arc::from(id), value.clone());
+        }
+    }
+    let mut buf = [0u8; ulid::ULID_LEN];
+    let id = ulid::Ulid::new().array_to_str(&mut buf);
+    // A ULID is always a valid header value.
+    let value = HeaderValue::from_str(id).unwrap_or(HeaderValue::from_static(""));
+    (Arc::from(&*id), value)
+}
+
 /// [`usable_request_id`], borrowed.
 pub fn request_id_of(headers: &HeaderMap) -> Option<&str> {
     let v = headers.get(&REQUEST_ID)?.to_str().ok()?;
@@ -460,6 +498,7 @@ fn client_key(headers: &HeaderMap) -> Result<Option<ApiKey>, GatewayError> {
 /// line. `calls` is the number of V2 calls made (an answer carries its own).
 fn finish(
     cx: &access::Context<'_>,
+    id_header: &HeaderValue,
     result: Result<ops::Translated, GatewayError>,
     calls: u32,
     metrics: &RequestMetrics,
@@ -467,17 +506,8 @@ fn finish(
     let name = cx.op.map_or("unknown", Operation::name);
     let (mut response, calls) = match result {
         Ok(answer) => {
-            let mut resp =
-                V1Response::json(StatusCode::OK, Envelope::success(answer.data).to_bytes());
-            let v2_ids = answer.v2_request_ids.join(", ");
-            if let Some(v) = HeaderValue::from_str(&v2_ids)
-                .ok()
-                .filter(|v| !v.is_empty())
-            {
-                resp.headers.insert(V2_REQUEST_ID, v);
-            }
-            resp.headers
-                .insert(UPSTREAM_CALLS, HeaderValue::from(answer.upstream_calls));
+            let mut resp = V1Response::json(StatusCode::OK, answer.data.into_envelope());
+            let v2_ids = answer.v2_request_ids;
             let outcome = access::Outcome {
                 status: StatusCode::OK,
                 code: Some(0),
@@ -486,6 +516,15 @@ fn finish(
                 error: None,
             };
             access::log(cx, &outcome);
+            // The ids' own buffer becomes the header's value.
+            if let Some(v) = Some(v2_ids)
+                .filter(|ids| !ids.is_empty())
+                .and_then(|ids| HeaderValue::from_maybe_shared(Bytes::from(ids)).ok())
+            {
+                resp.headers.insert(V2_REQUEST_ID, v);
+            }
+            resp.headers
+                .insert(UPSTREAM_CALLS, count_header(answer.upstream_calls));
             (resp, answer.upstream_calls)
         }
         Err(err) => {
@@ -507,9 +546,7 @@ fn finish(
             (resp, calls)
         }
     };
-    if let Ok(v) = HeaderValue::from_str(cx.request_id) {
-        response.headers.insert(REQUEST_ID, v);
-    }
+    response.headers.insert(REQUEST_ID, id_header.clone());
     // The series every answered request touches come from handles resolved
     // once; the rarer ones (another status, an unknown route) by label.
     let elapsed = cx.started.elapsed().as_secs_f64();
@@ -529,6 +566,16 @@ fn finish(
         }
     }
     response
+}
+
+/// A count as a header value; the usual ones are made once, not formatted
+/// into a new buffer for every answer.
+fn count_header(n: u32) -> HeaderValue {
+    const DIGITS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    match DIGITS.get(n as usize) {
+        Some(digit) => HeaderValue::from_static(digit),
+        None => HeaderValue::from(n),
+    }
 }
 
 /// The `status` label of a V1 answer: the statuses the gateway answers with
@@ -582,7 +629,7 @@ pub fn render(
     dialect: &Dialect,
 ) -> (StatusCode, Bytes) {
     match result {
-        Ok(answer) => (StatusCode::OK, Envelope::success(answer.data).to_bytes()),
+        Ok(answer) => (StatusCode::OK, answer.data.into_envelope()),
         Err(err) => {
             let r = err.render_in(dialect);
             (r.status, r.envelope.to_bytes())

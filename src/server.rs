@@ -144,19 +144,24 @@ async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Byte
             return Box::pin(relay.receive(req)).await;
         }
     }
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let gateway = state.pipeline.gateway();
     let config = &gateway.config;
     let limit = config.limits.max_body_bytes;
-    let reader = BodyReader::new(&parts, &config.connections);
+    let reader = BodyReader::new(&parts, &body, limit, &config.connections);
     let raw = RawV1Request {
+        // Settled by the request-id layer above, which put it here too.
+        request_id: parts
+            .extensions
+            .remove::<RequestId>()
+            .map(RequestId::into_header_value),
         method: parts.method,
         path: parts.uri.path().to_owned(),
         query: parts.uri.query().map(str::to_owned),
         headers: parts.headers,
         // Boxed: held by value, this future (its deadline timer, the body
         // collector) would be carried twice over in the admission's future.
-        body: Box::pin(read_body(reader, body, limit)),
+        body: Box::pin(read_body(reader, body)),
     };
     let answer = match &state.shadow {
         Some(mirror) => Box::pin(mirror.answer(&state.pipeline, raw)).await,
@@ -165,10 +170,10 @@ async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Byte
     to_http(answer)
 }
 
-/// Reads the request body from the socket, at most `limit` bytes, within
+/// Reads the request body from the socket, at most `limits.max_body_bytes`, within
 /// `connections.body_read_timeout_ms`.
-async fn read_body(reader: BodyReader, body: Incoming, limit: usize) -> Result<Bytes, BodyError> {
-    reader.read(body, limit).await.map_err(|e| match e {
+async fn read_body(reader: BodyReader, body: Incoming) -> Result<Bytes, BodyError> {
+    reader.read(body).await.map_err(|e| match e {
         conn::BodyError::TooLarge(_) => BodyError::TooLarge,
         conn::BodyError::Timeout(d) => BodyError::Timeout(d),
         conn::BodyError::Broken(e) => BodyError::Unreadable(e),

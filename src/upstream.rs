@@ -11,6 +11,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,8 +30,9 @@ pub use retry::RetrySettings;
 pub use route_label::V2_ROUTES;
 
 /// A key to present upstream. Kept opaque so it cannot end up in a `{:?}`.
+/// Shared, not copied, by the calls of one request that present it.
 #[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
+pub struct ApiKey(Arc<str>);
 
 impl ApiKey {
     /// Accepts a key only if it can travel in a header: visible ASCII, no
@@ -38,7 +40,7 @@ impl ApiKey {
     pub fn new(key: &str) -> Option<ApiKey> {
         let key = key.trim();
         let ok = !key.is_empty() && key.len() <= 512 && key.bytes().all(|b| b.is_ascii_graphic());
-        ok.then(|| ApiKey(key.to_owned()))
+        ok.then(|| ApiKey(Arc::from(key)))
     }
 
     pub fn expose(&self) -> &str {

@@ -91,6 +91,13 @@ impl Json {
     pub fn as_bytes(&self) -> &[u8] {
         &self.envelope[SUCCESS_HEAD.len()..self.envelope.len() - 1]
     }
+
+    /// The success envelope around the data, whole: the buffer it was
+    /// written in (what [`Envelope::success`]'s `to_bytes` gives, without
+    /// building the envelope).
+    pub fn into_envelope(self) -> bytes::Bytes {
+        self.envelope
+    }
 }
 
 impl Serialize for Json {
@@ -160,6 +167,7 @@ mod tests {
         assert_eq!(json.as_bytes(), serde_json::to_vec(&data).unwrap());
         let expect = serde_json::to_vec(&Envelope::success(&data)).unwrap();
         assert_eq!(Envelope::success(json.clone()).to_bytes(), expect);
+        assert_eq!(json.clone().into_envelope(), expect);
         let mut other = Envelope::success(json);
         other.code = 7;
         other.message = "partly \"ok\"".into();

@@ -38,7 +38,46 @@ pub struct V2Path {
 
 /// An identifier that is safe to place as one path segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Segment(String);
+pub struct Segment {
+    id: String,
+    /// Every byte is one that percent-encoding keeps (ids nearly always
+    /// are): the path takes it as it is.
+    plain: bool,
+}
+
+/// What [`Segment::new`] needs to know of an ASCII byte, one bit each.
+const CONTROL: u8 = 1;
+const FORBIDDEN: u8 = 2;
+const NOT_DOT: u8 = 4;
+const ENCODED: u8 = 8;
+
+/// [`CONTROL`], [`FORBIDDEN`], [`NOT_DOT`] and [`ENCODED`] of every ASCII byte.
+const ASCII_CLASS: [u8; 128] = {
+    let mut class = [0u8; 128];
+    let mut b = 0;
+    while b < 128 {
+        let c = b as u8;
+        let mut bits = 0;
+        if c < 0x20 || c == 0x7f {
+            bits |= CONTROL;
+        }
+        if matches!(
+            c,
+            b'/' | b'\\' | b'?' | b'#' | b'%' | b' ' | b'"' | b'<' | b'>'
+        ) {
+            bits |= FORBIDDEN;
+        }
+        if c != b'.' {
+            bits |= NOT_DOT;
+        }
+        if !(c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b'~')) {
+            bits |= ENCODED;
+        }
+        class[b] = bits;
+        b += 1;
+    }
+    class
+};
 
 /// Why an identifier was refused before it reached V2.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -75,6 +114,25 @@ impl Segment {
         if raw.is_empty() {
             return Err(SegmentError::Empty);
         }
+        if raw.is_ascii() {
+            // The usual id: one pass over its bytes, each looked up once.
+            let seen = raw
+                .bytes()
+                .fold(0u8, |seen, b| seen | ASCII_CLASS[usize::from(b)]);
+            if raw.len() > MAX_ID_LEN {
+                return Err(SegmentError::TooLong(MAX_ID_LEN));
+            }
+            if seen & CONTROL != 0 {
+                return Err(SegmentError::Control);
+            }
+            if seen & FORBIDDEN != 0 || seen & NOT_DOT == 0 {
+                return Err(SegmentError::Forbidden);
+            }
+            return Ok(Segment {
+                id: raw.to_owned(),
+                plain: seen & ENCODED == 0,
+            });
+        }
         // One pass over the characters: the length is only known at the end,
         // so a character problem met first is remembered and reported after
         // it (the order of the checks is the order of the errors).
@@ -94,7 +152,10 @@ impl Segment {
         if forbidden || dots_only {
             return Err(SegmentError::Forbidden);
         }
-        Ok(Segment(raw.to_owned()))
+        Ok(Segment {
+            id: raw.to_owned(),
+            plain: false,
+        })
     }
 
     /// A run identifier: a [`Segment::new`] that is also not one of V2's
@@ -104,7 +165,7 @@ impl Segment {
         let seg = Segment::new(raw)?;
         if RESERVED_RUN_WORDS
             .iter()
-            .any(|w| seg.0.eq_ignore_ascii_case(w))
+            .any(|w| seg.id.eq_ignore_ascii_case(w))
         {
             return Err(SegmentError::Reserved);
         }
@@ -118,7 +179,7 @@ impl Segment {
             Some((owner, name)) if !owner.is_empty() && !name.is_empty() && !name.contains('/') => {
                 let owner = Segment::new(owner)?;
                 let name = Segment::new(name)?;
-                Segment::new(&format!("{}~{}", owner.0, name.0))
+                Segment::new(&format!("{}~{}", owner.id, name.id))
             }
             Some(_) => Err(SegmentError::Forbidden),
             None => Segment::new(raw),
@@ -126,7 +187,7 @@ impl Segment {
     }
 
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.id
     }
 }
 
@@ -140,6 +201,7 @@ impl V2Path {
             path.push('/');
             match part {
                 Part::Lit(s) => path.push_str(s),
+                Part::Id(seg) if seg.plain => path.push_str(seg.as_str()),
                 Part::Id(seg) => path.extend(utf8_percent_encode(seg.as_str(), SEGMENT)),
             }
         }
@@ -172,6 +234,16 @@ impl V2Path {
     /// appear in it, whatever they look like.
     pub fn route(&self) -> &'static str {
         self.route
+    }
+
+    /// [`V2Path::path_and_query`], taking the path: without a query it is
+    /// the path's own buffer, not a copy.
+    pub fn into_path_and_query(self) -> String {
+        if self.query.is_empty() {
+            self.path
+        } else {
+            self.path_and_query()
+        }
     }
 
     pub fn path_and_query(&self) -> String {
@@ -243,12 +315,40 @@ pub struct Envelope {
 pub struct DataEnvelope<'a, T> {
     pub code: Option<i64>,
     #[serde(default, borrow)]
-    pub message: Option<Cow<'a, str>>,
+    pub message: Option<Text<'a>>,
     pub data: Option<T>,
     #[serde(default, borrow)]
-    pub request_id: Option<Cow<'a, str>>,
+    pub request_id: Option<Text<'a>>,
     #[serde(default)]
     pub details: Option<IgnoredAny>,
+}
+
+/// A JSON string, borrowed from the body unless it holds an escape; any
+/// other value is refused, as a `String` refuses it. (serde borrows a bare
+/// `Cow<str>` field, but copies one inside an `Option`.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Text<'a>(pub Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, s: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(s.to_owned())))
+            }
+            fn visit_string<E: serde::de::Error>(self, s: String) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(s)))
+            }
+        }
+        d.deserialize_str(V(std::marker::PhantomData))
+    }
 }
 
 /// V2 run statuses as documented. Anything else does not parse (`None`);
@@ -274,15 +374,19 @@ impl RunStatus {
         }
     }
 
+    /// A status in any letter case, spaces around it ignored.
     pub fn parse(s: &str) -> Option<RunStatus> {
-        Some(match s.trim().to_ascii_lowercase().as_str() {
-            "ready" => RunStatus::Ready,
-            "running" => RunStatus::Running,
-            "succeeded" => RunStatus::Succeeded,
-            "failed" => RunStatus::Failed,
-            "aborting" => RunStatus::Aborting,
-            _ => return None,
-        })
+        const ALL: [RunStatus; 5] = [
+            RunStatus::Ready,
+            RunStatus::Running,
+            RunStatus::Succeeded,
+            RunStatus::Failed,
+            RunStatus::Aborting,
+        ];
+        let s = s.trim();
+        // Compared in place: no lower-cased copy for every record read.
+        ALL.into_iter()
+            .find(|status| status.as_str().eq_ignore_ascii_case(s))
     }
 
     pub fn is_completed(self) -> bool {
@@ -316,6 +420,48 @@ mod tests {
             p.path_and_query(),
             "/api/v2/worker-runs/01KS2A1M515HG7PZX9STTB0KPH/log"
         );
+    }
+
+    /// The byte table of ASCII ids says what the character checks say, and
+    /// an id marked plain is one percent-encoding leaves as it is.
+    #[test]
+    fn ascii_ids_are_judged_as_characters_are() {
+        for b in 0u8..128 {
+            let c = char::from(b);
+            for raw in [format!("a{c}b"), format!("{c}"), format!("{c}{c}")] {
+                let by_chars = {
+                    let control = raw.chars().any(char::is_control);
+                    let forbidden = raw
+                        .chars()
+                        .any(|c| matches!(c, '/' | '\\' | '?' | '#' | '%' | ' ' | '"' | '<' | '>'));
+                    let dots_only = raw.chars().all(|c| c == '.');
+                    if control {
+                        Err(SegmentError::Control)
+                    } else if forbidden || dots_only {
+                        Err(SegmentError::Forbidden)
+                    } else {
+                        Ok(())
+                    }
+                };
+                let seg = Segment::new(&raw);
+                assert_eq!(
+                    seg.as_ref().map(|_| ()).map_err(Clone::clone),
+                    by_chars,
+                    "{raw:?}"
+                );
+                if let Ok(seg) = seg {
+                    let encoded: String = utf8_percent_encode(&raw, SEGMENT).collect();
+                    assert_eq!(seg.plain, encoded == raw, "{raw:?}");
+                }
+            }
+        }
+        let long = "a".repeat(MAX_ID_LEN + 1);
+        assert_eq!(Segment::new(&long), Err(SegmentError::TooLong(MAX_ID_LEN)));
+        assert_eq!(
+            Segment::new(&format!("{long}\u{1}")),
+            Err(SegmentError::TooLong(MAX_ID_LEN))
+        );
+        assert!(Segment::new(&"a".repeat(MAX_ID_LEN)).is_ok());
     }
 
     #[test]
@@ -367,6 +513,27 @@ mod tests {
             p.path_and_query(),
             "/api/v2/store?keyword=a%26b%3Dc&filter_keys=title%2Cprice"
         );
+        assert_eq!(
+            p.into_path_and_query(),
+            "/api/v2/store?keyword=a%26b%3Dc&filter_keys=title%2Cprice"
+        );
+        let bare = V2Path::new(&[Part::Lit("store")]);
+        assert_eq!(bare.into_path_and_query(), "/api/v2/store");
+    }
+
+    #[test]
+    fn envelope_strings_borrow_and_refuse_what_envelope_refuses() {
+        type E<'a> = DataEnvelope<'a, IgnoredAny>;
+        let e: E = serde_json::from_str(r#"{"code":0,"message":"ok","request_id":"r-1"}"#).unwrap();
+        assert!(matches!(e.request_id, Some(Text(Cow::Borrowed("r-1")))));
+        let e: E =
+            serde_json::from_str(r#"{"code":0,"message":"a\nb","request_id":null}"#).unwrap();
+        assert_eq!(e.message, Some(Text(Cow::Owned("a\nb".into()))));
+        assert!(e.request_id.is_none());
+        for bad in [r#"{"code":0,"message":5}"#, r#"{"code":0,"request_id":[]}"#] {
+            assert!(serde_json::from_str::<E>(bad).is_err(), "{bad}");
+            assert!(serde_json::from_str::<Envelope>(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
@@ -375,5 +542,8 @@ mod tests {
             assert_eq!(RunStatus::parse(s).unwrap().as_str(), s);
         }
         assert_eq!(RunStatus::parse("aborted"), None);
+        assert_eq!(RunStatus::parse(" Succeeded "), Some(RunStatus::Succeeded));
+        assert_eq!(RunStatus::parse("FAILED"), Some(RunStatus::Failed));
+        assert_eq!(RunStatus::parse("readyy"), None);
     }
 }

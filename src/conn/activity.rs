@@ -19,6 +19,9 @@ pub struct Activity {
     read: AtomicU64,
     /// The connection carried an HTTP/2 request.
     http2: AtomicBool,
+    /// The grace deadline passed: a request in progress is to be answered
+    /// with the cut envelope now.
+    cut: AtomicBool,
 }
 
 struct State {
@@ -84,6 +87,15 @@ impl Activity {
 
     pub fn is_http2(&self) -> bool {
         self.http2.load(Ordering::Acquire)
+    }
+
+    /// Marks the connection cut (see [`Activity::is_cut`]).
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::Release);
+    }
+
+    pub fn is_cut(&self) -> bool {
+        self.cut.load(Ordering::Acquire)
     }
 
     pub fn active(&self) -> usize {

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::{header, request::Parts, Version};
+use http_body::Body as _;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
@@ -36,33 +37,46 @@ pub struct ConnHandle(pub(crate) Arc<Activity>);
 /// What reading one request's body needs to know of its head, taken before
 /// the head is handed on.
 pub struct BodyReader {
+    /// The declared length (`Content-Length`), as hyper read it.
     declared: Option<u64>,
+    /// Whether a body declared over the limit is yet to be sent, on
+    /// `100 Continue` (only looked up for such a body).
     expects_continue: bool,
+    limit: usize,
     http2: bool,
     conn: Option<ConnHandle>,
     settings: ConnSettings,
 }
 
 impl BodyReader {
-    pub fn new(parts: &Parts, settings: &ConnSettings) -> BodyReader {
+    /// For reading `body`, at most `limit` bytes, of the request `parts`.
+    pub fn new(
+        parts: &Parts,
+        body: &Incoming,
+        limit: usize,
+        settings: &ConnSettings,
+    ) -> BodyReader {
+        // hyper parsed the length already; its size hint is exact when one
+        // was declared.
+        let declared = body.size_hint().exact();
+        let too_large = declared.is_some_and(|len| len > limit as u64);
         BodyReader {
-            declared: parts
-                .headers
-                .get(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok()),
-            expects_continue: parts
-                .headers
-                .get(header::EXPECT)
-                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue")),
+            declared,
+            expects_continue: too_large
+                && parts
+                    .headers
+                    .get(header::EXPECT)
+                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue")),
+            limit,
             http2: parts.version == Version::HTTP_2,
             conn: parts.extensions.get::<ConnHandle>().cloned(),
             settings: settings.clone(),
         }
     }
 
-    /// Reads the whole body, at most `limit` bytes.
-    pub async fn read(self, mut body: Incoming, limit: usize) -> Result<Bytes, BodyError> {
+    /// Reads the whole body, at most the reader's limit.
+    pub async fn read(self, mut body: Incoming) -> Result<Bytes, BodyError> {
+        let limit = self.limit;
         if self.declared.is_some_and(|len| len > limit as u64) {
             // A client that asked for `100 Continue` has not sent the body
             // and will not: polling it would send the `100`, so it is dropped.

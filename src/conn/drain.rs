@@ -9,6 +9,7 @@
 //! 3. **cut** — at the grace deadline, requests still in progress are
 //!    answered with a V1 envelope and their connections closed.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -21,6 +22,8 @@ pub struct Drain {
 struct Signals {
     draining: watch::Sender<bool>,
     stop: watch::Sender<bool>,
+    /// `stop`'s value, read by every answer without the channel's lock.
+    stopping: AtomicBool,
     cut: watch::Sender<bool>,
 }
 
@@ -36,6 +39,7 @@ impl Drain {
             inner: Arc::new(Signals {
                 draining: watch::channel(false).0,
                 stop: watch::channel(false).0,
+                stopping: AtomicBool::new(false),
                 cut: watch::channel(false).0,
             }),
         }
@@ -49,6 +53,7 @@ impl Drain {
     /// Step 2 (implies step 1).
     pub fn stop(&self) {
         self.begin();
+        self.inner.stopping.store(true, Ordering::Release);
         self.inner.stop.send_replace(true);
     }
 
@@ -63,7 +68,7 @@ impl Drain {
     }
 
     pub fn is_stopping(&self) -> bool {
-        *self.inner.stop.borrow()
+        self.inner.stopping.load(Ordering::Acquire)
     }
 
     pub async fn stopped(&self) {

@@ -41,7 +41,6 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -254,9 +253,9 @@ async fn connection<S, B>(
         drain: drain.clone(),
         cut: answers.cut,
     };
-    let conn = builder.serve_connection(io, TowerToHyperService::new(service));
+    let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
-    let (mut stopping, mut closing, mut quiet_enough) = (false, false, false);
+    let (mut stopping, mut closing, mut quiet_enough, mut cut) = (false, false, false, false);
     let quiet = DRAIN_QUIET.min(settings.idle_timeout);
     loop {
         tokio::select! {
@@ -268,6 +267,14 @@ async fn connection<S, B>(
                 break;
             }
             _ = WhenWoken::new(drain.stopped()), if !stopping => stopping = true,
+            // An HTTP/1 request in progress is polled by this task: marked
+            // cut, it answers with the cut envelope when `conn` is polled
+            // next, at the top of this loop (`service::ConnService`). The
+            // cut comes only after the stop, so it is waited for only then.
+            _ = WhenWoken::new(drain.cut_now()), if stopping && !cut => {
+                activity.cut();
+                cut = true;
+            }
             _ = WhenWoken::new(activity.idle_for(settings.idle_timeout)), if !closing => {
                 conn.as_mut().graceful_shutdown();
                 closing = true;

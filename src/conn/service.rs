@@ -14,8 +14,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, Version};
 use http_body::Body;
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Empty, Full};
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tower::{Service, ServiceExt};
 
@@ -27,8 +26,10 @@ use super::drain::Drain;
 pub type CutAnswer = fn() -> Response<Full<Bytes>>;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-/// The body of every answer the connection layer hands hyper.
-pub type ConnBody = UnsyncBoxBody<Bytes, BoxError>;
+/// The body of every answer the connection layer hands hyper: the
+/// service's own, or the cut answer's (also the empty body of a HEAD
+/// answer). Neither is boxed.
+pub type ConnBody<B> = Either<B, Full<Bytes>>;
 
 #[derive(Clone)]
 pub struct ConnService<S> {
@@ -38,9 +39,12 @@ pub struct ConnService<S> {
     pub cut: CutAnswer,
 }
 
-type BoxFuture = Pin<Box<dyn Future<Output = Result<Response<ConnBody>, Infallible>> + Send>>;
+type BoxFuture<B> = Pin<Box<dyn Future<Output = Result<Response<ConnBody<B>>, Infallible>> + Send>>;
 
-impl<S, B> Service<Request<Incoming>> for ConnService<S>
+// A hyper service, so hyper calls it directly: through tower's adapter each
+// request cloned this service (and its inner stack) once more, and went
+// through one more layer of futures.
+impl<S, B> hyper::service::Service<Request<Incoming>> for ConnService<S>
 where
     S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
         + Clone
@@ -50,37 +54,50 @@ where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    type Response = Response<ConnBody>;
+    type Response = Response<ConnBody<B>>;
     type Error = Infallible;
-    type Future = BoxFuture;
+    type Future = BoxFuture<B>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut req: Request<Incoming>) -> BoxFuture {
+    fn call(&self, mut req: Request<Incoming>) -> BoxFuture<B> {
         let busy = self.activity.begin();
         let version = req.version();
-        if version == Version::HTTP_2 {
+        let http2 = version == Version::HTTP_2;
+        if http2 {
             self.activity.saw_http2();
         }
         let head = req.method() == Method::HEAD;
         req.extensions_mut()
             .insert(ConnHandle(self.activity.clone()));
-        let answer = self.inner.clone().oneshot(req);
+        let inner = self.inner.clone();
+        let activity = self.activity.clone();
         let drain = self.drain.clone();
         let cut = self.cut;
         Box::pin(async move {
             let _busy = busy;
+            // Made and pinned in place: raced by reference, not moved into
+            // the race.
+            let mut answer = std::pin::pin!(inner.oneshot(req));
+            // The grace deadline. An HTTP/2 stream is a task of its own and
+            // waits for the signal itself. An HTTP/1 request is polled by its
+            // connection's task, which waits for the signal once for all its
+            // requests and, when it comes, marks the connection and polls the
+            // request again (`conn::connection`): the request only looks.
+            let cut_now = async {
+                if http2 {
+                    drain.cut_now().await;
+                } else {
+                    CutMarked(&activity).await;
+                }
+            };
             let mut resp = tokio::select! {
                 biased;
-                r = answer => r?.map(|b| b.map_err(Into::into).boxed_unsync()),
-                _ = drain.cut_now() => cut().map(|b| b.map_err(|e| match e {}).boxed_unsync()),
+                r = &mut answer => r?.map(Either::Left),
+                _ = cut_now => cut().map(Either::Right),
             };
             if head {
                 strip_body(&mut resp);
             }
-            if drain.is_stopping() && version < Version::HTTP_2 {
+            if version < Version::HTTP_2 && drain.is_stopping() {
                 resp.headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
@@ -89,12 +106,33 @@ where
     }
 }
 
+/// Ready once the connection is marked cut; it registers no waker, since
+/// the connection's task that polls it is the one that marks it (HTTP/1
+/// only, see [`ConnService::call`]).
+struct CutMarked<'a>(&'a Activity);
+
+impl Future for CutMarked<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        if self.0.is_cut() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
 /// A HEAD answer: the GET answer's headers and length, no body.
-fn strip_body(resp: &mut Response<ConnBody>) {
+fn strip_body<B>(resp: &mut Response<ConnBody<B>>)
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
     if let Some(len) = resp.body().size_hint().exact() {
         resp.headers_mut()
             .entry(header::CONTENT_LENGTH)
             .or_insert_with(|| HeaderValue::from(len));
     }
-    *resp.body_mut() = Empty::new().map_err(|e| match e {}).boxed_unsync();
+    *resp.body_mut() = Either::Right(Full::new(Bytes::new()));
 }

@@ -25,7 +25,9 @@ pub struct Exchange<'a> {
     /// key, to retry with when V2 refuses the client's key. V1 never looked at a
     /// key on these operations, so a stale one must not turn them into 401s.
     fallback_key: Option<ApiKey>,
-    v2_ids: Mutex<Vec<String>>,
+    /// V2's request ids, as the diagnostics header carries them: in order,
+    /// joined by `, `.
+    v2_ids: Mutex<String>,
     /// Outside the exchange, so the count survives an error or a deadline.
     calls: &'a AtomicU32,
 }
@@ -46,7 +48,7 @@ impl<'a> Exchange<'a> {
             request_id,
             key,
             fallback_key,
-            v2_ids: Mutex::new(Vec::new()),
+            v2_ids: Mutex::new(String::new()),
             calls,
         }
     }
@@ -57,8 +59,8 @@ impl<'a> Exchange<'a> {
         &self.translator.settings
     }
 
-    /// The V2 request ids seen, in order.
-    pub(super) fn finish(self) -> Vec<String> {
+    /// The V2 request ids seen, in order, joined by `, ` (empty if none).
+    pub(super) fn finish(self) -> String {
         self.v2_ids.into_inner().unwrap_or_default()
     }
 
@@ -151,7 +153,7 @@ impl<'a> Exchange<'a> {
             // A success; anything else is an error, read in full (details
             // and all) by the general path.
             Ok(envelope) if envelope.code == Some(0) && fetched.status.is_success() => {
-                self.record_request_id(envelope.request_id.as_deref());
+                self.record_request_id(envelope.request_id.as_ref().map(|id| &*id.0));
                 Ok(Read::Typed(envelope.data))
             }
             _ => self.envelope_data(fetched, subject).map(Read::Untyped),
@@ -166,7 +168,9 @@ impl<'a> Exchange<'a> {
                 fetched.status.as_u16()
             ))
         })?;
-        let v2_request_id = self.record_request_id(envelope.request_id.as_deref());
+        let v2_request_id = self
+            .record_request_id(envelope.request_id.as_deref())
+            .map(str::to_owned);
         match envelope.code {
             Some(0) if fetched.status.is_success() => Ok(envelope.data.unwrap_or(Value::Null)),
             None if fetched.status.is_success() => {
@@ -189,12 +193,14 @@ impl<'a> Exchange<'a> {
 
     /// Keeps V2's request id for the diagnostics header, if it is safe to put
     /// in one, and returns it.
-    fn record_request_id(&self, request_id: Option<&str>) -> Option<String> {
-        let id = request_id
-            .filter(|id| id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic()))?
-            .to_owned();
+    fn record_request_id<'i>(&self, request_id: Option<&'i str>) -> Option<&'i str> {
+        let id =
+            request_id.filter(|id| id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic()))?;
         if let Ok(mut ids) = self.v2_ids.lock() {
-            ids.push(id.clone());
+            if !ids.is_empty() {
+                ids.push_str(", ");
+            }
+            ids.push_str(id);
         }
         Some(id)
     }

@@ -7,6 +7,58 @@ use crate::error::{GatewayError, Subject};
 use crate::paging::Window;
 use crate::v2::Segment;
 
+/// The members of a JSON object, each value read as serde_json reads a
+/// `Value`; `None` for anything but an object.
+struct Members(Option<Vec<(String, Value)>>);
+
+impl<'de> serde::Deserialize<'de> for Members {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{Error, MapAccess, Visitor};
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Members;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(4).min(16));
+                while let Some(name) = map.next_key::<String>()? {
+                    // The name serde_json gives a raw value inside a `Value`:
+                    // left to `Value` itself.
+                    if name == "$serde_json::private::RawValue" {
+                        return Err(A::Error::custom("raw value"));
+                    }
+                    members.push((name, map.next_value::<Value>()?));
+                }
+                Ok(Members(Some(members)))
+            }
+            fn visit_bool<E: Error>(self, _: bool) -> Result<Members, E> {
+                Ok(Members(None))
+            }
+            fn visit_i64<E: Error>(self, _: i64) -> Result<Members, E> {
+                Ok(Members(None))
+            }
+            fn visit_u64<E: Error>(self, _: u64) -> Result<Members, E> {
+                Ok(Members(None))
+            }
+            fn visit_f64<E: Error>(self, _: f64) -> Result<Members, E> {
+                Ok(Members(None))
+            }
+            fn visit_str<E: Error>(self, _: &str) -> Result<Members, E> {
+                Ok(Members(None))
+            }
+            fn visit_unit<E: Error>(self) -> Result<Members, E> {
+                Ok(Members(None))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Members, A::Error> {
+                crate::ops::wire::drain_seq(seq)?;
+                Ok(Members(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// A record identifier as the client sent it (trimmed): one safe V2 path
 /// segment, or a string no record can have as its id.
 ///
@@ -44,18 +96,26 @@ impl Ident {
     }
 }
 
-/// A V1 JSON body: an object, or absent/empty where V1 allowed that.
-pub struct Body(Map<String, Value>);
+/// A V1 JSON body: the members of an object, or none where V1 allowed an
+/// empty body. A list, not a map: a body has a handful of members, each
+/// looked up by name once or twice, and a repeated name reads as its last
+/// value, as in a map.
+pub struct Body(Vec<(String, Value)>);
 
 impl Body {
     /// Parses a request body. An empty body is an empty object (V1 account
     /// info accepts none); anything else must be a JSON object.
     pub fn parse(bytes: &[u8]) -> Result<Body, GatewayError> {
         if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Ok(Body(Map::new()));
+            return Ok(Body(Vec::new()));
         }
+        if let Ok(Members(Some(members))) = serde_json::from_slice::<Members>(bytes) {
+            return Ok(Body(members));
+        }
+        // Not an object, or not JSON: read as any value, so the refusal
+        // names the problem as serde_json's `Value` does.
         match serde_json::from_slice::<Value>(bytes) {
-            Ok(Value::Object(map)) => Ok(Body(map)),
+            Ok(Value::Object(map)) => Ok(Body::from_map(map)),
             Ok(_) => Err(GatewayError::BadRequest(
                 "body must be a JSON object".into(),
             )),
@@ -66,11 +126,16 @@ impl Body {
     }
 
     pub fn from_map(map: Map<String, Value>) -> Body {
-        Body(map)
+        Body(map.into_iter().collect())
     }
 
     fn present(&self, field: &str) -> Option<&Value> {
-        self.0.get(field).filter(|v| !v.is_null())
+        self.0
+            .iter()
+            .rev()
+            .find(|(name, _)| name == field)
+            .map(|(_, value)| value)
+            .filter(|v| !v.is_null())
     }
 
     pub fn get(&self, field: &str) -> Option<&Value> {
@@ -276,6 +341,43 @@ mod tests {
         assert!(Body::parse(b"  \n").is_ok());
         for bad in [&b"[]"[..], b"\"x\"", b"{", b"nul", b"\xff"] {
             assert!(Body::parse(bad).is_err());
+        }
+    }
+
+    /// Bodies read as members say what the same bodies read as a `Value` say.
+    #[test]
+    fn members_read_as_a_value_reads_them() {
+        for text in [
+            r#"{"run_slug":"r1","page_size":10}"#,
+            r#"{"a":1,"a":null,"b":{"c":[1,2]},"a":"last"}"#,
+            r#"{"run_slug":"caf\u00e9","x":1.5e3}"#,
+            r#"  {"n": -0, "big": 18446744073709551615 }  "#,
+            r#"{"$serde_json::private::RawValue":"1"}"#,
+            r#"{"a":1}x"#,
+            r#"{"a":1e400}"#,
+            r#"[1e400]"#,
+            r#"[1,2]"#,
+            r#"5"#,
+            r#"{"a":"\ud800"}"#,
+        ] {
+            let general = match serde_json::from_slice::<Value>(text.as_bytes()) {
+                Ok(Value::Object(map)) => Ok(map),
+                Ok(_) => Err("body must be a JSON object".to_owned()),
+                Err(e) => Err(format!("body is not valid JSON ({e})")),
+            };
+            match (Body::parse(text.as_bytes()), general) {
+                (Ok(body), Ok(map)) => {
+                    for name in map.keys().map(String::as_str).chain(["absent"]) {
+                        assert_eq!(
+                            body.get(name),
+                            map.get(name).filter(|v| !v.is_null()),
+                            "{text}"
+                        );
+                    }
+                }
+                (Err(e), Err(expected)) => assert!(msg(e).ends_with(&expected), "{text}"),
+                (got, expected) => panic!("{text}: {:?} against {expected:?}", got.is_ok()),
+            }
         }
     }
 

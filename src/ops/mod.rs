@@ -77,7 +77,7 @@ pub struct V1Request {
     pub body: Bytes,
     /// The client's key (`api-key` or `Authorization: Bearer`), if any.
     pub key: Option<ApiKey>,
-    pub request_id: String,
+    pub request_id: Arc<str>,
 }
 
 /// A successfully translated request: the V1 `data` (JSON, written once by
@@ -86,7 +86,8 @@ pub struct V1Request {
 /// [`crate::pipeline::V1Response`].)
 pub struct Translated {
     pub data: Json,
-    pub v2_request_ids: Vec<String>,
+    /// V2's request ids, in order, joined by `, ` (empty if none).
+    pub v2_request_ids: String,
     pub upstream_calls: u32,
 }
 

@@ -29,6 +29,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::error::{GatewayError, Subject};
+use crate::json_escape::json_string;
 use crate::ops::input::Body;
 use crate::ops::result_scan::{self, Column, Scan, ScannedRows};
 use crate::ops::wire::{self, IntLike, Kind, List, OrDefault, StrOnly};
@@ -228,19 +229,6 @@ impl V1Header<'_> {
             key: Cow::Owned(self.key.into_owned()),
             format: Cow::Owned(self.format.into_owned()),
         }
-    }
-}
-
-/// `s` as a JSON string: copied between quotes when nothing in it needs an
-/// escape (the common case), else written by serde_json.
-fn json_string(out: &mut Vec<u8>, s: &str) {
-    if s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
-        // Writing a string into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut *out, s);
-    } else {
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
     }
 }
 

@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{GatewayError, Subject};
+use crate::json_escape::json_string;
 use crate::ops::input::{Body, Ident};
 use crate::ops::wire::{self, IntLike, Object, StrOrNum};
 use crate::ops::Compat;
@@ -197,27 +198,31 @@ impl V1Run<'_> {
     /// instructions, since the keys are written already quoted and a value
     /// that needs no escaping is copied as it is.
     pub fn write_json(&self, out: &mut Vec<u8>) {
-        let ints = |out: &mut Vec<u8>, key: &[u8], n: i64| {
+        // Inlined at each field, so its key is copied as a constant of known
+        // length rather than by a call.
+        #[inline(always)]
+        fn int(out: &mut Vec<u8>, key: &[u8], n: i64) {
             out.extend_from_slice(key);
             out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-        };
-        let strs = |out: &mut Vec<u8>, key: &[u8], s: &str| {
+        }
+        #[inline(always)]
+        fn text(out: &mut Vec<u8>, key: &[u8], s: &str) {
             out.extend_from_slice(key);
             json_string(out, s);
-        };
-        ints(out, b"{\"status\":", self.status);
-        strs(out, b",\"err_msg\":", self.err_msg);
-        strs(out, b",\"slug\":", self.slug);
-        strs(out, b",\"scraper_title\":", self.scraper_title);
-        strs(out, b",\"scraper_slug\":", self.scraper_slug);
-        ints(out, b",\"results\":", self.results);
-        strs(out, b",\"usage\":", self.usage);
-        ints(out, b",\"started_at\":", self.started_at);
-        ints(out, b",\"finished_at\":", self.finished_at);
-        ints(out, b",\"duration\":", self.duration);
-        strs(out, b",\"origin\":", self.origin);
-        ints(out, b",\"traffic\":", self.traffic);
-        strs(out, b",\"version\":", self.version);
+        }
+        int(out, b"{\"status\":", self.status);
+        text(out, b",\"err_msg\":", self.err_msg);
+        text(out, b",\"slug\":", self.slug);
+        text(out, b",\"scraper_title\":", self.scraper_title);
+        text(out, b",\"scraper_slug\":", self.scraper_slug);
+        int(out, b",\"results\":", self.results);
+        text(out, b",\"usage\":", self.usage);
+        int(out, b",\"started_at\":", self.started_at);
+        int(out, b",\"finished_at\":", self.finished_at);
+        int(out, b",\"duration\":", self.duration);
+        text(out, b",\"origin\":", self.origin);
+        int(out, b",\"traffic\":", self.traffic);
+        text(out, b",\"version\":", self.version);
         out.push(b'}');
     }
 
@@ -238,19 +243,6 @@ impl V1Run<'_> {
             .iter()
             .map(|s| s.len())
             .sum::<usize>()
-    }
-}
-
-/// `s` as a JSON string: copied between quotes when nothing in it needs an
-/// escape (the common case), else written by serde_json.
-fn json_string(out: &mut Vec<u8>, s: &str) {
-    if s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
-        // Writing a string into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut *out, s);
-    } else {
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
     }
 }
 

@@ -391,7 +391,7 @@ impl Mirror {
         }
         if let Some(w) = &self.capture {
             w.offer(Record {
-                id: copy.v1.request_id.clone(),
+                id: copy.v1.request_id.to_string(),
                 operation: op.name().to_owned(),
                 at_ms: copy.at_ms,
                 primary: self.cfg.primary.as_str().to_owned(),

@@ -7,16 +7,19 @@
 //! [`V2Reply`] for the operation to map.
 
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{
-    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST,
-    RETRY_AFTER, USER_AGENT,
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, RETRY_AFTER,
+    USER_AGENT,
 };
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body::Body as _;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use tokio::time::Instant;
 use tracing::debug;
 
 use super::proxy::ProxyEnv;
@@ -26,7 +29,7 @@ use super::retry::{
 use super::{ApiKey, RetryPolicy, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply};
 
 use super::pool::Pool;
-use crate::http_client::{body_failure, connector, origin_and_prefix, tls_config, CONNECT_TIMEOUT};
+use crate::http_client::{connector, error_chain, origin_and_prefix, tls_config, CONNECT_TIMEOUT};
 use crate::telemetry::handles::UpstreamMetrics;
 use crate::telemetry::{
     UPSTREAM_DURATION_SECONDS, UPSTREAM_REQUESTS_TOTAL, UPSTREAM_RETRIES_SKIPPED_TOTAL,
@@ -264,10 +267,19 @@ impl HttpUpstream {
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static API_KEY: HeaderName = HeaderName::from_static("api-key");
 
-/// The headers of every attempt of one call.
+/// The gateway's request ids are header-safe; a value that is not is
+/// dropped rather than failing the call over a correlation aid.
+fn request_id_header(request_id: &str) -> Option<HeaderValue> {
+    HeaderValue::from_str(request_id)
+        .ok()
+        .filter(|_| !request_id.is_empty())
+}
+
+/// The headers of one attempt. Built afresh for each (from values made
+/// once), so the first attempt hands its map to the connection rather than
+/// a copy kept for a retry that almost never comes.
 fn call_headers(
-    call: &V2Call,
-    request_id: &str,
+    parts: &Prepared,
     (host, user_agent): (&HeaderValue, &HeaderValue),
     auth_style: AuthStyle,
 ) -> HeaderMap {
@@ -277,17 +289,13 @@ fn call_headers(
     headers.insert(HOST, host.clone());
     headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
     headers.insert(USER_AGENT, user_agent.clone());
-    if call.body.is_some() {
+    if parts.has_body {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     }
-    // The gateway's request ids are header-safe; a value that is not is
-    // dropped rather than failing the call over a correlation aid.
-    if let Ok(id) = HeaderValue::from_str(request_id) {
-        if !request_id.is_empty() {
-            headers.insert(X_REQUEST_ID.clone(), id);
-        }
+    if let Some(id) = &parts.request_id {
+        headers.insert(X_REQUEST_ID.clone(), id.clone());
     }
-    if let Some(key) = &call.key {
+    if let Some(key) = &parts.key {
         if let Some((name, value)) = auth_header(key, auth_style) {
             headers.insert(name, value);
         }
@@ -299,10 +307,18 @@ fn call_headers(
 /// value is marked sensitive so hyper's HTTP/2 HPACK never indexes it.
 fn auth_header(key: &ApiKey, style: AuthStyle) -> Option<(HeaderName, HeaderValue)> {
     let (name, value) = match style {
-        AuthStyle::Bearer => (
-            AUTHORIZATION,
-            HeaderValue::from_str(&format!("Bearer {}", key.expose())),
-        ),
+        AuthStyle::Bearer => {
+            // Written once into a buffer of its exact size, which the
+            // header value then takes over without a copy.
+            const BEARER: &[u8] = b"Bearer ";
+            let mut value = Vec::with_capacity(BEARER.len() + key.expose().len());
+            value.extend_from_slice(BEARER);
+            value.extend_from_slice(key.expose().as_bytes());
+            (
+                AUTHORIZATION,
+                HeaderValue::from_maybe_shared(Bytes::from(value)),
+            )
+        }
         AuthStyle::ApiKeyHeader => (API_KEY.clone(), HeaderValue::from_str(key.expose())),
     };
     let mut value = value.ok()?;
@@ -310,11 +326,13 @@ fn auth_header(key: &ApiKey, style: AuthStyle) -> Option<(HeaderName, HeaderValu
     Some((name, value))
 }
 
-/// Everything an attempt sends, prepared once per call.
+/// Everything the attempts of one call send, prepared once per call.
 struct Prepared {
     method: Method,
     uri: Uri,
-    headers: HeaderMap,
+    has_body: bool,
+    request_id: Option<HeaderValue>,
+    key: Option<ApiKey>,
     body: Bytes,
     timeout: Duration,
     route: &'static str,
@@ -329,26 +347,35 @@ struct AttemptReply {
 
 impl Upstream for HttpUpstream {
     fn call(&self, call: V2Call, request_id: &str) -> UpstreamFuture<'_> {
-        // Headers are built here so the future does not borrow `request_id`.
-        let headers = call_headers(
-            &call,
-            request_id,
-            (&self.inner.target.host, &self.inner.user_agent),
-            self.inner.settings.auth_style,
-        );
-        Box::pin(self.inner.run(call, headers))
+        // The id's header value is made here so the future does not borrow
+        // `request_id`.
+        Box::pin(self.inner.run(call, request_id_header(request_id)))
     }
 }
 
 impl Inner {
-    async fn run(&self, call: V2Call, headers: HeaderMap) -> Result<V2Reply, UpstreamFailure> {
+    async fn run(
+        &self,
+        call: V2Call,
+        request_id: Option<HeaderValue>,
+    ) -> Result<V2Reply, UpstreamFailure> {
+        let V2Call {
+            method,
+            path,
+            body,
+            key,
+            retry: policy,
+            attempt_timeout,
+        } = call;
+        let route = path.route();
         // Cannot fail for a base URL that passed `new` and a `V2Path`; mapped
         // rather than unwrapped all the same.
         let uri = self
             .target
-            .uri(call.path.path_and_query())
+            .uri(path.into_path_and_query())
             .map_err(|e| UpstreamFailure::Unreachable(format!("invalid upstream URI: {e}")))?;
-        let body = match &call.body {
+        let has_body = body.is_some();
+        let body = match &body {
             Some(json) => Bytes::from(
                 serde_json::to_vec(json)
                     .map_err(|e| UpstreamFailure::Broken(format!("request body: {e}")))?,
@@ -356,28 +383,29 @@ impl Inner {
             None => Bytes::new(),
         };
         let prepared = Prepared {
-            method: call.method,
+            method,
             uri,
-            headers,
+            has_body,
+            request_id,
+            key,
             body,
-            timeout: call
-                .attempt_timeout
-                .unwrap_or(self.settings.attempt_timeout),
-            route: call.path.route(),
+            timeout: attempt_timeout.unwrap_or(self.settings.attempt_timeout),
+            route,
         };
-        let route = prepared.route;
         let retry = &self.settings.retry;
-        let max_attempts = match call.retry {
+        let max_attempts = match policy {
             RetryPolicy::SafeToRetry => retry.max_attempts.max(1),
             RetryPolicy::Never => 1,
         };
 
+        // The first attempt starts now: one reading of the clock for both.
         let started = Instant::now();
         self.budget.deposit();
         let mut attempt = 0u32;
+        let mut attempt_start = started;
         loop {
             attempt += 1;
-            let outcome = self.attempt(&prepared, attempt).await;
+            let outcome = self.attempt(&prepared, attempt, attempt_start).await;
             if attempt >= max_attempts {
                 return finish(outcome, attempt);
             }
@@ -429,66 +457,82 @@ impl Inner {
                 "upstream retry"
             );
             tokio::time::sleep(wait).await;
+            attempt_start = Instant::now();
         }
     }
 
-    /// One request and its whole body under one deadline.
+    /// One request and its whole body under one deadline, from `started`.
     async fn attempt(
         &self,
         prepared: &Prepared,
         attempt: u32,
+        started: Instant,
     ) -> Result<AttemptReply, UpstreamFailure> {
         let Prepared {
             method,
             uri,
-            headers,
             body,
             timeout,
             route,
+            ..
         } = prepared;
         let timeout = *timeout;
-        let started = Instant::now();
         let limit = self.settings.max_response_bytes;
-        let exchange = async {
+        // Pinned where it is: handed to the deadline by reference, not moved
+        // into it (a copy of the whole future, head and body state and all).
+        let exchange = std::pin::pin!(async {
             // Bytes clones share the buffer: a retry does not copy the body.
             let mut request = Request::new(Full::new(body.clone()));
             *request.method_mut() = method.clone();
             *request.uri_mut() = uri.clone();
-            *request.headers_mut() = headers.clone();
-            let (response, lease) = self.pool.send(request).await?;
+            *request.headers_mut() = call_headers(
+                prepared,
+                (&self.target.host, &self.user_agent),
+                self.settings.auth_style,
+            );
+            let (response, lease) = self.pool.send(request, started).await?;
             let (parts, body) = response.into_parts();
-            // A declared length over the cap needs no reading to refuse.
-            let declared = parts
-                .headers
-                .get(CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u64>().ok());
-            if declared.is_some_and(|len| len > limit as u64) {
+            // A declared length over the cap needs no reading to refuse
+            // (hyper read the length; its size hint is exact when declared).
+            if body
+                .size_hint()
+                .exact()
+                .is_some_and(|len| len > limit as u64)
+            {
                 return Err(UpstreamFailure::TooLarge(limit));
             }
-            let body = Limited::new(body, limit)
-                .collect()
-                .await
-                .map_err(|e| body_failure(e, limit))?
-                .to_bytes();
-            // Read to the end: the connection can carry the next call.
-            lease.release();
+            // What the head says is read now, so the head is not kept while
+            // the body is read.
+            let status = parts.status;
             let retry_after = parts
                 .headers
                 .get(RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| parse_retry_after(v, SystemTime::now()));
-            Ok(AttemptReply {
-                status: parts.status,
-                retry_after,
-                body,
-            })
-        };
-        let outcome = tokio::time::timeout(timeout, exchange)
-            .await
-            .unwrap_or(Err(UpstreamFailure::Timeout(timeout)));
+            drop(parts);
+            let body = read_whole(body, limit).await?;
+            // Read to the end: the connection can carry the next call. The
+            // instant it went idle is the one the attempt ended at.
+            let ended = Instant::now();
+            lease.release(ended);
+            Ok((
+                AttemptReply {
+                    status,
+                    retry_after,
+                    body,
+                },
+                ended,
+            ))
+        });
+        let (outcome, ended) =
+            match tokio::time::timeout_at(deadline(started, timeout), exchange).await {
+                Ok(Ok((answer, ended))) => (Ok(answer), ended),
+                Ok(Err(failure)) => (Err(failure), Instant::now()),
+                Err(_) => (Err(UpstreamFailure::Timeout(timeout)), Instant::now()),
+            };
 
-        let elapsed = started.elapsed();
+        let elapsed = ended.saturating_duration_since(started);
+
         let status_class = match &outcome {
             Ok(answer) => status_class(answer.status),
             Err(_) => "error",
@@ -546,6 +590,43 @@ fn finish(
     })
 }
 
+/// An answer's whole body, at most `limit` bytes. The usual V2 answer comes
+/// in one frame, which is kept as it is rather than gathered into a list of
+/// frames first; only a body of several is copied into one buffer.
+async fn read_whole(mut body: Incoming, limit: usize) -> Result<Bytes, UpstreamFailure> {
+    let mut whole = Bytes::new();
+    let mut joined: Option<BytesMut> = None;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| UpstreamFailure::Broken(error_chain(&e)))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let read = joined.as_ref().map_or(whole.len(), BytesMut::len);
+        if read + data.len() > limit {
+            return Err(UpstreamFailure::TooLarge(limit));
+        }
+        match &mut joined {
+            Some(buf) => buf.extend_from_slice(&data),
+            None if whole.is_empty() => whole = data,
+            None => {
+                let mut buf = BytesMut::with_capacity(whole.len() + data.len());
+                buf.extend_from_slice(&whole);
+                buf.extend_from_slice(&data);
+                joined = Some(buf);
+            }
+        }
+    }
+    Ok(joined.map_or(whole, BytesMut::freeze))
+}
+
+/// `timeout` after `start`; a timeout too long to add is as good as none
+/// (thirty years, as tokio's own `timeout` takes it).
+fn deadline(start: Instant, timeout: Duration) -> Instant {
+    start
+        .checked_add(timeout)
+        .unwrap_or_else(|| start + Duration::from_secs(30 * 365 * 86_400))
+}
+
 fn status_class(status: StatusCode) -> &'static str {
     match status.as_u16() / 100 {
         1 => "1xx",
@@ -590,22 +671,39 @@ mod tests {
     #[test]
     fn headers_carry_key_per_style_and_request_id() {
         let key = ApiKey::new("k-123").unwrap();
-        let path = crate::v2::V2Path::new(&[crate::v2::Part::Lit("store")]);
         let ua = HeaderValue::from_static("ua");
         let host = HeaderValue::from_static("v2.example:8080");
-        let call = V2Call::get(path.clone()).with_key(Some(key.clone()));
-        let h = call_headers(&call, "req-1", (&host, &ua), AuthStyle::Bearer);
+        let prepared = |has_body, request_id| Prepared {
+            method: Method::GET,
+            uri: Uri::from_static("http://v2.example:8080/api/v2/store"),
+            has_body,
+            request_id: request_id_header(request_id),
+            key: Some(key.clone()),
+            body: Bytes::new(),
+            timeout: Duration::from_secs(1),
+            route: "/api/v2/store",
+        };
+        let h = call_headers(&prepared(false, "req-1"), (&host, &ua), AuthStyle::Bearer);
         assert_eq!(h[HOST], "v2.example:8080");
         assert_eq!(h[AUTHORIZATION], "Bearer k-123");
         assert!(h[AUTHORIZATION].is_sensitive());
         assert_eq!(h["x-request-id"], "req-1");
         assert!(h.get(CONTENT_TYPE).is_none());
-        let call = V2Call::post(path, Some(serde_json::json!({}))).with_key(Some(key));
-        let h = call_headers(&call, "bad\nid", (&host, &ua), AuthStyle::ApiKeyHeader);
+        let h = call_headers(
+            &prepared(true, "bad\nid"),
+            (&host, &ua),
+            AuthStyle::ApiKeyHeader,
+        );
         assert_eq!(h["api-key"], "k-123");
+        assert!(h["api-key"].is_sensitive());
         assert!(h.get(AUTHORIZATION).is_none());
         assert!(h.get("x-request-id").is_none());
         assert_eq!(h[CONTENT_TYPE], "application/json");
+        assert!(
+            call_headers(&prepared(false, ""), (&host, &ua), AuthStyle::Bearer)
+                .get("x-request-id")
+                .is_none()
+        );
     }
 
     #[test]

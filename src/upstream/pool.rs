@@ -230,11 +230,11 @@ pub(crate) struct Lease<'a> {
 }
 
 impl Lease<'_> {
-    /// The answer's body was read to the end: the connection can carry the
-    /// next request. Dropping the lease instead closes it.
-    pub(crate) fn release(mut self) {
+    /// The answer's body was read to the end (at `now`): the connection can
+    /// carry the next request. Dropping the lease instead closes it.
+    pub(crate) fn release(mut self, now: Instant) {
         if let Some(conn) = self.conn.take() {
-            self.pool.put(conn);
+            self.pool.put(conn, now);
         }
     }
 }
@@ -270,15 +270,17 @@ impl Pool {
 
     /// Sends `request` (absolute URI; `Host` already set) and returns the
     /// answer's head with the lease to give back once its body is read.
+    /// `now` is the caller's reading of the clock, for the idle deadlines.
     /// Connect failures (TCP, proxy, TLS) are `Unreachable`; failures after
     /// are `Broken`.
     pub(crate) async fn send(
         &self,
         mut request: Request<Body>,
+        now: Instant,
     ) -> Result<(Response<Incoming>, Lease<'_>), UpstreamFailure> {
         let mut retried = false;
         loop {
-            let (sender, reused) = match self.checkout(retried).await {
+            let (sender, reused) = match self.checkout(retried, now).await {
                 Some(sender) => (sender, true),
                 // Boxed: connecting (TLS, handshakes) takes a large future
                 // that every call would otherwise carry and copy.
@@ -314,15 +316,14 @@ impl Pool {
         }
     }
 
-    /// An idle connection ready for a request, unless `fresh` is asked for
-    /// or there is none.
-    async fn checkout(&self, fresh: bool) -> Option<Sender> {
+    /// An idle connection ready for a request (idle deadlines as of `now`),
+    /// unless `fresh` is asked for or there is none.
+    async fn checkout(&self, fresh: bool, now: Instant) -> Option<Sender> {
         if fresh || !self.pooling() {
             return None;
         }
         loop {
             let taken = {
-                let now = Instant::now();
                 let timeout = self.shared.idle_timeout;
                 let mut idle = self.idle();
                 if let Some(h2) = idle.h2.take(now, timeout) {
@@ -376,12 +377,11 @@ impl Pool {
         }
     }
 
-    fn put(&self, conn: H1) {
+    fn put(&self, conn: H1, now: Instant) {
         if !self.pooling() {
             return;
         }
         let rejected = {
-            let now = Instant::now();
             let mut idle = self.idle();
             idle.h1
                 .put(conn, now, self.shared.idle_timeout, self.shared.max_idle)
@@ -635,7 +635,7 @@ mod tests {
         let (mut tx, connection) = http1::handshake(TokioIo::new(near)).await.unwrap();
         spawn(connection);
         tx.ready().await.unwrap();
-        pool.put(H1 { tx });
+        pool.put(H1 { tx }, Instant::now());
         drop(far);
 
         let mut request = Request::new(Body::from("{}"));
@@ -644,12 +644,12 @@ mod tests {
         request
             .headers_mut()
             .insert(http::header::HOST, addr.to_string().parse().unwrap());
-        let (response, lease) = pool.send(request).await.unwrap();
+        let (response, lease) = pool.send(request, Instant::now()).await.unwrap();
         assert_eq!(response.status(), http::StatusCode::OK);
         assert_eq!(seen.recv().await.unwrap(), http::Method::POST);
         assert!(seen.try_recv().is_err());
         drop(response);
-        lease.release();
+        lease.release(Instant::now());
         assert_eq!(pool.idle_counts(), (1, false));
     }
 
