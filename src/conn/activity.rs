@@ -11,6 +11,17 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+/// What [`Activity::quiet_for`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quiet {
+    /// No request has been in progress for the idle timeout.
+    Idle,
+    /// An HTTP/1 connection has had no request in progress for the head
+    /// deadline: the next request's head is overdue (or the connection has
+    /// waited idle as long as keep-alive allows).
+    Head,
+}
+
 #[derive(Default)]
 pub struct Activity {
     state: Mutex<State>,
@@ -139,6 +150,62 @@ impl Activity {
         }
     }
 
+    /// Resolves once the connection has had nothing in progress for `idle`
+    /// ([`Quiet::Idle`]; `None`: not waited for) or, unless it is HTTP/2, for
+    /// `head` ([`Quiet::Head`]: the next request's head was due by then),
+    /// whichever comes first.
+    ///
+    /// One timer, moved only when it fires, as in [`Activity::idle_for`]:
+    /// the head deadline of HTTP/1 costs a request no timer of its own (hyper's
+    /// took one for every request, and a wake-up to arm it).
+    pub async fn quiet_for(&self, head: Duration, idle: Option<Duration>) -> Quiet {
+        // The nearest deadline counted from `since`; none if neither applies
+        // (or cannot be represented).
+        let due = |since: Instant| {
+            let head = (!self.is_http2())
+                .then(|| since.checked_add(head))
+                .flatten();
+            let idle = idle.and_then(|idle| since.checked_add(idle));
+            match (head, idle) {
+                (Some(head), Some(idle)) => Some(head.min(idle)),
+                (head, idle) => head.or(idle),
+            }
+        };
+        let Some(first) = due(self.lock().since) else {
+            return std::future::pending().await;
+        };
+        let sleep = tokio::time::sleep_until(first);
+        tokio::pin!(sleep);
+        loop {
+            sleep.as_mut().await;
+            let (active, since) = {
+                let s = self.lock();
+                (s.active, s.since)
+            };
+            let now = Instant::now();
+            if active > 0 {
+                // Nothing is due while a request is in progress: look again
+                // a whole deadline from now.
+                match due(now) {
+                    Some(next) => sleep.as_mut().reset(next),
+                    None => return std::future::pending().await,
+                }
+                continue;
+            }
+            let passed = |d: Duration| since.checked_add(d).is_some_and(|at| at <= now);
+            if idle.is_some_and(passed) {
+                return Quiet::Idle;
+            }
+            if !self.is_http2() && passed(head) {
+                return Quiet::Head;
+            }
+            match due(since) {
+                Some(next) => sleep.as_mut().reset(next),
+                None => return std::future::pending().await,
+            }
+        }
+    }
+
     /// Resolves on the next change of the in-progress count.
     pub async fn changed(&self) {
         self.changed.notified().await;
@@ -164,6 +231,37 @@ mod tests {
         let started = Instant::now();
         a.idle_for(idle).await;
         assert!(started.elapsed() >= idle);
+    }
+
+    #[tokio::test]
+    async fn the_head_is_due_before_the_idle_deadline_unless_http2() {
+        let (head, idle) = (Duration::from_millis(40), Duration::from_millis(80));
+        let a = Activity::new();
+        let started = Instant::now();
+        assert_eq!(a.quiet_for(head, Some(idle)).await, Quiet::Head);
+        assert!(started.elapsed() >= head);
+        // A request in progress holds both off; they count from its end.
+        let busy = a.begin();
+        let waiting = a.quiet_for(head, Some(idle));
+        tokio::pin!(waiting);
+        assert!(tokio::time::timeout(idle * 2, waiting.as_mut())
+            .await
+            .is_err());
+        drop(busy);
+        let ended = Instant::now();
+        assert_eq!(waiting.await, Quiet::Head);
+        assert!(ended.elapsed() >= head);
+        // HTTP/2 has no head deadline; without the idle one, nothing is due.
+        a.saw_http2();
+        assert_eq!(a.quiet_for(head, Some(idle)).await, Quiet::Idle);
+        assert!(ended.elapsed() >= idle);
+        assert!(tokio::time::timeout(idle * 2, a.quiet_for(head, None))
+            .await
+            .is_err());
+        // A head deadline longer than the idle one comes second.
+        let b = Activity::new();
+        assert_eq!(b.quiet_for(idle * 2, Some(idle)).await, Quiet::Idle);
+        assert_eq!(b.quiet_for(idle * 2, None).await, Quiet::Head);
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //!   connection task: hyper auto (h1 | h2) over Refusals(TLS?(SharedStream))
 //!     ├─ ConnService: busy count, HEAD without body, cut envelope, close after stop
 //!     ├─ idle for idle_timeout → graceful close
+//!     ├─ HTTP/1: no request header_read_timeout after the last answer
+//!     │  → graceful close if nothing was sent, else closed at once
 //!     └─ stop → close now if idle and nothing unread, else after the request
 //! ```
 //!
@@ -53,7 +55,7 @@ pub use service::CutAnswer;
 pub use settings::{ConnSettings, ConnectionSection};
 
 use crate::telemetry::{OPEN_CONNECTIONS, SHED_CONNECTIONS};
-use activity::Activity;
+use activity::{Activity, Quiet};
 use coalesce::{Coalesce, CoalescingExecutor, WhenWoken};
 use refusal::Refusals;
 use service::ConnService;
@@ -136,10 +138,9 @@ where
 {
     let settings = &conf.settings;
     let mut builder = auto::Builder::new(CoalescingExecutor);
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(settings.header_read_timeout);
+    // The head deadline of HTTP/1 is the connection task's (see
+    // `connection`), not hyper's: hyper's took a timer for every request.
+    builder.http1().header_read_timeout(None);
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -246,7 +247,11 @@ async fn connection<S, B>(
         gauge.decrement(1.0);
         return;
     };
-    let io = TokioIo::new(Refusals::new(stream, answers.protocol));
+    let io = TokioIo::new(Refusals::new(
+        stream,
+        answers.protocol,
+        Some(activity.clone()),
+    ));
     let service = ConnService {
         inner: service,
         activity: activity.clone(),
@@ -256,6 +261,9 @@ async fn connection<S, B>(
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
     let (mut stopping, mut closing, mut quiet_enough, mut cut) = (false, false, false, false);
+    // Until an HTTP/1 connection that waited its head deadline idle is
+    // closing for it.
+    let mut head_watch = true;
     let quiet = DRAIN_QUIET.min(settings.idle_timeout);
     loop {
         tokio::select! {
@@ -275,10 +283,29 @@ async fn connection<S, B>(
                 activity.cut();
                 cut = true;
             }
-            _ = WhenWoken::new(activity.idle_for(settings.idle_timeout)), if !closing => {
-                conn.as_mut().graceful_shutdown();
-                closing = true;
-            }
+            // The idle deadline, and for HTTP/1 the next request's head:
+            // due `header_read_timeout` after the last answer was written
+            // (or the connection was accepted), whatever was read of it.
+            quiet = WhenWoken::new(activity.quiet_for(
+                settings.header_read_timeout,
+                (!closing).then_some(settings.idle_timeout),
+            )), if !closing || head_watch => match quiet {
+                Quiet::Idle => {
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+                // Nothing of a next request arrived: as long as keep-alive
+                // may wait.
+                Quiet::Head if activity.is_clean() => {
+                    conn.as_mut().graceful_shutdown();
+                    (closing, head_watch) = (true, false);
+                }
+                // A head begun and not finished in time: closed as it is.
+                Quiet::Head => {
+                    tracing::debug!("request head not received within connections.header_read_timeout_ms");
+                    break;
+                }
+            },
             // While stopping, look again whenever a request starts or ends,
             // and once the connection has been quiet for a moment.
             _ = activity.changed(), if stopping && !closing => {}

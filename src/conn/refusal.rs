@@ -8,6 +8,10 @@
 //! `HTTP/1.x 4..`, declares `content-length: 0` and has no `content-type` is
 //! hyper's, and is swapped for the listener's envelope of that status.
 //! HTTP/2 frames never start with `HTTP/1.`, so HTTP/2 passes untouched.
+//!
+//! On the way in, it tells an HTTP/2 client by its connection preface, the
+//! first bytes it sends, and marks the connection's [`Activity`] before any
+//! request: an HTTP/2 connection has no deadline for a request head.
 
 use std::io;
 use std::pin::Pin;
@@ -17,6 +21,11 @@ use bytes::{Buf, Bytes};
 use http::StatusCode;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::activity::Activity;
+
+/// The first line of the HTTP/2 client preface.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
+
 /// The raw HTTP/1.1 answer that replaces hyper's own for a status.
 pub type ProtocolAnswer = fn(StatusCode) -> Bytes;
 
@@ -25,15 +34,42 @@ pub struct Refusals<IO> {
     answer: Option<ProtocolAnswer>,
     /// A replacement answer not yet fully written to `inner`.
     pending: Bytes,
+    /// The connection, while its first bytes may still be the HTTP/2
+    /// preface; how many of them matched it so far.
+    preface: Option<(std::sync::Arc<Activity>, usize)>,
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> Refusals<IO> {
-    /// `answer: None` passes everything through unchanged.
-    pub fn new(inner: IO, answer: Option<ProtocolAnswer>) -> Refusals<IO> {
+    /// `answer: None` passes everything through unchanged; `activity` is
+    /// marked if the client turns out to speak HTTP/2.
+    pub fn new(
+        inner: IO,
+        answer: Option<ProtocolAnswer>,
+        activity: Option<std::sync::Arc<Activity>>,
+    ) -> Refusals<IO> {
         Refusals {
             inner,
             answer,
             pending: Bytes::new(),
+            preface: activity.map(|a| (a, 0)),
+        }
+    }
+
+    /// Follows the client's first bytes, `got`, until they are the HTTP/2
+    /// preface or cannot be.
+    fn look_for_preface(&mut self, got: &[u8]) {
+        let Some((activity, matched)) = &mut self.preface else {
+            return;
+        };
+        let want = &H2_PREFACE[*matched..];
+        let n = got.len().min(want.len());
+        if got[..n] != want[..n] {
+            self.preface = None;
+        } else if n == want.len() {
+            activity.saw_http2();
+            self.preface = None;
+        } else {
+            *matched += n;
         }
     }
 
@@ -77,7 +113,13 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for Refusals<IO> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+        if this.preface.is_some() {
+            this.look_for_preface(&buf.filled()[before..]);
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -147,6 +189,39 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn an_http2_client_is_told_by_its_preface_even_in_pieces() {
+        for pieces in [
+            &[&b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..]][..],
+            &[b"PRI * HT", b"TP/2.0\r", b"\n\r\nSM"],
+        ] {
+            let (near, mut far) = tokio::io::duplex(1024);
+            let activity = Activity::new();
+            let mut r = Refusals::new(near, None, Some(activity.clone()));
+            let mut buf = [0u8; 64];
+            for piece in pieces {
+                far.write_all(piece).await.unwrap();
+                let n = r.read(&mut buf).await.unwrap();
+                assert_eq!(&buf[..n], *piece);
+            }
+            assert!(activity.is_http2());
+        }
+        for first in [
+            &b"POST /api/v1/run/detail HTTP/1.1\r\n"[..],
+            b"PRI * HTTP/1.1\r\n",
+        ] {
+            let (near, mut far) = tokio::io::duplex(1024);
+            let activity = Activity::new();
+            let mut r = Refusals::new(near, None, Some(activity.clone()));
+            far.write_all(first).await.unwrap();
+            far.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+            drop(far);
+            let mut got = Vec::new();
+            r.read_to_end(&mut got).await.unwrap();
+            assert!(!activity.is_http2(), "{first:?}");
+        }
+    }
+
     fn envelope(status: StatusCode) -> Bytes {
         Bytes::from(format!(
             "HTTP/1.1 {} X\r\ncontent-length: 2\r\n\r\n{{}}",
@@ -157,7 +232,7 @@ mod tests {
     #[tokio::test]
     async fn the_replacement_reaches_the_inner_stream_and_the_rest_passes() {
         let (near, mut far) = tokio::io::duplex(1024);
-        let mut w = Refusals::new(near, Some(envelope));
+        let mut w = Refusals::new(near, Some(envelope), None);
         let hyper = b"HTTP/1.1 414 URI Too Long\r\ncontent-length: 0\r\ndate: x\r\n\r\n";
         w.write_all(hyper).await.unwrap();
         w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
@@ -172,7 +247,7 @@ mod tests {
         );
         // Without an answer, hyper's own passes unchanged.
         let (near, mut far) = tokio::io::duplex(1024);
-        let mut w = Refusals::new(near, None);
+        let mut w = Refusals::new(near, None, None);
         w.write_all(hyper).await.unwrap();
         w.shutdown().await.unwrap();
         let mut got = Vec::new();

@@ -13,12 +13,12 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, Version};
-use http_body::Body;
+use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tower::{Service, ServiceExt};
 
-use super::activity::Activity;
+use super::activity::{Activity, Busy};
 use super::body::ConnHandle;
 use super::drain::Drain;
 
@@ -26,10 +26,43 @@ use super::drain::Drain;
 pub type CutAnswer = fn() -> Response<Full<Bytes>>;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-/// The body of every answer the connection layer hands hyper: the
-/// service's own, or the cut answer's (also the empty body of a HEAD
-/// answer). Neither is boxed.
-pub type ConnBody<B> = Either<B, Full<Bytes>>;
+pin_project_lite::pin_project! {
+    /// The body of every answer the connection layer hands hyper: the
+    /// service's own, or the cut answer's (also the empty body of a HEAD
+    /// answer), neither boxed. It keeps the connection busy until hyper is
+    /// done with it (written, or dropped): until then the connection is not
+    /// waiting for a next request, and the deadline for that request's head
+    /// ([`Activity::quiet_for`]) has not begun.
+    pub struct ConnBody<B> {
+        #[pin]
+        inner: Either<B, Full<Bytes>>,
+        _busy: Busy,
+    }
+}
+
+impl<B> Body for ConnBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.project().inner.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
 
 #[derive(Clone)]
 pub struct ConnService<S> {
@@ -73,7 +106,6 @@ where
         let drain = self.drain.clone();
         let cut = self.cut;
         Box::pin(async move {
-            let _busy = busy;
             // Made and pinned in place: raced by reference, not moved into
             // the race.
             let mut answer = std::pin::pin!(inner.oneshot(req));
@@ -93,7 +125,8 @@ where
                 biased;
                 r = &mut answer => r?.map(Either::Left),
                 _ = cut_now => cut().map(Either::Right),
-            };
+            }
+            .map(|inner| ConnBody { inner, _busy: busy });
             if head {
                 strip_body(&mut resp);
             }
@@ -134,5 +167,5 @@ where
             .entry(header::CONTENT_LENGTH)
             .or_insert_with(|| HeaderValue::from(len));
     }
-    *resp.body_mut() = Either::Right(Full::new(Bytes::new()));
+    resp.body_mut().inner = Either::Right(Full::new(Bytes::new()));
 }
