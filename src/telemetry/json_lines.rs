@@ -32,23 +32,46 @@ pub struct JsonFields;
 
 impl<'w> FormatFields<'w> for JsonFields {
     fn format_fields<R: RecordFields>(&self, mut writer: Writer<'w>, fields: R) -> fmt::Result {
-        let mut members = Members::new(&mut writer, true);
-        fields.record(&mut members);
-        members.result
+        with_buffer(|buf| {
+            let mut members = Members::new(buf, true);
+            fields.record(&mut members);
+            members.result?;
+            writer.write_str(buf)
+        })
     }
 
-    /// A field recorded later (`request_id`, `operation`) joins the others.
+    /// A field recorded later (`request_id`, `operation`) joins the others,
+    /// appended to their text directly.
     fn add_fields(
         &self,
         current: &'w mut FormattedFields<Self>,
         fields: &Record<'_>,
     ) -> fmt::Result {
         let first = current.fields.is_empty();
-        let mut writer = current.as_writer();
-        let mut members = Members::new(&mut writer, first);
+        // Room for a field or two, made once rather than step by step.
+        current.fields.reserve(64);
+        let mut members = Members::new(&mut current.fields, first);
         fields.record(&mut members);
         members.result
     }
+}
+
+/// `write` given a buffer to build text in, then to hand on whole: the
+/// forty-odd pieces of a line go into it directly instead of one by one
+/// through the writer tracing-subscriber passes (a call through a trait
+/// object each). One buffer a thread, kept; a fresh one if writing a line
+/// logs something itself.
+fn with_buffer<R>(write: impl FnOnce(&mut String) -> R) -> R {
+    thread_local! {
+        static BUFFER: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    BUFFER.with(|buffer| match buffer.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.clear();
+            write(&mut buf)
+        }
+        Err(_) => write(&mut String::new()),
+    })
 }
 
 /// One event as one JSON line: `timestamp` (as `T` writes it, e.g.
@@ -77,34 +100,37 @@ where
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        let meta = event.metadata();
-        writer.write_str("{\"timestamp\":\"")?;
-        self.timer.format_time(&mut writer)?;
-        writer.write_str("\",\"level\":\"")?;
-        writer.write_str(meta.level().as_str())?;
-        writer.write_str("\"")?;
-        let mut members = Members::new(&mut writer, false);
-        event.record(&mut members);
-        members.result?;
-        writer.write_str(",\"target\":")?;
-        string(&mut writer, meta.target())?;
-        let span = event
-            .parent()
-            .and_then(|id| ctx.span(id))
-            .or_else(|| ctx.lookup_current());
-        if let Some(span) = span {
-            writer.write_str(",\"span\":{")?;
-            if let Some(fields) = span.extensions().get::<FormattedFields<JsonFields>>() {
-                if !fields.fields.is_empty() {
-                    writer.write_str(&fields.fields)?;
-                    writer.write_str(",")?;
+        with_buffer(|line| {
+            let meta = event.metadata();
+            line.push_str("{\"timestamp\":\"");
+            self.timer.format_time(&mut Writer::new(&mut *line))?;
+            line.push_str("\",\"level\":\"");
+            line.push_str(meta.level().as_str());
+            line.push('"');
+            let mut members = Members::new(&mut *line, false);
+            event.record(&mut members);
+            members.result?;
+            line.push_str(",\"target\":");
+            string(line, meta.target())?;
+            let span = event
+                .parent()
+                .and_then(|id| ctx.span(id))
+                .or_else(|| ctx.lookup_current());
+            if let Some(span) = span {
+                line.push_str(",\"span\":{");
+                if let Some(fields) = span.extensions().get::<FormattedFields<JsonFields>>() {
+                    if !fields.fields.is_empty() {
+                        line.push_str(&fields.fields);
+                        line.push(',');
+                    }
                 }
+                line.push_str("\"name\":");
+                string(line, span.metadata().name())?;
+                line.push('}');
             }
-            writer.write_str("\"name\":")?;
-            string(&mut writer, span.metadata().name())?;
-            writer.write_str("}")?;
-        }
-        writer.write_str("}\n")
+            line.push_str("}\n");
+            writer.write_str(line)
+        })
     }
 }
 
