@@ -120,34 +120,10 @@ impl Activity {
         s.active == 0 && s.mark == self.read.load(Ordering::Acquire)
     }
 
-    /// Resolves once the connection has had nothing in progress for `idle`.
-    ///
-    /// One timer, moved only when it fires: it is first due `idle` after
-    /// the last change, and on firing either the connection has been idle
-    /// that long, or it is set again to `idle` after the last change (or
-    /// from now, while a request is in progress). A request that starts or
-    /// ends neither touches the timer nor wakes the connection's task, which
-    /// used to cost a timer and a wake-up per request.
+    /// Resolves once the connection has had nothing in progress for `idle`:
+    /// [`Activity::quiet_for`] with no head deadline.
     pub async fn idle_for(&self, idle: Duration) {
-        let since = self.lock().since;
-        let sleep = tokio::time::sleep_until(since + idle);
-        tokio::pin!(sleep);
-        loop {
-            sleep.as_mut().await;
-            let (active, since) = {
-                let s = self.lock();
-                (s.active, s.since)
-            };
-            let next = if active > 0 {
-                Instant::now() + idle
-            } else {
-                since + idle
-            };
-            if next <= Instant::now() {
-                return;
-            }
-            sleep.as_mut().reset(next);
-        }
+        self.quiet_for(Duration::MAX, Some(idle)).await;
     }
 
     /// Resolves once the connection has had nothing in progress for `idle`
@@ -155,9 +131,13 @@ impl Activity {
     /// `head` ([`Quiet::Head`]: the next request's head was due by then),
     /// whichever comes first.
     ///
-    /// One timer, moved only when it fires, as in [`Activity::idle_for`]:
-    /// the head deadline of HTTP/1 costs a request no timer of its own (hyper's
-    /// took one for every request, and a wake-up to arm it).
+    /// One timer, moved only when it fires: it is first due at the nearer
+    /// deadline after the last change, and on firing either one has passed,
+    /// or it is set again from the last change (or from now, while a
+    /// request is in progress). A request that starts or ends neither
+    /// touches the timer nor wakes the connection's task, and the head
+    /// deadline of HTTP/1 costs a request no timer of its own (hyper's took
+    /// one for every request, and a wake-up to arm it).
     pub async fn quiet_for(&self, head: Duration, idle: Option<Duration>) -> Quiet {
         // The nearest deadline counted from `since`; none if neither applies
         // (or cannot be represented).
