@@ -435,12 +435,6 @@ async fn dispatch_counting(
     }
 }
 
-/// A client-sent id is kept only if it is short and printable; otherwise it
-/// is replaced, so it cannot smuggle anything into logs or upstream headers.
-pub fn usable_request_id(headers: &HeaderMap) -> Option<String> {
-    request_id_of(headers).map(str::to_owned)
-}
-
 /// A request's id as text (logs, V2) and as the header value its answer
 /// echoes: the one the server's layers settled on, else the client's if
 /// usable, else a new ULID.
@@ -463,7 +457,8 @@ fn request_ident(settled: Option<HeaderValue>, headers: &HeaderMap) -> (Arc<str>
     (Arc::from(&*id), value)
 }
 
-/// [`usable_request_id`], borrowed.
+/// A client-sent id, kept only if it is short and printable; otherwise it
+/// is replaced, so it cannot smuggle anything into logs or upstream headers.
 pub fn request_id_of(headers: &HeaderMap) -> Option<&str> {
     let v = headers.get(&REQUEST_ID)?.to_str().ok()?;
     let ok = !v.is_empty()
@@ -517,11 +512,10 @@ fn finish(
             };
             access::log(cx, &outcome);
             // The ids' own buffer becomes the header's value.
-            if let Some(v) = Some(v2_ids)
-                .filter(|ids| !ids.is_empty())
-                .and_then(|ids| HeaderValue::from_maybe_shared(Bytes::from(ids)).ok())
-            {
-                resp.headers.insert(V2_REQUEST_ID, v);
+            if !v2_ids.is_empty() {
+                if let Ok(v) = HeaderValue::from_maybe_shared(Bytes::from(v2_ids)) {
+                    resp.headers.insert(V2_REQUEST_ID, v);
+                }
             }
             resp.headers
                 .insert(UPSTREAM_CALLS, count_header(answer.upstream_calls));

@@ -8,8 +8,9 @@ use crate::paging::Window;
 use crate::v2::Segment;
 
 /// The members of a JSON object, each value read as serde_json reads a
-/// `Value`; `None` for anything but an object.
-struct Members(Option<Vec<(String, Value)>>);
+/// `Value`. Anything but an object is refused here and read again as a
+/// `Value` by [`Body::parse`], whose refusal names the problem.
+struct Members(Vec<(String, Value)>);
 
 impl<'de> serde::Deserialize<'de> for Members {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -30,32 +31,10 @@ impl<'de> serde::Deserialize<'de> for Members {
                     }
                     members.push((name, map.next_value::<Value>()?));
                 }
-                Ok(Members(Some(members)))
-            }
-            fn visit_bool<E: Error>(self, _: bool) -> Result<Members, E> {
-                Ok(Members(None))
-            }
-            fn visit_i64<E: Error>(self, _: i64) -> Result<Members, E> {
-                Ok(Members(None))
-            }
-            fn visit_u64<E: Error>(self, _: u64) -> Result<Members, E> {
-                Ok(Members(None))
-            }
-            fn visit_f64<E: Error>(self, _: f64) -> Result<Members, E> {
-                Ok(Members(None))
-            }
-            fn visit_str<E: Error>(self, _: &str) -> Result<Members, E> {
-                Ok(Members(None))
-            }
-            fn visit_unit<E: Error>(self) -> Result<Members, E> {
-                Ok(Members(None))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Members, A::Error> {
-                crate::ops::wire::drain_seq(seq)?;
-                Ok(Members(None))
+                Ok(Members(members))
             }
         }
-        d.deserialize_any(V)
+        d.deserialize_map(V)
     }
 }
 
@@ -109,7 +88,7 @@ impl Body {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(Body(Vec::new()));
         }
-        if let Ok(Members(Some(members))) = serde_json::from_slice::<Members>(bytes) {
+        if let Ok(Members(members)) = serde_json::from_slice::<Members>(bytes) {
             return Ok(Body(members));
         }
         // Not an object, or not JSON: read as any value, so the refusal

@@ -149,6 +149,33 @@ async fn a_slow_head_is_closed_on_its_deadline_while_others_are_served() {
     assert!(took < Duration::from_secs(3), "{took:?}");
 }
 
+/// The head deadline holds for every request of a kept-alive connection,
+/// counted from its last answer, and for a connection that never sends a
+/// byte; the idle deadline (far longer here) is not what closes them.
+#[tokio::test]
+async fn the_head_deadline_counts_from_the_last_answer_and_from_the_accept() {
+    let (gw, _) = gateway(
+        Duration::ZERO,
+        "[connections]\nheader_read_timeout_ms = 300\nidle_timeout_ms = 60000\n",
+    )
+    .await;
+    let mut silent = TcpStream::connect(gw.addr).await.unwrap();
+    let mut kept = TcpStream::connect(gw.addr).await.unwrap();
+    kept.write_all(&detail_request(false)).await.unwrap();
+    let a = read_answer(&mut kept).await.unwrap();
+    assert_eq!(a.status, 200);
+    assert!(!a.closes());
+    let answered = Instant::now();
+    // A second head, begun and never finished.
+    kept.write_all(b"POST /api/v1/run/detail HTTP/1.1\r\nhost: t\r\n")
+        .await
+        .unwrap();
+    assert!(closed_within(&mut kept, Duration::from_secs(3)).await);
+    let took = answered.elapsed();
+    assert!(took >= Duration::from_millis(250), "{took:?}");
+    assert!(closed_within(&mut silent, Duration::from_secs(3)).await);
+}
+
 /// Slow bodies hold connections, not in-flight slots: with 2 slots and 6
 /// clients trickling bodies, normal requests are still served (no 429), and
 /// each slow client gets the 400 envelope at the body deadline.

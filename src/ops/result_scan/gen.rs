@@ -128,45 +128,27 @@ pub fn alike_value() -> impl Strategy<Value = J> {
     ]
 }
 
-/// `j` without whitespace, as V2 writes it.
-pub fn compact(j: &J, out: &mut String) {
-    match j {
-        J::Lit(t) => out.push_str(t),
-        J::Arr(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                compact(item, out);
-            }
-            out.push(']');
-        }
-        J::Obj(members) => {
-            out.push('{');
-            for (i, (k, v)) in members.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(k);
-                out.push(':');
-                compact(v, out);
-            }
-            out.push('}');
-        }
-    }
-}
-
-/// Whitespace between tokens, chosen by a small generator from `seed`.
-pub struct Ws(pub u64);
+/// Whitespace between tokens: chosen by a small generator from a seed, or
+/// none at all (compact, as V2 writes it).
+pub struct Ws(Option<u64>);
 
 impl Ws {
+    pub fn seeded(seed: u64) -> Ws {
+        Ws(Some(seed))
+    }
+
+    pub fn none() -> Ws {
+        Ws(None)
+    }
+
     fn next(&mut self) -> &'static str {
-        self.0 = self
-            .0
+        let Some(state) = &mut self.0 else {
+            return "";
+        };
+        *state = state
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        match (self.0 >> 33) % 8 {
+        match (*state >> 33) % 8 {
             0 => " ",
             1 => "\n  ",
             2 => "\t",
@@ -176,6 +158,7 @@ impl Ws {
     }
 }
 
+/// `j` as JSON text, with `ws`'s whitespace between its tokens.
 pub fn render(j: &J, ws: &mut Ws, out: &mut String) {
     match j {
         J::Lit(t) => out.push_str(t),
@@ -266,7 +249,7 @@ pub fn answer() -> impl Strategy<Value = (String, usize)> {
         })
         .prop_map(|(top, seed, n)| {
             let mut out = String::new();
-            let mut ws = Ws(seed);
+            let mut ws = Ws::seeded(seed);
             out.push_str(ws.next());
             render(&J::Obj(top), &mut ws, &mut out);
             out.push_str(ws.next());

@@ -827,6 +827,15 @@ mod tests {
         format!(r#"{{"code":0,"data":{{"count":1,"list":{list}}},"request_id":"r"}}"#)
     }
 
+    /// [`page`] with the `@` in `list` replaced by `bytes` (which need not
+    /// be UTF-8).
+    fn page_with(list: &str, bytes: &[u8]) -> Vec<u8> {
+        let mut body = page(list).into_bytes();
+        let at = body.iter().position(|&c| c == b'@').unwrap();
+        body.splice(at..at + 1, bytes.iter().copied());
+        body
+    }
+
     /// Escapes, quotes, control characters and non-ASCII text at every
     /// place of a string up to past two of the scanner's 16-byte steps, in a
     /// key and in a value: accepted exactly when serde accepts, and read alike.
@@ -948,9 +957,7 @@ mod tests {
                             ),
                             (format!(r#"[{{"{first}":1}},{{""#), r#"":1}]"#),
                         ] {
-                            let mut body = page(&format!("{before}@{after}")).into_bytes();
-                            let hole = body.iter().position(|&c| c == b'@').unwrap();
-                            body.splice(hole..hole + 1, text.iter().copied());
+                            let body = page_with(&format!("{before}@{after}"), &text);
                             assert!(std::str::from_utf8(&body).is_err());
                             assert!(scan(&body, 0..3).is_none(), "{body:?}");
                         }
@@ -1072,9 +1079,7 @@ mod tests {
             b"\xf0\x9f\x98",
         ] {
             for list in [r#"[{"a":"x@y"}]"#, r#"[{"x@y":1}]"#, r#"[{"a":1}]@"#] {
-                let mut body = page(list).into_bytes();
-                let at = body.iter().position(|&c| c == b'@').unwrap();
-                body.splice(at..at + 1, bad.iter().copied());
+                let body = page_with(list, bad);
                 assert!(std::str::from_utf8(&body).is_err());
                 assert!(scan(&body, 0..1).is_none(), "{body:?}");
             }
@@ -1190,7 +1195,7 @@ mod tests {
                 r.into_iter().map(|(k, v)| (format!("\"{k}\""), J::Lit(v))).collect()
             )).collect());
             let mut body = String::from(r#"{"code":0,"message":"success","data":{"count":1,"list":"#);
-            render(&rows, &mut Ws(seed), &mut body);
+            render(&rows, &mut Ws::seeded(seed), &mut body);
             body.push_str(r#"},"request_id":"r"}"#);
             prop_assert!(check(&body).is_some(), "{}", body);
         }
@@ -1210,7 +1215,7 @@ mod tests {
                 keys.iter().zip(values).map(|(k, v)| (format!("\"{k}\""), v)).collect()
             )).collect());
             let mut body = String::from(r#"{"code":0,"message":"success","data":{"count":1,"list":"#);
-            compact(&rows, &mut body);
+            render(&rows, &mut Ws::none(), &mut body);
             body.push_str(r#"},"request_id":"r"}"#);
             check(&body);
             check_range(&body, from..from + len);
