@@ -64,8 +64,10 @@ pub enum BodyError {
 /// its headers checked; in-process callers hand over ready bytes.
 pub struct RawV1Request<B> {
     /// The id the server's request-id layer settled on (the client's
-    /// `x-request-id` if usable, else a new one), already checked; `None`
-    /// when no such layer ran, and admission finds or makes one itself.
+    /// `x-request-id` if usable, else a new one), already checked, and
+    /// already in the request's span with the operation; `None` when no
+    /// such layer ran, and admission finds or makes one itself and records
+    /// both into the current span.
     pub request_id: Option<HeaderValue>,
     pub method: Method,
     /// `/api/v1/run/detail`, `/api/store`, … (no query).
@@ -269,9 +271,14 @@ impl Pipeline {
     {
         let started = Instant::now();
         let gateway = self.live.load();
+        // Through the server, the request's span was made with the id and
+        // the operation already; anywhere else they are recorded into the
+        // current span (if any) here.
+        let span = req.request_id.is_none().then(tracing::Span::current);
         let (request_id, id_header) = request_ident(req.request_id, &req.headers);
-        let span = tracing::Span::current();
-        span.record("request_id", &*request_id);
+        if let Some(span) = &span {
+            span.record("request_id", &*request_id);
+        }
         let mut cx = access::Context {
             method: &req.method,
             op: None,
@@ -289,7 +296,9 @@ impl Pipeline {
                 self.metrics(),
             ));
         };
-        span.record("operation", op.name());
+        if let Some(span) = &span {
+            span.record("operation", op.name());
+        }
         cx.op = Some(op);
         let refuse = |err| finish(&cx, &id_header, Err(err), 0, self.metrics());
         // The body is read as JSON whatever its `Content-Type` says, as V1

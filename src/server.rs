@@ -26,6 +26,7 @@ use crate::error::GatewayError;
 use crate::pipeline::{
     self, request_id_of, BodyError, Pipeline, RawV1Request, V1Response, API_KEY, REQUEST_ID,
 };
+use crate::route::{self, Operation};
 use crate::shadow::Mirror;
 
 pub mod admin;
@@ -96,7 +97,10 @@ pub async fn serve_public(
     // The stack, outermost first. Each layer's reason:
     let service = ServiceBuilder::new()
         // Keys never reach a log line, even at trace level.
-        .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION, API_KEY]))
+        .layer(SetSensitiveRequestHeadersLayer::new([
+            header::AUTHORIZATION,
+            API_KEY,
+        ]))
         // Every request has an id: the client's if usable, else a new ULID.
         // An unusable client id is dropped first, so the id echoed to the
         // client is the one used in logs and sent upstream.
@@ -110,11 +114,26 @@ pub async fn serve_public(
         // One span per request; the path is logged without its query.
         // Its failure log is off: the pipeline's access line is the one
         // line a failure gets (a 5xx here would be logged a second time).
-        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request<Incoming>| {
-            // A callback token is a capability: logged as its prefix only.
-            let path = crate::callbacks::loggable_path(req.uri().path());
-            tracing::info_span!("request", method = %req.method(), path = %path, request_id = tracing::field::Empty, operation = tracing::field::Empty)
-        }).on_failure(()))
+        // The id settled above and the operation are known here, so they are
+        // written with the span rather than recorded into it later (each
+        // record costs a lookup and a lock of the span's data).
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &Request<Incoming>| {
+                    // The values are worked out only when the span is on.
+                    // A callback token is a capability: its path is logged
+                    // as its prefix only.
+                    tracing::info_span!(
+                        "request",
+                        method = req.method().as_str(),
+                        path = crate::callbacks::loggable_path(req.uri().path()),
+                        request_id = req.headers().get(&REQUEST_ID).and_then(|v| v.to_str().ok()),
+                        operation =
+                            route::route(req.method(), req.uri().path()).map(Operation::name)
+                    )
+                })
+                .on_failure(()),
+        )
         // A panic in an operation becomes a V1 500 envelope, not a reset.
         .layer(CatchPanicLayer::custom(move |_| {
             tracing::error!("operation panicked");
