@@ -4,9 +4,11 @@
 //! with [`Exchange::read`], or as a `Value`), and records V2 request ids and
 //! the call count for the diagnostics headers.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
+use futures_util::future::Either;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -86,39 +88,68 @@ impl<'a> Exchange<'a> {
     /// [`Exchange::read`]); a non-2xx answer is read here, into its error.
     /// On a V1 public operation a 401 for the client's key is retried once
     /// with the service key.
-    pub async fn fetch(&self, call: V2Call, subject: Subject) -> Result<Fetched, GatewayError> {
-        let retry = match (&self.fallback_key, &call.key) {
-            (Some(fallback), Some(used)) if fallback != used => {
-                Some(call.clone().with_key(Some(fallback.clone())))
-            }
+    ///
+    /// The future is the call's own, or (when a retry with the service key
+    /// may follow) one on the heap: the retry's copy of the call is then not
+    /// room in every call's future, which each operation's future carries.
+    pub fn fetch(
+        &self,
+        call: V2Call,
+        subject: Subject,
+    ) -> impl Future<Output = Result<Fetched, GatewayError>> + Send + '_ {
+        let fallback = match (&self.fallback_key, &call.key) {
+            (Some(fallback), Some(used)) if fallback != used => Some(fallback.clone()),
             _ => None,
         };
-        match (self.fetch_once(call, subject).await, retry) {
-            (Err(GatewayError::Refused { status, .. }), Some(retry))
+        match fallback {
+            None => Either::Left(self.fetch_once(call, subject)),
+            Some(fallback) => Either::Right(Box::pin(self.fetch_or_retry(call, fallback, subject))),
+        }
+    }
+
+    /// [`Exchange::fetch`] with `fallback` to retry a refused key with.
+    async fn fetch_or_retry(
+        &self,
+        call: V2Call,
+        fallback: ApiKey,
+        subject: Subject,
+    ) -> Result<Fetched, GatewayError> {
+        let retry = call.clone().with_key(Some(fallback));
+        match self.fetch_once(call, subject).await {
+            Err(GatewayError::Refused { status, .. })
                 if status == http::StatusCode::UNAUTHORIZED =>
             {
                 self.fetch_once(retry, subject).await
             }
-            (result, _) => result,
+            result => result,
         }
     }
 
-    async fn fetch_once(&self, call: V2Call, subject: Subject) -> Result<Fetched, GatewayError> {
+    /// One call, counted and handed to the upstream now: the future holds
+    /// the answer's future, not the call.
+    fn fetch_once(
+        &self,
+        call: V2Call,
+        subject: Subject,
+    ) -> impl Future<Output = Result<Fetched, GatewayError>> + Send + '_ {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        let reply = self.translator.upstream.call(call, self.request_id).await?;
-        let fetched = Fetched {
-            status: reply.status,
-            retry_after: reply.retry_after,
-            body: reply.body,
-        };
-        if fetched.status.is_success() {
-            Ok(fetched)
-        } else {
-            // Never a success: only code 0 with a 2xx status is one.
-            self.envelope_data(&fetched, subject)
-                .and(Err(GatewayError::Garbled(
-                    "V2 answered an error status with a success envelope".into(),
-                )))
+        let reply = self.translator.upstream.call(call, self.request_id);
+        async move {
+            let reply = reply.await?;
+            let fetched = Fetched {
+                status: reply.status,
+                retry_after: reply.retry_after,
+                body: reply.body,
+            };
+            if fetched.status.is_success() {
+                Ok(fetched)
+            } else {
+                // Never a success: only code 0 with a 2xx status is one.
+                self.envelope_data(&fetched, subject)
+                    .and(Err(GatewayError::Garbled(
+                        "V2 answered an error status with a success envelope".into(),
+                    )))
+            }
         }
     }
 
