@@ -1,4 +1,4 @@
-//! Finding the bytes a JSON string must escape, eight at a time: shared by
+//! Finding the bytes a JSON string must escape, sixteen at a time: shared by
 //! the places the request path writes JSON text itself rather than through
 //! serde_json, the V1 records of `ops::run_records`, the headers of a V1
 //! result page (`ops::results`) and the log lines of `telemetry::json_lines`.
@@ -10,42 +10,42 @@ fn special(b: u8) -> bool {
     b < 0x20 || b == b'"' || b == b'\\'
 }
 
-/// Where the first byte [`special`] names is, looking at eight bytes a
+/// Where the first byte [`special`] names is, looking at sixteen bytes a
 /// step: almost every string holds none, and a byte-by-byte search was most
-/// of a log line's cost (and of writing a V1 record). The last bytes (all
-/// of a short key or field name) are tested as one word too, padded with
+/// of a log line's cost (and of writing a V1 record). Each step is written
+/// so that the compiler makes it a few vector instructions (SSE2 on x86-64;
+/// no code for one architecture, no `unsafe`). The last bytes (all of a
+/// short key or field name) are tested as one step too, padded with
 /// spaces, which need no escape.
 pub(crate) fn first_special(s: &[u8]) -> Option<usize> {
-    let mut chunks = s.chunks_exact(8);
+    let mut chunks = s.chunks_exact(STEP);
     for (i, chunk) in chunks.by_ref().enumerate() {
-        // Always eight bytes: read as one word.
-        if has_special(u64::from_le_bytes(chunk.try_into().unwrap_or_default())) {
-            return chunk.iter().position(|&b| special(b)).map(|p| i * 8 + p);
+        // Always `STEP` bytes.
+        if let Some(p) = chunk.try_into().ok().and_then(special_in) {
+            return Some(i * STEP + p);
         }
     }
     let tail = chunks.remainder();
-    let mut word = [b' '; 8];
-    word[..tail.len()].copy_from_slice(tail);
-    if !has_special(u64::from_le_bytes(word)) {
-        return None;
-    }
-    let done = s.len() - tail.len();
-    tail.iter().position(|&b| special(b)).map(|p| done + p)
+    let mut padded = [b' '; STEP];
+    padded[..tail.len()].copy_from_slice(tail);
+    special_in(&padded).map(|p| s.len() - tail.len() + p)
 }
 
-/// Whether some byte of `v` may be [`special`]. The zero test may flag
-/// bytes above a real match, never a word without one: a flagged word is
-/// searched byte by byte.
-fn has_special(v: u64) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    // Per byte, the high bit set where the byte is 0 (the usual test).
-    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
-    // A byte is below 0x20 exactly when its top three bits are clear.
-    let control = zero(v & 0xe0e0_e0e0_e0e0_e0e0);
-    let quote = zero(v ^ (ONES * u64::from(b'"')));
-    let backslash = zero(v ^ (ONES * u64::from(b'\\')));
-    control | quote | backslash != 0
+/// The bytes [`first_special`] looks at in one step.
+const STEP: usize = 16;
+
+/// Where the first [`special`] byte of `chunk` is. The flags are or-ed
+/// as bytes first, one vector test; the position is only wanted once.
+#[inline(always)]
+fn special_in(chunk: &[u8; STEP]) -> Option<usize> {
+    let mut flags = [0u8; STEP];
+    for (f, &b) in flags.iter_mut().zip(chunk) {
+        *f = u8::from(special(b)).wrapping_neg();
+    }
+    if flags.iter().fold(0, |any, &f| any | f) == 0 {
+        return None;
+    }
+    Some(u128::from_le_bytes(flags).trailing_zeros() as usize / 8)
 }
 
 /// `s` as a JSON string: copied between quotes when nothing in it needs an
@@ -67,7 +67,7 @@ mod tests {
 
     #[test]
     fn the_first_special_byte_is_found_at_any_offset() {
-        for len in 0..40 {
+        for len in 0..72 {
             let plain = "a".repeat(len);
             assert_eq!(first_special(plain.as_bytes()), None);
             for at in 0..len {
