@@ -108,11 +108,12 @@ impl<'a> PageRows<'a> {
         }
     }
 
-    /// The texts of the rows `range` (within the page) added to `out`, one
-    /// run each (see [`V1ResultPage::runs`]): a scanned page's in one copy.
+    /// The texts of the rows `range` (within the page) added to `out` in
+    /// runs (see [`V1ResultPage::runs`]): a scanned page's rows next to each
+    /// other in a few, a raw page's one a row.
     pub fn runs_into(&self, range: Range<usize>, out: &mut Vec<&'a [u8]>) {
         match self {
-            PageRows::Scanned(rows) => out.extend_from_slice(rows.rows(range)),
+            PageRows::Scanned(rows) => rows.runs_into(range, out),
             PageRows::Raw(rows) => out.extend(rows[range].iter().map(|r| r.get().as_bytes())),
         }
     }
@@ -807,8 +808,18 @@ mod tests {
         assert!(matches!(pages[0].rows, PageRows::Scanned(_)));
         assert!(matches!(pages[1].rows, PageRows::Raw(_)));
         let v1 = v1_result_page(window, &plan, &pages);
-        assert_eq!(v1.runs.len(), 150);
-        assert_eq!(v1.runs[0], br#"{"i": 150, "v": 150}"#);
+        // The scanned page's 50 rows (a comma between each, some 1 KB) are
+        // one run; the raw page's rows (written back out from a `Value`,
+        // compact) are one each.
+        assert_eq!(v1.runs.len(), 1 + 100);
+        let list: Vec<String> = (150..300)
+            .map(|i| match i {
+                ..200 => format!(r#"{{"i": {i}, "v": {i}}}"#),
+                _ => format!(r#"{{"i":{i},"v":{i}}}"#),
+            })
+            .collect();
+        let runs = String::from_utf8(v1.runs.join(&b","[..])).unwrap();
+        assert_eq!(runs, list.join(","));
         // Row 120 (the only text `v`) is before the window.
         let formats: Vec<_> = v1.headers.iter().map(|h| h.format.as_ref()).collect();
         assert_eq!(formats, ["number", "number"]);

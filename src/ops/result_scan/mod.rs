@@ -46,6 +46,7 @@
 //! read by the typed serde readers from the *skeleton*: the body with the
 //! rows' array replaced by `[]`, a few hundred bytes.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
 
@@ -121,14 +122,18 @@ const OTHER: Notes = SEEN | NOT_NUMBER;
 /// top-level fields of the rows in a given range held.
 #[derive(Debug, Default)]
 pub struct ScannedRows<'a> {
-    rows: Vec<&'a [u8]>,
+    /// The body the rows are in, and where each is in it (so that rows
+    /// next to each other are found next to each other: see
+    /// [`ScannedRows::runs_into`]).
+    body: &'a [u8],
+    rows: Vec<Span>,
     /// The keys seen in the rows, by column number, and the other way round
     /// once there are many (see [`LINEAR_COLUMNS`]).
     keys: Vec<&'a [u8]>,
     columns: HashMap<&'a [u8], u32>,
     /// By column: `"key":`, the bytes of a key and its colon as V2 writes
-    /// them when compact.
-    tokens: Vec<Box<[u8]>>,
+    /// them when compact (the body's own bytes when it wrote them so).
+    tokens: Vec<Cow<'a, [u8]>>,
     /// By column: what its values held in the rows of `summarised`.
     summary: Vec<Column>,
     summarised: Range<usize>,
@@ -147,12 +152,30 @@ impl<'a> ScannedRows<'a> {
 
     /// Row `i`'s JSON text.
     pub fn row(&self, i: usize) -> &'a [u8] {
-        self.rows[i]
+        let Span { start, end } = self.rows[i];
+        &self.body[start..end]
     }
 
-    /// The JSON texts of the rows `range`.
-    pub fn rows(&self, range: Range<usize>) -> &[&'a [u8]] {
-        &self.rows[range]
+    /// The JSON texts of the rows `range` added to `out` in runs: rows with
+    /// only a comma between them in the body (as V2 writes a page) as one
+    /// text, commas included, of up to [`RUN_BYTES`]; other rows one by
+    /// one. The V1 page copies a run at a time.
+    pub fn runs_into(&self, range: Range<usize>, out: &mut Vec<&'a [u8]>) {
+        let mut rows = self.rows[range].iter();
+        let Some(&first) = rows.next() else {
+            return;
+        };
+        let mut run = first;
+        for &row in rows {
+            // One byte between two rows of an array is their comma.
+            if row.start == run.end + 1 && row.end - run.start <= RUN_BYTES {
+                run.end = row.end;
+            } else {
+                out.push(&self.body[run.start..run.end]);
+                run = row;
+            }
+        }
+        out.push(&self.body[run.start..run.end]);
     }
 
     /// What the values of `key` held in the rows of
@@ -175,6 +198,20 @@ impl<'a> ScannedRows<'a> {
         self.summarised.clone()
     }
 }
+
+/// Where a row is in the body.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: usize,
+    end: usize,
+}
+
+/// The longest run of rows [`ScannedRows::runs_into`] makes of rows next to
+/// each other (a longer row is a run of its own). Copies of up to about
+/// 2 KB are a loop of vector moves; longer ones may be made by a string
+/// instruction that moves a byte at a time. A run of a few rows still
+/// saves most of the copies' calls.
+pub const RUN_BYTES: usize = 2048;
 
 /// Scans a V2 result-page answer, summing up the columns of the rows in
 /// `summarise` (the page's part of the V1 window); `None` when the general
@@ -262,7 +299,10 @@ impl<'a> Scanner<'a> {
     /// [`same_rows`]; this loop reads the rest.
     fn rows(&mut self, i: usize, summarise: Range<usize>) -> Option<(ScannedRows<'a>, usize)> {
         let b = self.b;
-        let mut out = ScannedRows::default();
+        let mut out = ScannedRows {
+            body: b,
+            ..ScannedRows::default()
+        };
         // A page holds the rows asked of it, mostly: room for them at once
         // (bounded, as the range may be open-ended).
         out.rows.reserve(summarise.len().min(MAX_ROWS_RESERVED));
@@ -295,14 +335,14 @@ impl<'a> Scanner<'a> {
                         let row = out.rows.len();
                         let noted = noted(&summarise, row);
                         let end = self.row_rest(&mut out, &mut order, at, k, noted, row)?;
-                        out.rows.push(b.get(start..end)?);
+                        out.rows.push(Span { start, end });
                         end
                     }
                 };
             } else {
                 let start = i;
                 i = value(b, i, &mut self.stack)?;
-                out.rows.push(b.get(start..i)?);
+                out.rows.push(Span { start, end: i });
             }
             i = ws(b, i);
             match *b.get(i)? {
@@ -370,8 +410,12 @@ impl<'a> Scanner<'a> {
                         order.current.extend_from_slice(&order.previous[..k]);
                     }
                     let (key, at) = plain_key(b, i)?;
+                    // `"key":` as it stands in the body, if compact.
+                    let token = b
+                        .get(i..i + key.len() + 3)
+                        .filter(|t| t.last() == Some(&b':'));
                     i = at;
-                    out.column_of(key)
+                    out.column_of(key, token)
                 }
             };
             if !same {
@@ -416,11 +460,11 @@ enum Run {
 /// run stopped. The page's hottest loop, not inlined so that its few values
 /// stay in registers.
 #[inline(never)]
-fn same_rows<'a>(
-    b: &'a [u8],
-    rows: &mut Vec<&'a [u8]>,
+fn same_rows(
+    b: &[u8],
+    rows: &mut Vec<Span>,
     fields: &mut [Key],
-    tokens: &[Box<[u8]>],
+    tokens: &[Cow<[u8]>],
     mut i: usize,
     summarise: &Range<usize>,
     stack: &mut Vec<u8>,
@@ -443,7 +487,7 @@ fn same_rows<'a>(
             return Some(Run::Within { start, at: i, k: n });
         }
         i += 1;
-        rows.push(b.get(start..i)?);
+        rows.push(Span { start, end: i });
         if b.get(i) != Some(&b',') || b.get(i + 1) != Some(&b'{') {
             return Some(Run::After(i));
         }
@@ -537,8 +581,9 @@ impl<'a> ScannedRows<'a> {
         }
     }
 
-    /// The column of a row key read in full (not matched by its token).
-    fn column_of(&mut self, key: &'a [u8]) -> u32 {
+    /// The column of a row key read in full (not matched by its token);
+    /// `compact`, its `"key":` in the body when written so.
+    fn column_of(&mut self, key: &'a [u8], compact: Option<&'a [u8]>) -> u32 {
         if let Some(c) = self.find(key) {
             return c;
         }
@@ -551,11 +596,17 @@ impl<'a> ScannedRows<'a> {
                 self.columns.insert(key, next);
             }
         }
-        let mut token = Vec::with_capacity(key.len() + 3);
-        token.push(b'"');
-        token.extend_from_slice(key);
-        token.extend_from_slice(b"\":");
-        self.tokens.push(token.into());
+        let token = match compact {
+            Some(token) => Cow::Borrowed(token),
+            None => {
+                let mut token = Vec::with_capacity(key.len() + 3);
+                token.push(b'"');
+                token.extend_from_slice(key);
+                token.extend_from_slice(b"\":");
+                Cow::Owned(token)
+            }
+        };
+        self.tokens.push(token);
         self.summary.push(Column::EMPTY);
         next
     }
@@ -588,25 +639,22 @@ const WINDOW: usize = 32;
 
 impl Key {
     fn new(first: bool, token: &[u8], column: u32) -> Key {
-        let mut start = Vec::with_capacity(token.len() + 1);
-        start.push(if first { b'{' } else { b',' });
-        start.extend_from_slice(token);
-        let mut words = [0; 4];
-        let mut masks = [0; 4];
-        for (w, (word, mask)) in words.iter_mut().zip(&mut masks).enumerate() {
-            let mut bytes = [0; 8];
-            let mut ones = [0; 8];
-            for (k, (b, o)) in bytes.iter_mut().zip(&mut ones).enumerate() {
-                if let Some(&c) = start.get(8 * w + k) {
-                    (*b, *o) = (c, 0xff);
-                }
-            }
-            (*word, *mask) = (u64::from_le_bytes(bytes), u64::from_le_bytes(ones));
+        let separator = if first { b'{' } else { b',' };
+        let start = std::iter::once(separator).chain(token.iter().copied());
+        let mut bytes = [0; WINDOW];
+        let mut ones = [0; WINDOW];
+        for ((b, o), c) in bytes.iter_mut().zip(&mut ones).zip(start) {
+            (*b, *o) = (c, 0xff);
         }
+        let word = |bytes: &[u8; WINDOW], w: usize| {
+            let mut word = [0; 8];
+            word.copy_from_slice(&bytes[8 * w..8 * w + 8]);
+            u64::from_le_bytes(word)
+        };
         Key {
-            words,
-            masks,
-            len: start.len(),
+            words: std::array::from_fn(|w| word(&bytes, w)),
+            masks: std::array::from_fn(|w| word(&ones, w)),
+            len: token.len() + 1,
             column,
             notes: NULL,
             hint: 0,
@@ -616,7 +664,7 @@ impl Key {
     /// Where the value starts when `b` holds this field's start at `i`
     /// (`tokens`, by column, for a key longer than the words hold).
     #[inline(always)]
-    fn after(&self, b: &[u8], i: usize, tokens: &[Box<[u8]>]) -> At {
+    fn after(&self, b: &[u8], i: usize, tokens: &[Cow<[u8]>]) -> At {
         // A field within a window of the body's end (the last row of a
         // page is followed by the rest of the answer) is left to the
         // general reading.
@@ -834,6 +882,39 @@ mod tests {
         let at = body.iter().position(|&c| c == b'@').unwrap();
         body.splice(at..at + 1, bytes.iter().copied());
         body
+    }
+
+    /// Rows with only a comma between them are copied as one run, up to
+    /// [`RUN_BYTES`]; whitespace or a row that would make the run longer
+    /// starts another. Joined by commas, the runs are the rows.
+    #[test]
+    fn runs_are_rows_next_to_each_other() {
+        let long = format!(r#"{{"a":"{}"}}"#, "x".repeat(RUN_BYTES - 12));
+        assert_eq!(long.len(), RUN_BYTES - 4);
+        let rows = [r#"{"a":1}"#, "[2]", "3", r#""4""#, &long, "{}", "null", "[]"];
+        let list = format!(
+            "[{},{},{} ,{},{},{},{},{}]",
+            rows[0], rows[1], rows[2], rows[3], rows[4], rows[5], rows[6], rows[7]
+        );
+        let body = page(&list);
+        let scan = scan(body.as_bytes(), 0..0).unwrap();
+        let runs = |range: Range<usize>| {
+            let mut out = Vec::new();
+            scan.rows.runs_into(range.clone(), &mut out);
+            assert_eq!(out.join(&b","[..]), rows[range].join(",").into_bytes());
+            out.iter()
+                .map(|r| std::str::from_utf8(r).unwrap().to_owned())
+                .collect::<Vec<_>>()
+        };
+        // The long row fits after "4" (RUN_BYTES with its comma), "{}" not
+        // after them.
+        assert_eq!(
+            runs(0..8),
+            [r#"{"a":1},[2],3"#.to_owned(), format!(r#""4",{long}"#), "{},null,[]".into()]
+        );
+        assert_eq!(runs(1..2), ["[2]"]);
+        assert_eq!(runs(2..5), ["3".to_owned(), format!(r#""4",{long}"#)]);
+        assert!(runs(3..3).is_empty());
     }
 
     /// Escapes, quotes, control characters and non-ASCII text at every

@@ -64,7 +64,7 @@ pub(super) fn field(
             let j = plain_end(b, at);
             let end = match b.get(j) {
                 Some(b'"') => j + 1,
-                _ => string(b, j)?.0,
+                _ => string_rest(b, j)?.0,
             };
             // A length that does not fit only makes a guess that fails.
             *hint = (end - at - 1) as u32;
@@ -232,18 +232,32 @@ fn digits(b: &[u8], mut i: usize) -> usize {
 }
 
 /// The rest of a string whose contents start at `i`: where it ends (after
-/// the closing quote), and whether it held an escape. Refuses control
-/// characters, invalid escapes, `\u` escapes that are not valid UTF-16 (a
-/// lone surrogate) and bytes that are not UTF-8.
+/// the closing quote), and whether it held an escape. A plain string's end
+/// is found here, inlined (keys and most values are plain, and short: a
+/// call would cost about as much as the search); the rest is read by
+/// [`string_rest`].
+#[inline(always)]
+fn string(b: &[u8], i: usize) -> Option<(usize, bool)> {
+    let j = plain_end(b, i);
+    if b.get(j) == Some(&b'"') {
+        return Some((j + 1, false));
+    }
+    string_rest(b, j)
+}
+
+/// The rest of a string from `i`, where its plain run stopped (see
+/// [`stop`]): where it ends, and whether it held an escape. Refuses
+/// control characters, invalid escapes, `\u` escapes that are not valid
+/// UTF-16 (a lone surrogate) and bytes that are not UTF-8.
 ///
 /// Only strings can hold bytes that are not ASCII (anywhere else the
 /// grammar refuses them), so the body is checked as UTF-8 here, a run of
 /// such bytes at a time: a run between ASCII bytes must be whole
 /// characters.
-fn string(b: &[u8], mut i: usize) -> Option<(usize, bool)> {
+#[inline(never)]
+fn string_rest(b: &[u8], mut i: usize) -> Option<(usize, bool)> {
     let mut escaped = false;
     loop {
-        i = plain_end(b, i);
         match *b.get(i)? {
             b'"' => return Some((i + 1, escaped)),
             b'\\' => {
@@ -273,6 +287,7 @@ fn string(b: &[u8], mut i: usize) -> Option<(usize, bool)> {
             // A control character.
             _ => return None,
         }
+        i = plain_end(b, i);
     }
 }
 
