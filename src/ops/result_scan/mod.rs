@@ -53,7 +53,7 @@ use std::ops::Range;
 use crate::ops::wire::Kind;
 
 mod values;
-use values::{byte, field, plain_key, value, ws};
+use values::{byte, field, plain_key, string_value, value, ws};
 
 #[cfg(test)]
 pub(crate) mod gen;
@@ -127,6 +127,9 @@ pub struct ScannedRows<'a> {
     /// [`ScannedRows::runs_into`]).
     body: &'a [u8],
     rows: Vec<Span>,
+    /// The rows (after the first) with more than a comma between them and
+    /// the row before, in order: none in a page V2 wrote compact.
+    breaks: Vec<usize>,
     /// The keys seen in the rows, by column number, and the other way round
     /// once there are many (see [`LINEAR_COLUMNS`]).
     keys: Vec<&'a [u8]>,
@@ -160,22 +163,24 @@ impl<'a> ScannedRows<'a> {
     /// only a comma between them in the body (as V2 writes a page) as one
     /// text, commas included, of up to [`RUN_BYTES`]; other rows one by
     /// one. The V1 page copies a run at a time.
+    ///
+    /// Found a run at a time (not row by row): the rows up to the next
+    /// break are next to each other, and a run's last row is found by a
+    /// binary search of their ends.
     pub fn runs_into(&self, range: Range<usize>, out: &mut Vec<&'a [u8]>) {
-        let mut rows = self.rows[range].iter();
-        let Some(&first) = rows.next() else {
-            return;
-        };
-        let mut run = first;
-        for &row in rows {
-            // One byte between two rows of an array is their comma.
-            if row.start == run.end + 1 && row.end - run.start <= RUN_BYTES {
-                run.end = row.end;
-            } else {
-                out.push(&self.body[run.start..run.end]);
-                run = row;
+        let Range { start: mut a, end } = range;
+        let mut breaks = self.breaks[self.breaks.partition_point(|&k| k <= a)..].iter();
+        while a < end {
+            // The rows `a..next` are next to each other.
+            let next = breaks.next().map_or(end, |&k| k.min(end));
+            while a < next {
+                let from = self.rows[a].start;
+                let more = self.rows[a + 1..next].partition_point(|r| r.end - from <= RUN_BYTES);
+                let last = a + more;
+                out.push(&self.body[from..self.rows[last].end]);
+                a = last + 1;
             }
         }
-        out.push(&self.body[run.start..run.end]);
     }
 
     /// What the values of `key` held in the rows of
@@ -319,6 +324,12 @@ impl<'a> Scanner<'a> {
             return Some((out, i + 1));
         }
         loop {
+            // One byte between two rows of an array is their comma.
+            if let Some(before) = out.rows.last() {
+                if i != before.end + 1 {
+                    out.breaks.push(out.rows.len());
+                }
+            }
             if b.get(i) == Some(&b'{') {
                 let run = same_rows(
                     b,
@@ -475,23 +486,48 @@ fn same_rows(
         let noted = noted(summarise, rows.len());
         let mut rest = fields.iter_mut();
         while let Some(key) = rest.next() {
-            let Some(at) = key.after(b, i, tokens) else {
-                let k = n - rest.len() - 1;
-                return Some(Run::Within { start, at: i, k });
+            let at = match key.after(b, i, tokens) {
+                Some(at) => at,
+                // The place held a string before and holds something else
+                // now, or another key.
+                None if key.quoted => {
+                    key.unquote();
+                    match key.after(b, i, tokens) {
+                        Some(at) => at,
+                        None => {
+                            let k = n - rest.len() - 1;
+                            return Some(Run::Within { start, at: i, k });
+                        }
+                    }
+                }
+                None => {
+                    let k = n - rest.len() - 1;
+                    return Some(Run::Within { start, at: i, k });
+                }
             };
-            let (kind, end) = field(b, at, stack, &mut key.hint)?;
+            let (kind, end) = if key.quoted {
+                (OTHER, string_value(b, at, &mut key.hint)?)
+            } else if b.get(at) == Some(&b'"') {
+                // The next row's string here is matched with the key.
+                key.quote();
+                (OTHER, string_value(b, at + 1, &mut key.hint)?)
+            } else {
+                field(b, at, stack, &mut key.hint)?
+            };
             key.notes |= kind & noted;
             i = end;
+        }
+        // The row's end, and the next row's start straight after it.
+        if b.get(i..i + 3) == Some(b"},{") {
+            rows.push(Span { start, end: i + 1 });
+            i += 2;
+            continue;
         }
         if b.get(i) != Some(&b'}') {
             return Some(Run::Within { start, at: i, k: n });
         }
-        i += 1;
-        rows.push(Span { start, end: i });
-        if b.get(i) != Some(&b',') || b.get(i + 1) != Some(&b'{') {
-            return Some(Run::After(i));
-        }
-        i += 1;
+        rows.push(Span { start, end: i + 1 });
+        return Some(Run::After(i + 1));
     }
 }
 
@@ -626,6 +662,9 @@ struct Key {
     /// The bytes of each word that are the start's.
     masks: [u64; 4],
     len: usize,
+    /// Whether the start compared includes the value's opening quote (the
+    /// value at this place was a string in the previous row).
+    quoted: bool,
     column: u32,
     /// The kinds of the values at this place, or-ed (see [`Notes`]).
     notes: Notes,
@@ -655,10 +694,35 @@ impl Key {
             words: std::array::from_fn(|w| word(&bytes, w)),
             masks: std::array::from_fn(|w| word(&ones, w)),
             len: token.len() + 1,
+            quoted: false,
             column,
             notes: NULL,
             hint: 0,
         }
+    }
+
+    /// The value's opening quote made part of the start (when it fits in
+    /// the words): where the previous row's value was a string, the next
+    /// row's is found a string by the start's comparison.
+    fn quote(&mut self) {
+        let n = self.len;
+        if n < WINDOW {
+            let (w, shift) = (n / 8, 8 * (n % 8));
+            self.words[w] |= u64::from(b'"') << shift;
+            self.masks[w] |= 0xff << shift;
+            self.len = n + 1;
+            self.quoted = true;
+        }
+    }
+
+    /// [`Key::quote`] undone.
+    fn unquote(&mut self) {
+        let n = self.len - 1;
+        let (w, shift) = (n / 8, 8 * (n % 8));
+        self.words[w] &= !(0xff << shift);
+        self.masks[w] &= !(0xff << shift);
+        self.len = n;
+        self.quoted = false;
     }
 
     /// Where the value starts when `b` holds this field's start at `i`
@@ -774,6 +838,39 @@ mod tests {
                 assert_eq!(scan.rows.summary(key), *column, "{key}: {body}");
             }
             assert_eq!(scan.rows.summary("no such key"), Column::EMPTY);
+        }
+        // The rows' runs, over any range: each is rows with only commas
+        // between them in the body, one row or at most RUN_BYTES long, and
+        // a run ends where the next row could not join it.
+        for from in 0..=n.min(3) {
+            for to in [from, from + 1, n / 2, n].into_iter().filter(|&to| from <= to && to <= n) {
+                let mut runs = Vec::new();
+                scan.rows.runs_into(from..to, &mut runs);
+                let rows: Vec<&str> = raw[from..to].iter().map(|r| r.get()).collect();
+                assert_eq!(runs.join(&b","[..]), rows.join(",").into_bytes(), "{body}");
+                let mut next = from;
+                for run in &runs {
+                    let at = offset(body, run);
+                    assert_eq!(at, offset(body, raw[next].get().as_bytes()), "{body}");
+                    // The rows the run holds, its text theirs with commas.
+                    let (mut len, mut count) = (raw[next].get().len(), 1);
+                    while len < run.len() {
+                        len += 1 + raw[next + count].get().len();
+                        count += 1;
+                    }
+                    assert_eq!(len, run.len(), "{body}");
+                    assert!(count == 1 || run.len() <= RUN_BYTES, "{body}");
+                    next += count;
+                    // The next row would have joined the run if it could.
+                    if next < to {
+                        let after = offset(body, raw[next].get().as_bytes());
+                        let joins = after == at + run.len() + 1
+                            && run.len() + 1 + raw[next].get().len() <= RUN_BYTES;
+                        assert!(!joins, "{body}");
+                    }
+                }
+                assert_eq!(next, to, "{body}");
+            }
         }
         let start = offset(body, list.as_bytes());
         let expect = format!("{}[]{}", &body[..start], &body[start + list.len()..]);
@@ -915,6 +1012,15 @@ mod tests {
         assert_eq!(runs(1..2), ["[2]"]);
         assert_eq!(runs(2..5), ["3".to_owned(), format!(r#""4",{long}"#)]);
         assert!(runs(3..3).is_empty());
+        // Many rows next to each other, and some apart: runs of the most
+        // rows that fit (checked by `check_range`, over several ranges).
+        let rows: Vec<String> = (0..600)
+            .map(|i| format!(r#"{{"a":{i},"b":"{}"}}"#, "x".repeat(i % 7)))
+            .collect();
+        check(&page(&format!("[{}]", rows.join(",")))).unwrap();
+        check(&page(&format!("[{}]", rows.join(", ")))).unwrap();
+        let some_apart = rows.chunks(50).map(|c| c.join(",")).collect::<Vec<_>>();
+        check(&page(&format!("[{}]", some_apart.join(" ,")))).unwrap();
     }
 
     /// Escapes, quotes, control characters and non-ASCII text at every

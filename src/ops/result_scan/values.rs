@@ -51,25 +51,7 @@ pub(super) fn field(
     hint: &mut u32,
 ) -> Option<(Notes, usize)> {
     match *b.get(i)? {
-        b'"' => {
-            // Most values are plain text, and many as long as the previous
-            // row's at their place (ids, codes, hashes): a quote there with
-            // nothing before it that ends a plain run is the end, found
-            // without searching for it. Else found here without a call.
-            let at = i + 1;
-            let guess = at + *hint as usize;
-            if b.get(guess) == Some(&b'"') && plain_between(b, at, guess) {
-                return Some((OTHER, guess + 1));
-            }
-            let j = plain_end(b, at);
-            let end = match b.get(j) {
-                Some(b'"') => j + 1,
-                _ => string_rest(b, j)?.0,
-            };
-            // A length that does not fit only makes a guess that fails.
-            *hint = (end - at - 1) as u32;
-            Some((OTHER, end))
-        }
+        b'"' => Some((OTHER, string_value(b, i + 1, hint)?)),
         b'n' => Some((NULL, literal(b, i, b"null")?)),
         first @ (b'-' | b'0'..=b'9') => {
             // A plain integer (no sign, fraction or exponent, short enough
@@ -84,6 +66,28 @@ pub(super) fn field(
         }
         _ => other_field(b, i, stack),
     }
+}
+
+/// The rest of a row's string value whose contents start at `at`: where
+/// it ends. Most values are plain text, and many as long as the previous
+/// row's at their place (ids, codes, hashes: `hint`, then this one's
+/// length): a quote there with nothing before it that ends a plain run is
+/// the end, found without searching for it. Else found here without a
+/// call.
+#[inline(always)]
+pub(super) fn string_value(b: &[u8], at: usize, hint: &mut u32) -> At {
+    let guess = at + *hint as usize;
+    if b.get(guess) == Some(&b'"') && plain_between(b, at, guess) {
+        return Some(guess + 1);
+    }
+    let j = plain_end(b, at);
+    let end = match b.get(j) {
+        Some(b'"') => j + 1,
+        _ => string_rest(b, j)?.0,
+    };
+    // A length that does not fit only makes a guess that fails.
+    *hint = (end - at - 1) as u32;
+    Some(end)
 }
 
 /// [`field`] for a value after whitespace, or that is not a string, a
