@@ -165,19 +165,28 @@ impl<'a> ScannedRows<'a> {
     /// one. The V1 page copies a run at a time.
     ///
     /// Found a run at a time (not row by row): the rows up to the next
-    /// break are next to each other, and a run's last row is found by a
-    /// binary search of their ends.
+    /// break are next to each other, and a run's last row is found from
+    /// the number of rows the run before held (rows are much alike in
+    /// length), a row at a time from there.
     pub fn runs_into(&self, range: Range<usize>, out: &mut Vec<&'a [u8]>) {
         let Range { start: mut a, end } = range;
         let mut breaks = self.breaks[self.breaks.partition_point(|&k| k <= a)..].iter();
+        let mut held = 1;
         while a < end {
             // The rows `a..next` are next to each other.
             let next = breaks.next().map_or(end, |&k| k.min(end));
             while a < next {
                 let from = self.rows[a].start;
-                let more = self.rows[a + 1..next].partition_point(|r| r.end - from <= RUN_BYTES);
-                let last = a + more;
+                let limit = from + RUN_BYTES;
+                let mut last = (a + held - 1).min(next - 1);
+                while last > a && self.rows[last].end > limit {
+                    last -= 1;
+                }
+                while last + 1 < next && self.rows[last + 1].end <= limit {
+                    last += 1;
+                }
                 out.push(&self.body[from..self.rows[last].end]);
+                held = last + 1 - a;
                 a = last + 1;
             }
         }
