@@ -53,7 +53,7 @@ use std::ops::Range;
 use crate::ops::wire::Kind;
 
 mod values;
-use values::{byte, field, plain_key, string_value, value, ws};
+use values::{byte, field, plain_key, value, ws};
 
 #[cfg(test)]
 pub(crate) mod gen;
@@ -495,34 +495,11 @@ fn same_rows(
         let noted = noted(summarise, rows.len());
         let mut rest = fields.iter_mut();
         while let Some(key) = rest.next() {
-            let at = match key.after(b, i, tokens) {
-                Some(at) => at,
-                // The place held a string before and holds something else
-                // now, or another key.
-                None if key.quoted => {
-                    key.unquote();
-                    match key.after(b, i, tokens) {
-                        Some(at) => at,
-                        None => {
-                            let k = n - rest.len() - 1;
-                            return Some(Run::Within { start, at: i, k });
-                        }
-                    }
-                }
-                None => {
-                    let k = n - rest.len() - 1;
-                    return Some(Run::Within { start, at: i, k });
-                }
+            let Some(at) = key.after(b, i, tokens) else {
+                let k = n - rest.len() - 1;
+                return Some(Run::Within { start, at: i, k });
             };
-            let (kind, end) = if key.quoted {
-                (OTHER, string_value(b, at, &mut key.hint)?)
-            } else if b.get(at) == Some(&b'"') {
-                // The next row's string here is matched with the key.
-                key.quote();
-                (OTHER, string_value(b, at + 1, &mut key.hint)?)
-            } else {
-                field(b, at, stack, &mut key.hint)?
-            };
+            let (kind, end) = field(b, at, stack, &mut key.hint)?;
             key.notes |= kind & noted;
             i = end;
         }
@@ -671,9 +648,6 @@ struct Key {
     /// The bytes of each word that are the start's.
     masks: [u64; 4],
     len: usize,
-    /// Whether the start compared includes the value's opening quote (the
-    /// value at this place was a string in the previous row).
-    quoted: bool,
     column: u32,
     /// The kinds of the values at this place, or-ed (see [`Notes`]).
     notes: Notes,
@@ -703,35 +677,10 @@ impl Key {
             words: std::array::from_fn(|w| word(&bytes, w)),
             masks: std::array::from_fn(|w| word(&ones, w)),
             len: token.len() + 1,
-            quoted: false,
             column,
             notes: NULL,
             hint: 0,
         }
-    }
-
-    /// The value's opening quote made part of the start (when it fits in
-    /// the words): where the previous row's value was a string, the next
-    /// row's is found a string by the start's comparison.
-    fn quote(&mut self) {
-        let n = self.len;
-        if n < WINDOW {
-            let (w, shift) = (n / 8, 8 * (n % 8));
-            self.words[w] |= u64::from(b'"') << shift;
-            self.masks[w] |= 0xff << shift;
-            self.len = n + 1;
-            self.quoted = true;
-        }
-    }
-
-    /// [`Key::quote`] undone.
-    fn unquote(&mut self) {
-        let n = self.len - 1;
-        let (w, shift) = (n / 8, 8 * (n % 8));
-        self.words[w] &= !(0xff << shift);
-        self.masks[w] &= !(0xff << shift);
-        self.len = n;
-        self.quoted = false;
     }
 
     /// Where the value starts when `b` holds this field's start at `i`

@@ -75,7 +75,7 @@ pub(super) fn field(
 /// the end, found without searching for it. Else found here without a
 /// call.
 #[inline(always)]
-pub(super) fn string_value(b: &[u8], at: usize, hint: &mut u32) -> At {
+fn string_value(b: &[u8], at: usize, hint: &mut u32) -> At {
     let guess = at + *hint as usize;
     if b.get(guess) == Some(&b'"') && plain_between(b, at, guess) {
         return Some(guess + 1);
