@@ -130,15 +130,11 @@ pub struct ScannedRows<'a> {
     /// The rows (after the first) with more than a comma between them and
     /// the row before, in order: none in a page V2 wrote compact.
     breaks: Vec<usize>,
-    /// The keys seen in the rows, by column number, and the other way round
-    /// once there are many (see [`LINEAR_COLUMNS`]).
-    keys: Vec<&'a [u8]>,
-    columns: HashMap<&'a [u8], u32>,
-    /// By column: `"key":`, the bytes of a key and its colon as V2 writes
-    /// them when compact (the body's own bytes when it wrote them so).
-    tokens: Vec<Cow<'a, [u8]>>,
-    /// By column: what its values held in the rows of `summarised`.
-    summary: Vec<Column>,
+    /// The keys seen in the rows, by column number (one vector: room is
+    /// made for it once), and the other way round once there are many (see
+    /// [`LINEAR_COLUMNS`]).
+    columns: Vec<KeyColumn<'a>>,
+    by_key: HashMap<&'a [u8], u32>,
     summarised: Range<usize>,
     /// Whether some row has a key twice.
     repeats: bool,
@@ -196,7 +192,7 @@ impl<'a> ScannedRows<'a> {
     /// [`ScannedRows::summarised`]; meaningless when a row [repeats](ScannedRows::repeats) a key.
     pub fn summary(&self, key: &str) -> Column {
         match self.find(key.as_bytes()) {
-            Some(c) => self.summary[c as usize],
+            Some(c) => self.columns[c as usize].summary,
             None => Column::EMPTY,
         }
     }
@@ -211,6 +207,17 @@ impl<'a> ScannedRows<'a> {
     pub fn summarised(&self) -> Range<usize> {
         self.summarised.clone()
     }
+}
+
+/// A key seen in the rows.
+#[derive(Debug)]
+struct KeyColumn<'a> {
+    key: &'a [u8],
+    /// `"key":`, the bytes of the key and its colon as V2 writes them when
+    /// compact (the body's own bytes when it wrote them so).
+    token: Cow<'a, [u8]>,
+    /// What its values held in the rows of `summarised`.
+    summary: Column,
 }
 
 /// Where a row is in the body.
@@ -322,9 +329,7 @@ impl<'a> Scanner<'a> {
         out.rows.reserve(summarise.len().min(MAX_ROWS_RESERVED));
         // And for a usual row's columns, which the first row adds one by
         // one (growing each of these a few times otherwise).
-        out.keys.reserve(COLUMNS_RESERVED);
-        out.tokens.reserve(COLUMNS_RESERVED);
-        out.summary.reserve(COLUMNS_RESERVED);
+        out.columns.reserve(COLUMNS_RESERVED);
         let mut order = KeyOrder::default();
         order.current.reserve(COLUMNS_RESERVED);
         let mut i = ws(b, byte(b, i, b'[')?);
@@ -344,7 +349,7 @@ impl<'a> Scanner<'a> {
                     b,
                     &mut out.rows,
                     &mut order.expected,
-                    &out.tokens,
+                    &out.columns,
                     i,
                     &summarise,
                     &mut self.stack,
@@ -412,7 +417,7 @@ impl<'a> Scanner<'a> {
         loop {
             let known = match order.expected.get(k) {
                 Some(key) if same => {
-                    let token = out.tokens.get(key.column as usize)?;
+                    let token = &out.columns.get(key.column as usize)?.token;
                     let end = i + token.len();
                     (b.get(i..end) == Some(&**token)).then_some((key.column, end))
                 }
@@ -444,7 +449,7 @@ impl<'a> Scanner<'a> {
             k += 1;
             // No guess at a string's length here: the places change.
             let (kind, at) = field(b, i, &mut self.stack, &mut 0)?;
-            out.summary.get_mut(column as usize)?.note_all(kind & noted);
+            out.columns.get_mut(column as usize)?.summary.note_all(kind & noted);
             i = ws(b, at);
             match *b.get(i)? {
                 b',' => i = ws(b, i + 1),
@@ -484,7 +489,7 @@ fn same_rows(
     b: &[u8],
     rows: &mut Vec<Span>,
     fields: &mut [Key],
-    tokens: &[Cow<[u8]>],
+    columns: &[KeyColumn],
     mut i: usize,
     summarise: &Range<usize>,
     stack: &mut Vec<u8>,
@@ -495,7 +500,7 @@ fn same_rows(
         let noted = noted(summarise, rows.len());
         let mut rest = fields.iter_mut();
         while let Some(key) = rest.next() {
-            let Some(at) = key.after(b, i, tokens) else {
+            let Some(at) = key.after(b, i, columns) else {
                 let k = n - rest.len() - 1;
                 return Some(Run::Within { start, at: i, k });
             };
@@ -532,7 +537,7 @@ struct KeyOrder {
     /// The columns of the row being read, once it differs from the previous.
     current: Vec<u32>,
     /// By column: the row it was last seen in (plus one), to notice a key
-    /// repeated within a row.
+    /// repeated within a row of many keys.
     last_row: Vec<u32>,
     /// `previous`, as what a row's fields are compared with.
     expected: Vec<Key>,
@@ -559,11 +564,17 @@ impl KeyOrder {
             self.current.clear();
             self.current.extend_from_slice(&self.previous[..k]);
         }
-        self.last_row.resize(out.keys.len(), 0);
-        let stamp = row as u32 + 1;
-        for &c in &self.current {
-            if std::mem::replace(&mut self.last_row[c as usize], stamp) == stamp {
-                out.repeats = true;
+        if self.current.len() <= LINEAR_COLUMNS {
+            // A few keys are compared with each other (no table to make).
+            let keys = &self.current;
+            out.repeats |= (1..keys.len()).any(|j| keys[..j].contains(&keys[j]));
+        } else {
+            self.last_row.resize(out.columns.len(), 0);
+            let stamp = row as u32 + 1;
+            for &c in &self.current {
+                if std::mem::replace(&mut self.last_row[c as usize], stamp) == stamp {
+                    out.repeats = true;
+                }
             }
         }
         std::mem::swap(&mut self.previous, &mut self.current);
@@ -573,7 +584,7 @@ impl KeyOrder {
             self.previous
                 .iter()
                 .enumerate()
-                .map(|(at, &c)| Key::new(at == 0, &out.tokens[c as usize], c)),
+                .map(|(at, &c)| Key::new(at == 0, &out.columns[c as usize].token, c)),
         );
         end
     }
@@ -582,8 +593,8 @@ impl KeyOrder {
     /// summaries (before the places change, and once the rows are read).
     fn fold(&mut self, out: &mut ScannedRows) {
         for key in &mut self.expected {
-            if let Some(column) = out.summary.get_mut(key.column as usize) {
-                column.note_all(std::mem::take(&mut key.notes));
+            if let Some(column) = out.columns.get_mut(key.column as usize) {
+                column.summary.note_all(std::mem::take(&mut key.notes));
             }
         }
     }
@@ -596,10 +607,10 @@ const LINEAR_COLUMNS: usize = 32;
 impl<'a> ScannedRows<'a> {
     /// A key's column, if it has one.
     fn find(&self, key: &[u8]) -> Option<u32> {
-        if self.keys.len() <= LINEAR_COLUMNS {
-            self.keys.iter().position(|k| *k == key).map(|c| c as u32)
+        if self.columns.len() <= LINEAR_COLUMNS {
+            self.columns.iter().position(|c| c.key == key).map(|c| c as u32)
         } else {
-            self.columns.get(key).copied()
+            self.by_key.get(key).copied()
         }
     }
 
@@ -609,15 +620,7 @@ impl<'a> ScannedRows<'a> {
         if let Some(c) = self.find(key) {
             return c;
         }
-        let next = self.keys.len() as u32;
-        self.keys.push(key);
-        if self.keys.len() > LINEAR_COLUMNS {
-            if self.columns.is_empty() {
-                self.columns = self.keys.iter().zip(0..).map(|(k, c)| (*k, c)).collect();
-            } else {
-                self.columns.insert(key, next);
-            }
-        }
+        let next = self.columns.len() as u32;
         let token = match compact {
             Some(token) => Cow::Borrowed(token),
             None => {
@@ -628,8 +631,18 @@ impl<'a> ScannedRows<'a> {
                 Cow::Owned(token)
             }
         };
-        self.tokens.push(token);
-        self.summary.push(Column::EMPTY);
+        self.columns.push(KeyColumn {
+            key,
+            token,
+            summary: Column::EMPTY,
+        });
+        if self.columns.len() > LINEAR_COLUMNS {
+            if self.by_key.is_empty() {
+                self.by_key = self.columns.iter().zip(0..).map(|(c, n)| (c.key, n)).collect();
+            } else {
+                self.by_key.insert(key, next);
+            }
+        }
         next
     }
 }
@@ -684,9 +697,9 @@ impl Key {
     }
 
     /// Where the value starts when `b` holds this field's start at `i`
-    /// (`tokens`, by column, for a key longer than the words hold).
+    /// (`columns`, for the token of a key longer than the words hold).
     #[inline(always)]
-    fn after(&self, b: &[u8], i: usize, tokens: &[Cow<[u8]>]) -> At {
+    fn after(&self, b: &[u8], i: usize, columns: &[KeyColumn]) -> At {
         // A field within a window of the body's end (the last row of a
         // page is followed by the rest of the answer) is left to the
         // general reading.
@@ -704,7 +717,7 @@ impl Key {
             if word(2) | word(3) != 0 {
                 return None;
             }
-            if n > WINDOW && b.get(i + 1..i + n)? != &**tokens.get(self.column as usize)? {
+            if n > WINDOW && b.get(i + 1..i + n)? != &*columns.get(self.column as usize)?.token {
                 return None;
             }
         }
