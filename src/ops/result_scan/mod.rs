@@ -674,21 +674,25 @@ const WINDOW: usize = 32;
 
 impl Key {
     fn new(first: bool, token: &[u8], column: u32) -> Key {
-        let separator = if first { b'{' } else { b',' };
-        let start = std::iter::once(separator).chain(token.iter().copied());
+        // The separator, then as much of the token as the words hold.
+        let held = (token.len() + 1).min(WINDOW);
         let mut bytes = [0; WINDOW];
-        let mut ones = [0; WINDOW];
-        for ((b, o), c) in bytes.iter_mut().zip(&mut ones).zip(start) {
-            (*b, *o) = (c, 0xff);
-        }
-        let word = |bytes: &[u8; WINDOW], w: usize| {
+        bytes[0] = if first { b'{' } else { b',' };
+        bytes[1..held].copy_from_slice(&token[..held - 1]);
+        let word = |w: usize| {
             let mut word = [0; 8];
             word.copy_from_slice(&bytes[8 * w..8 * w + 8]);
             u64::from_le_bytes(word)
         };
+        // The bytes of word `w` that are the start's: all, the first few,
+        // or none.
+        let mask = |w: usize| match held.saturating_sub(8 * w) {
+            8.. => u64::MAX,
+            n => (1 << (8 * n)) - 1,
+        };
         Key {
-            words: std::array::from_fn(|w| word(&bytes, w)),
-            masks: std::array::from_fn(|w| word(&ones, w)),
+            words: std::array::from_fn(word),
+            masks: std::array::from_fn(mask),
             len: token.len() + 1,
             column,
             notes: NULL,
