@@ -50,24 +50,20 @@ pub(super) fn field(
     stack: &mut Vec<u8>,
     hint: &mut u32,
 ) -> Option<(Notes, usize)> {
-    // Strings, then plain integers, looked for first (in this order: a
-    // `match` may be compiled to compare for the others first).
-    let first = *b.get(i)?;
-    if first == b'"' {
-        return Some((OTHER, string_value(b, i + 1, hint)?));
-    }
-    if first.wrapping_sub(b'1') < 9 {
-        // A plain integer (no sign, fraction or exponent, short enough to
-        // be in f64's range) is read here without a call.
-        let end = plain_digits(b, i + 1);
-        if end - i <= 17 && !matches!(b.get(end), Some(b'.' | b'e' | b'E') | None) {
-            return Some((NUMBER, end));
-        }
-        return Some((NUMBER, number(b, i)?));
-    }
-    match first {
+    match *b.get(i)? {
+        b'"' => Some((OTHER, string_value(b, i + 1, hint)?)),
         b'n' => Some((NULL, literal(b, i, b"null")?)),
-        b'-' | b'0' => Some((NUMBER, number(b, i)?)),
+        first @ (b'-' | b'0'..=b'9') => {
+            // A plain integer (no sign, fraction or exponent, short enough
+            // to be in f64's range) is read here without a call.
+            if first != b'-' && first != b'0' {
+                let end = plain_digits(b, i + 1);
+                if end - i <= 17 && !matches!(b.get(end), Some(b'.' | b'e' | b'E') | None) {
+                    return Some((NUMBER, end));
+                }
+            }
+            Some((NUMBER, number(b, i)?))
+        }
         _ => other_field(b, i, stack),
     }
 }
@@ -349,28 +345,20 @@ fn plain_between(b: &[u8], from: usize, to: usize) -> bool {
     let Some(run) = b.get(from..to) else {
         return false;
     };
-    // Thirty-two bytes a step (half the loop's own instructions a byte),
-    // then the sixteen after them if there are, then the last sixteen.
     // (A chunk of zeros, never used, would only make the guess fail.)
     let mut seen = [0u8; 16];
-    let mut see = |chunk: &[u8]| {
+    let mut chunks = run.chunks_exact(16);
+    for chunk in &mut chunks {
         let stops = stops(chunk.try_into().unwrap_or(&[0; 16]));
         for k in 0..16 {
             seen[k] |= stops[k];
         }
-    };
-    let mut pairs = run.chunks_exact(32);
-    for pair in &mut pairs {
-        let (first, second) = pair.split_at(16);
-        see(first);
-        see(second);
     }
-    let rest = pairs.remainder();
-    if rest.len() > 16 {
-        see(&rest[..16]);
-    }
-    if !rest.is_empty() {
-        see(run.last_chunk::<16>().unwrap_or(&[0; 16]));
+    if !chunks.remainder().is_empty() {
+        let stops = stops(run.last_chunk::<16>().unwrap_or(&[0; 16]));
+        for k in 0..16 {
+            seen[k] |= stops[k];
+        }
     }
     seen.iter().fold(0, |any, &s| any | s) == 0
 }
