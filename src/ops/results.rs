@@ -15,7 +15,8 @@
 //! Each V2 page is read in one pass by [`result_scan`] (rows found and
 //! checked, column kinds summed up), the rest of the answer by the typed
 //! readers; an answer the scanner declines is read by serde as a whole, with
-//! the same result. The V1 page is written once, rows copied as V2 sent them.
+//! the same result. The V1 page is written once, rows copied as V2 sent them
+//! (rows V2 sent with only a comma between them a run of up to 2 KB at a time).
 //!
 //! V1↔V2 differences here (see `COMPATIBILITY.md`): [`result_header_format`](crate::differences::RESULT_HEADER_FORMAT), [`extra_export_formats`](crate::differences::EXTRA_EXPORT_FORMATS), [`export_download_url`](crate::differences::EXPORT_DOWNLOAD_URL).
 
