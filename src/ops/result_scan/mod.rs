@@ -449,7 +449,10 @@ impl<'a> Scanner<'a> {
             k += 1;
             // No guess at a string's length here: the places change.
             let (kind, at) = field(b, i, &mut self.stack, &mut 0)?;
-            out.columns.get_mut(column as usize)?.summary.note_all(kind & noted);
+            out.columns
+                .get_mut(column as usize)?
+                .summary
+                .note_all(kind & noted);
             i = ws(b, at);
             match *b.get(i)? {
                 b',' => i = ws(b, i + 1),
@@ -608,7 +611,10 @@ impl<'a> ScannedRows<'a> {
     /// A key's column, if it has one.
     fn find(&self, key: &[u8]) -> Option<u32> {
         if self.columns.len() <= LINEAR_COLUMNS {
-            self.columns.iter().position(|c| c.key == key).map(|c| c as u32)
+            self.columns
+                .iter()
+                .position(|c| c.key == key)
+                .map(|c| c as u32)
         } else {
             self.by_key.get(key).copied()
         }
@@ -638,7 +644,12 @@ impl<'a> ScannedRows<'a> {
         });
         if self.columns.len() > LINEAR_COLUMNS {
             if self.by_key.is_empty() {
-                self.by_key = self.columns.iter().zip(0..).map(|(c, n)| (c.key, n)).collect();
+                self.by_key = self
+                    .columns
+                    .iter()
+                    .zip(0..)
+                    .map(|(c, n)| (c.key, n))
+                    .collect();
             } else {
                 self.by_key.insert(key, next);
             }
@@ -818,7 +829,10 @@ mod tests {
         // between them in the body, one row or at most RUN_BYTES long, and
         // a run ends where the next row could not join it.
         for from in 0..=n.min(3) {
-            for to in [from, from + 1, n / 2, n].into_iter().filter(|&to| from <= to && to <= n) {
+            for to in [from, from + 1, n / 2, n]
+                .into_iter()
+                .filter(|&to| from <= to && to <= n)
+            {
                 let mut runs = Vec::new();
                 scan.rows.runs_into(from..to, &mut runs);
                 let rows: Vec<&str> = raw[from..to].iter().map(|r| r.get()).collect();
@@ -963,7 +977,16 @@ mod tests {
     fn runs_are_rows_next_to_each_other() {
         let long = format!(r#"{{"a":"{}"}}"#, "x".repeat(RUN_BYTES - 12));
         assert_eq!(long.len(), RUN_BYTES - 4);
-        let rows = [r#"{"a":1}"#, "[2]", "3", r#""4""#, &long, "{}", "null", "[]"];
+        let rows = [
+            r#"{"a":1}"#,
+            "[2]",
+            "3",
+            r#""4""#,
+            &long,
+            "{}",
+            "null",
+            "[]",
+        ];
         let list = format!(
             "[{},{},{} ,{},{},{},{},{}]",
             rows[0], rows[1], rows[2], rows[3], rows[4], rows[5], rows[6], rows[7]
@@ -982,7 +1005,11 @@ mod tests {
         // after them.
         assert_eq!(
             runs(0..8),
-            [r#"{"a":1},[2],3"#.to_owned(), format!(r#""4",{long}"#), "{},null,[]".into()]
+            [
+                r#"{"a":1},[2],3"#.to_owned(),
+                format!(r#""4",{long}"#),
+                "{},null,[]".into()
+            ]
         );
         assert_eq!(runs(1..2), ["[2]"]);
         assert_eq!(runs(2..5), ["3".to_owned(), format!(r#""4",{long}"#)]);
