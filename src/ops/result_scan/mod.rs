@@ -162,12 +162,16 @@ impl<'a> ScannedRows<'a> {
     ///
     /// Found a run at a time (not row by row): the rows up to the next
     /// break are next to each other, and a run's last row is found from
-    /// the number of rows the run before held (rows are much alike in
-    /// length), a row at a time from there.
+    /// the number of rows the run before held (at first, as many as the
+    /// first row's length would make: rows are much alike in length), a
+    /// row at a time from there.
     pub fn runs_into(&self, range: Range<usize>, out: &mut Vec<&'a [u8]>) {
         let Range { start: mut a, end } = range;
         let mut breaks = self.breaks[self.breaks.partition_point(|&k| k <= a)..].iter();
-        let mut held = 1;
+        let mut held = match self.rows.get(a) {
+            Some(row) => (RUN_BYTES / (row.end - row.start + 1)).max(1),
+            None => 1,
+        };
         while a < end {
             // The rows `a..next` are next to each other.
             let next = breaks.next().map_or(end, |&k| k.min(end));

@@ -54,11 +54,8 @@ pub(super) fn field(
         b'"' => Some((OTHER, string_value(b, i + 1, hint)?)),
         b'n' => Some((NULL, literal(b, i, b"null")?)),
         first @ (b'-' | b'0'..=b'9') => {
-            // A plain integer (no sign, fraction or exponent, short enough
-            // to be in f64's range) is read here without a call.
             if first != b'-' && first != b'0' {
-                let end = plain_digits(b, i + 1);
-                if end - i <= 17 && !matches!(b.get(end), Some(b'.' | b'e' | b'E') | None) {
+                if let Some(end) = plain_integer(b, i) {
                     return Some((NUMBER, end));
                 }
             }
@@ -108,7 +105,11 @@ pub(super) fn value(b: &[u8], mut i: usize, stack: &mut Vec<u8>) -> At {
         // A value...
         i = match *b.get(i)? {
             b'"' => string(b, i + 1)?.0,
-            b'-' | b'0'..=b'9' => number(b, i)?,
+            b'1'..=b'9' => match plain_integer(b, i) {
+                Some(end) => end,
+                None => number(b, i)?,
+            },
+            b'-' | b'0' => number(b, i)?,
             b't' => literal(b, i, b"true")?,
             b'f' => literal(b, i, b"false")?,
             b'n' => literal(b, i, b"null")?,
@@ -153,7 +154,8 @@ pub(super) fn value(b: &[u8], mut i: usize, stack: &mut Vec<u8>) -> At {
 }
 
 /// A key inside a skipped value (escapes allowed) and its colon; where the
-/// value starts.
+/// value starts. Inlined: mostly a short plain key, found without a call.
+#[inline(always)]
 fn member_key(b: &[u8], i: usize) -> At {
     let (end, _) = string(b, byte(b, i, b'"')?)?;
     Some(ws(b, byte(b, ws(b, end), b':')?))
@@ -207,6 +209,16 @@ fn number_parts(b: &[u8], mut i: usize) -> Option<(usize, bool)> {
 
 fn digit(b: &[u8], i: usize) -> At {
     b.get(i)?.is_ascii_digit().then_some(i + 1)
+}
+
+/// A plain integer at `i`, whose first digit is 1 to 9 (no sign,
+/// fraction or exponent, short enough to be in f64's range): where it
+/// ends, read without a call. `None` for any other number (for
+/// [`number`] to read) and a number cut short by the body's end.
+#[inline(always)]
+fn plain_integer(b: &[u8], i: usize) -> At {
+    let end = plain_digits(b, i + 1);
+    (end - i <= 17 && !matches!(b.get(end), Some(b'.' | b'e' | b'E') | None)).then_some(end)
 }
 
 /// [`digits`], the first eight bytes at once where the body has them
