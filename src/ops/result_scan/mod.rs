@@ -8,7 +8,9 @@
 //! top-level fields of the rows in the page's part of the V1 window hold
 //! (number, null, anything else). A row with a key twice is noticed: a
 //! parser keeps the last value, so `results.rs` then reads the rows' kinds
-//! with serde.
+//! with serde. Rows with only a comma between them (a page V2 wrote
+//! compact) are handed to the V1 page as runs of up to 2 KB, each copied
+//! in one call.
 //!
 //! Rows mostly repeat the previous row's keys in the same order, as V2
 //! writes them compact, so runs of such rows have a loop of their own
