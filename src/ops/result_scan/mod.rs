@@ -41,8 +41,9 @@
 //! page or row level (an escaped key may spell `list`, or a column's name),
 //! a repeated `data` or `list`, a `list` that is not an array, strings
 //! whose `\u` escapes are not valid UTF-16 (serde ignores that when it
-//! skips a value but not when it reads one), and field numbers serde cannot
-//! read as a number (out of `f64`'s range).
+//! skips a value but not when it reads one), field numbers serde cannot
+//! read as a number (out of `f64`'s range), and the key serde_json reads
+//! as a raw value's token (`values::RAW_VALUE_KEY`).
 //!
 //! What the rest of the answer holds (code, request id, count, headers) is
 //! read by the typed serde readers from the *skeleton*: the body with the
@@ -1160,6 +1161,37 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// serde_json reads an object whose first key is its raw-value token
+    /// as the JSON text of that key's value (or refuses it), so the scanner
+    /// refuses the token as a key anywhere: the envelope, `data`, a row
+    /// (first or later), a value nested in a row or in the envelope, and
+    /// written with an escape. Found by the `result_scan` fuzz target.
+    #[test]
+    fn serde_json_raw_value_key_is_left_to_serde() {
+        let token = "$serde_json::private::RawValue";
+        let escaped = r"\u0024serde_json::private::RawValue";
+        let rows = |first: &str| format!(r#"[{{{first},"a":1}},{{"a":2}}]"#);
+        let bodies = [
+            format!(r#"{{"{token}":"1","code":0,"data":{{"list":[]}}}}"#),
+            format!(r#"{{"code":0,"data":{{"{token}":"2","list":[]}}}}"#),
+            page(&rows(&format!(r#""{token}":"3""#))),
+            page(&format!(r#"[{{"a":1}},{{"a":1,"{token}":"4"}}]"#)),
+            page(&rows(&format!(r#""n":{{"{token}":"5"}}"#))),
+            page(&rows(&format!(r#""n":[{{"{escaped}":"6"}}]"#))),
+            format!(r#"{{"code":0,"data":{{"headers":[{{"{token}":"7"}}],"list":[{{"a":1}}]}}}}"#),
+        ];
+        for body in bodies {
+            assert!(scan(body.as_bytes(), 0..10).is_none(), "{body}");
+        }
+        // The same bodies with a key one letter off are read.
+        let near = page(&rows(r#""n":{"$serde_json::private::RawValuf":"5"}"#));
+        assert!(scan(near.as_bytes(), 0..10).is_some(), "{near}");
+        // What the general path makes of the token: the value's text.
+        let read: serde_json::Value =
+            serde_json::from_str(&format!(r#"{{"{token}":"[1]"}}"#)).unwrap();
+        assert_eq!(read, serde_json::json!([1]));
     }
 
     /// Integers the row loop reads without a call (up to 17 digits), and

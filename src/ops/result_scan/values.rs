@@ -33,12 +33,21 @@ pub(super) fn byte(b: &[u8], i: usize, c: u8) -> At {
 /// starts (whitespace skipped).
 pub(super) fn plain_key(b: &[u8], i: usize) -> Option<(&[u8], usize)> {
     let (end, escaped) = string(b, byte(b, i, b'"')?)?;
-    if escaped {
+    let key = b.get(i + 1..end - 1)?;
+    if escaped || key == RAW_VALUE_KEY {
         return None;
     }
     let at = ws(b, byte(b, ws(b, end), b':')?);
-    Some((b.get(i + 1..end - 1)?, at))
+    Some((key, at))
 }
+
+/// The key serde_json (built with `raw_value`, as the gateway is) reads
+/// specially when it opens an object: `{"$serde_json::private::RawValue":
+/// "<text>"}` is read as the JSON in `<text>`, not as an object, so the
+/// general path would read such a body otherwise (or refuse it). The
+/// scanner refuses it wherever it stands, written plainly or with escapes
+/// (see [`member_key`]), and leaves the body to that path.
+const RAW_VALUE_KEY: &[u8] = b"$serde_json::private::RawValue";
 
 /// A row's field value at `i`, skipped and checked: its kind and its end.
 /// Inlined in the row loops, where most values are a string or a short
@@ -157,7 +166,14 @@ pub(super) fn value(b: &[u8], mut i: usize, stack: &mut Vec<u8>) -> At {
 /// value starts. Inlined: mostly a short plain key, found without a call.
 #[inline(always)]
 fn member_key(b: &[u8], i: usize) -> At {
-    let (end, _) = string(b, byte(b, i, b'"')?)?;
+    let (end, escaped) = string(b, byte(b, i, b'"')?)?;
+    // Not [`RAW_VALUE_KEY`]: plainly, or with escapes, which make a key's
+    // text longer than what it spells (a length is all that is compared
+    // then: a long key with an escape is rare enough to leave to serde).
+    let len = end - i - 2;
+    if len >= RAW_VALUE_KEY.len() && (escaped || b.get(i + 1..end - 1)? == RAW_VALUE_KEY) {
+        return None;
+    }
     Some(ws(b, byte(b, ws(b, end), b':')?))
 }
 
