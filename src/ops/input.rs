@@ -24,9 +24,8 @@ impl<'de> serde::Deserialize<'de> for Members {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
                 let mut members = Vec::with_capacity(map.size_hint().unwrap_or(4).min(16));
                 while let Some(name) = map.next_key::<String>()? {
-                    // The name serde_json gives a raw value inside a `Value`:
-                    // left to `Value` itself.
-                    if name == "$serde_json::private::RawValue" {
+                    // Left to `Value` itself (see `wire::RAW_VALUE_KEY`).
+                    if name == crate::ops::wire::RAW_VALUE_KEY {
                         return Err(A::Error::custom("raw value"));
                     }
                     members.push((name, map.next_value::<Value>()?));

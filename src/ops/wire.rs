@@ -17,6 +17,13 @@ use std::marker::PhantomData;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
+/// The key serde_json (built with `raw_value`, as the gateway is) reads
+/// specially when it opens an object: `{"$serde_json::private::RawValue":
+/// "<text>"}` is read as the JSON in `<text>`, not as an object. Readers that
+/// stand in for a `Value` (the V1 body's members, the result scanner) leave
+/// such an object to `Value` itself, so both read it the same way.
+pub(crate) const RAW_VALUE_KEY: &str = "$serde_json::private::RawValue";
+
 /// Consumes whatever a `visit_map`/`visit_seq` was given, so a reader that
 /// does not want it can still leave the parser past it.
 pub(crate) fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {

@@ -43,7 +43,7 @@
 //! whose `\u` escapes are not valid UTF-16 (serde ignores that when it
 //! skips a value but not when it reads one), field numbers serde cannot
 //! read as a number (out of `f64`'s range), and the key serde_json reads
-//! as a raw value's token (`values::RAW_VALUE_KEY`).
+//! as a raw value's token (`wire::RAW_VALUE_KEY`).
 //!
 //! What the rest of the answer holds (code, request id, count, headers) is
 //! read by the typed serde readers from the *skeleton*: the body with the

@@ -6,7 +6,7 @@
 //! kind.
 
 use super::{At, Notes, NULL, NUMBER, OTHER};
-use crate::ops::wire::Kind;
+use crate::ops::wire::{self, Kind};
 
 /// Skips JSON whitespace (the four characters serde_json accepts). Compact
 /// JSON has none: one comparison tells, inlined.
@@ -41,13 +41,11 @@ pub(super) fn plain_key(b: &[u8], i: usize) -> Option<(&[u8], usize)> {
     Some((key, at))
 }
 
-/// The key serde_json (built with `raw_value`, as the gateway is) reads
-/// specially when it opens an object: `{"$serde_json::private::RawValue":
-/// "<text>"}` is read as the JSON in `<text>`, not as an object, so the
-/// general path would read such a body otherwise (or refuse it). The
-/// scanner refuses it wherever it stands, written plainly or with escapes
-/// (see [`member_key`]), and leaves the body to that path.
-const RAW_VALUE_KEY: &[u8] = b"$serde_json::private::RawValue";
+/// [`wire::RAW_VALUE_KEY`]: the general path would read a body holding it
+/// otherwise (or refuse it), so the scanner refuses it wherever it stands,
+/// written plainly or with escapes (see [`member_key`]), and leaves the body
+/// to that path.
+const RAW_VALUE_KEY: &[u8] = wire::RAW_VALUE_KEY.as_bytes();
 
 /// A row's field value at `i`, skipped and checked: its kind and its end.
 /// Inlined in the row loops, where most values are a string or a short
