@@ -459,11 +459,16 @@ fn request_ident(settled: Option<HeaderValue>, headers: &HeaderMap) -> (Arc<str>
             return (Arc::from(id), value.clone());
         }
     }
+    let value = new_request_id();
+    (Arc::from(value.to_str().unwrap_or_default()), value)
+}
+
+/// A new request id: a ULID, as text in a header value.
+pub(crate) fn new_request_id() -> HeaderValue {
     let mut buf = [0u8; ulid::ULID_LEN];
-    let id = ulid::Ulid::new().array_to_str(&mut buf);
-    // A ULID is always a valid header value.
-    let value = HeaderValue::from_str(id).unwrap_or(HeaderValue::from_static(""));
-    (Arc::from(&*id), value)
+    // A ULID is 26 letters and digits, always a valid header value.
+    HeaderValue::from_str(ulid::Ulid::new().array_to_str(&mut buf))
+        .unwrap_or(HeaderValue::from_static(""))
 }
 
 /// A client-sent id, kept only if it is short and printable; otherwise it

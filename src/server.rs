@@ -38,10 +38,7 @@ struct MakeUlid;
 
 impl MakeRequestId for MakeUlid {
     fn make_request_id<B>(&mut self, _request: &Request<B>) -> Option<RequestId> {
-        let mut buf = [0u8; ulid::ULID_LEN];
-        HeaderValue::from_str(ulid::Ulid::new().array_to_str(&mut buf))
-            .ok()
-            .map(RequestId::new)
+        Some(RequestId::new(pipeline::new_request_id()))
     }
 }
 

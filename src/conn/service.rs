@@ -94,10 +94,8 @@ where
     fn call(&self, mut req: Request<Incoming>) -> BoxFuture<B> {
         let busy = self.activity.begin();
         let version = req.version();
+        // (The connection is marked HTTP/2 by its preface, `conn::refusal`.)
         let http2 = version == Version::HTTP_2;
-        if http2 {
-            self.activity.saw_http2();
-        }
         let head = req.method() == Method::HEAD;
         req.extensions_mut()
             .insert(ConnHandle(self.activity.clone()));

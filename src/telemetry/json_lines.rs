@@ -40,8 +40,10 @@ impl<'w> FormatFields<'w> for JsonFields {
         })
     }
 
-    /// A field recorded later (`request_id`, `operation`) joins the others,
-    /// appended to their text directly.
+    /// A field recorded after the span was made joins the others, appended
+    /// to their text directly (the server's request spans are made with
+    /// all theirs; an in-process caller's gets `request_id` and `operation`
+    /// recorded by admission).
     fn add_fields(
         &self,
         current: &'w mut FormattedFields<Self>,

@@ -115,6 +115,9 @@ async fn closed_within<S: AsyncRead + Unpin>(stream: &mut S, within: Duration) -
     tokio::time::timeout(within, read_to_end).await.is_ok()
 }
 
+/// A request head begun and never finished (no blank line).
+const PARTIAL_HEAD: &[u8] = b"POST /api/v1/run/detail HTTP/1.1\r\nhost: t\r\n";
+
 async fn detail_once(addr: SocketAddr) -> Answer {
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.write_all(&detail_request(true)).await.unwrap();
@@ -134,9 +137,7 @@ async fn a_slow_head_is_closed_on_its_deadline_while_others_are_served() {
     let mut slow = Vec::new();
     for _ in 0..8 {
         let mut s = TcpStream::connect(gw.addr).await.unwrap();
-        s.write_all(b"POST /api/v1/run/detail HTTP/1.1\r\nhost: t\r\n")
-            .await
-            .unwrap();
+        s.write_all(PARTIAL_HEAD).await.unwrap();
         slow.push(s);
     }
     let started = Instant::now();
@@ -150,13 +151,14 @@ async fn a_slow_head_is_closed_on_its_deadline_while_others_are_served() {
 }
 
 /// The head deadline holds for every request of a kept-alive connection,
-/// counted from its last answer, and for a connection that never sends a
-/// byte; the idle deadline (far longer here) is not what closes them.
+/// counted from its last answer (not from the next head's first byte), and
+/// for a connection that never sends a byte; the idle deadline (far longer
+/// here) is not what closes them.
 #[tokio::test]
 async fn the_head_deadline_counts_from_the_last_answer_and_from_the_accept() {
     let (gw, _) = gateway(
         Duration::ZERO,
-        "[connections]\nheader_read_timeout_ms = 300\nidle_timeout_ms = 60000\n",
+        "[connections]\nheader_read_timeout_ms = 1000\nidle_timeout_ms = 60000\n",
     )
     .await;
     let mut silent = TcpStream::connect(gw.addr).await.unwrap();
@@ -166,13 +168,16 @@ async fn the_head_deadline_counts_from_the_last_answer_and_from_the_accept() {
     assert_eq!(a.status, 200);
     assert!(!a.closes());
     let answered = Instant::now();
-    // A second head, begun and never finished.
-    kept.write_all(b"POST /api/v1/run/detail HTTP/1.1\r\nhost: t\r\n")
-        .await
-        .unwrap();
+    // The second head begins 600 ms after the answer and never ends: the
+    // deadline counted from the answer closes it at about 1 s, one counted
+    // from its first byte would at about 1.6 s. (The wait is the time the
+    // test is about, not a synchronisation.)
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    kept.write_all(PARTIAL_HEAD).await.unwrap();
     assert!(closed_within(&mut kept, Duration::from_secs(3)).await);
     let took = answered.elapsed();
-    assert!(took >= Duration::from_millis(250), "{took:?}");
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+    assert!(took < Duration::from_millis(1500), "{took:?}");
     assert!(closed_within(&mut silent, Duration::from_secs(3)).await);
 }
 
