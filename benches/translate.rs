@@ -12,7 +12,6 @@ use v1compat::ops::results::{ResultPage, V2ResultPage};
 use v1compat::ops::wire::OrDefault;
 use v1compat::ops::{logs, results, run_records, Compat, Read};
 use v1compat::paging::Window;
-use v1compat::v1;
 use v1compat::v2;
 
 fn envelope(data: Value) -> Bytes {
@@ -81,7 +80,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("run_record", |b| {
         b.iter(|| {
             let v1 = run_records::detail_answer(typed(black_box(&record)), &compat).unwrap();
-            v1::Envelope::success(v1).to_bytes()
+            v1.into_envelope()
         })
     });
 
@@ -113,7 +112,7 @@ fn bench(c: &mut Criterion) {
                     })
                     .collect();
                 let v1 = results::v1_result_page(window, &plan, &pages).to_json();
-                v1::Envelope::success(v1).to_bytes()
+                v1.into_envelope()
             })
         });
     }
@@ -122,7 +121,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("log_page_100_string_lines", |b| {
         b.iter(|| {
             let v1 = logs::log_answer(typed::<OrDefault<V2Log>>(black_box(&log))).unwrap();
-            v1::Envelope::success(v1).to_bytes()
+            v1.into_envelope()
         })
     });
 }

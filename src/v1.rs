@@ -47,7 +47,7 @@ const SUCCESS_HEAD: &[u8] = b"{\"code\":0,\"message\":\"success\",\"data\":";
 /// or from parts that are), to be put in an envelope without being parsed
 /// again. It is written straight into the success envelope around it, so
 /// the common answer is never copied a second time (see
-/// [`Envelope::<Json>::to_bytes`]).
+/// [`Json::into_envelope`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Json {
     /// `{"code":0,"message":"success","data":` + data + `}`.
@@ -93,8 +93,8 @@ impl Json {
     }
 
     /// The success envelope around the data, whole: the buffer it was
-    /// written in (what [`Envelope::success`]'s `to_bytes` gives, without
-    /// building the envelope).
+    /// written in (the bytes serde writes for [`Envelope::success`] of the
+    /// same data, without building the envelope).
     pub fn into_envelope(self) -> bytes::Bytes {
         self.envelope
     }
@@ -107,27 +107,6 @@ impl Serialize for Json {
         let raw: &RawValue =
             serde_json::from_slice(self.as_bytes()).map_err(serde::ser::Error::custom)?;
         raw.serialize(s)
-    }
-}
-
-impl Envelope<Json> {
-    /// The envelope around already written `data`: `data` is never parsed
-    /// again, and a success envelope is the buffer it was written in.
-    pub fn to_bytes(&self) -> bytes::Bytes {
-        if self.code == 0 && self.message == "success" {
-            return self.data.envelope.clone();
-        }
-        let data = self.data.as_bytes();
-        let mut out = Vec::with_capacity(data.len() + self.message.len() + 48);
-        out.extend_from_slice(b"{\"code\":");
-        // Writing a number or a string into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut out, &self.code);
-        out.extend_from_slice(b",\"message\":");
-        let _ = serde_json::to_writer(&mut out, &self.message);
-        out.extend_from_slice(b",\"data\":");
-        out.extend_from_slice(data);
-        out.push(b'}');
-        out.into()
     }
 }
 
@@ -166,11 +145,14 @@ mod tests {
         let json = Json::write(&data, 0).unwrap();
         assert_eq!(json.as_bytes(), serde_json::to_vec(&data).unwrap());
         let expect = serde_json::to_vec(&Envelope::success(&data)).unwrap();
-        assert_eq!(Envelope::success(json.clone()).to_bytes(), expect);
+        assert_eq!(
+            serde_json::to_vec(&Envelope::success(&json)).unwrap(),
+            expect
+        );
         assert_eq!(json.clone().into_envelope(), expect);
-        let mut other = Envelope::success(json);
-        other.code = 7;
-        other.message = "partly \"ok\"".into();
+        // Any other envelope carries the data as the JSON value it holds.
+        let mut other = Envelope::error(7, "partly \"ok\"");
+        other.data = serde_json::from_slice(json.as_bytes()).unwrap();
         let expect = serde_json::to_vec(&Envelope {
             code: 7,
             message: other.message.clone(),

@@ -22,7 +22,9 @@ impl<'de> serde::Deserialize<'de> for Members {
                 f.write_str("a JSON object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
-                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(4).min(16));
+                // serde_json does not tell an object's size: room for a
+                // usual V1 body's few members.
+                let mut members = Vec::with_capacity(4);
                 while let Some(name) = map.next_key::<String>()? {
                     // Left to `Value` itself (see `wire::RAW_VALUE_KEY`).
                     if name == crate::ops::wire::RAW_VALUE_KEY {
@@ -331,6 +333,11 @@ mod tests {
             r#"{"run_slug":"caf\u00e9","x":1.5e3}"#,
             r#"  {"n": -0, "big": 18446744073709551615 }  "#,
             r#"{"$serde_json::private::RawValue":"1"}"#,
+            // Read by `Value` (the member reader leaves the key to it): an
+            // object when the key is not the first, the text's object when
+            // it is.
+            r#"{"a":1,"$serde_json::private::RawValue":"x"}"#,
+            r#"{"$serde_json::private::RawValue":"{\"a\":1}"}"#,
             r#"{"a":1}x"#,
             r#"{"a":1e400}"#,
             r#"[1e400]"#,
