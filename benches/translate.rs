@@ -7,8 +7,8 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use serde_json::{json, Value};
 
 use v1compat::ops::logs::V2Log;
-use v1compat::ops::result_scan::{self, ScannedRows};
-use v1compat::ops::results::{ResultPage, V2ResultPage};
+use v1compat::ops::result_scan;
+use v1compat::ops::results::ResultPage;
 use v1compat::ops::wire::OrDefault;
 use v1compat::ops::{logs, results, run_records, Compat, Read};
 use v1compat::paging::Window;
@@ -90,25 +90,15 @@ fn bench(c: &mut Criterion) {
         c.bench_function(&format!("result_page_{rows}_rows"), |b| {
             b.iter(|| {
                 // As `results::result_list`: one pass of the scanner over each
-                // answer, the rest of the page read typed from its skeleton.
-                let (skeletons, rows): (Vec<String>, Vec<ScannedRows>) = black_box(&pages)
+                // answer, which reads the rest of the page too.
+                let pages: Vec<ResultPage> = black_box(&pages)
                     .iter()
                     .enumerate()
                     .map(|(k, p)| {
-                        result_scan::scan(p, plan.part_of(k)).expect("a page the scanner reads")
-                    })
-                    .map(|s| (s.skeleton, s.rows))
-                    .unzip();
-                let pages: Vec<ResultPage> = skeletons
-                    .iter()
-                    .zip(rows)
-                    .map(|(skeleton, rows)| {
-                        match typed::<OrDefault<V2ResultPage>>(skeleton.as_bytes()) {
-                            Read::Typed(page) => {
-                                ResultPage::scanned(page.unwrap_or_default().0, rows)
-                            }
-                            Read::Untyped(_) => unreachable!("typed reads only"),
-                        }
+                        let scan = result_scan::scan(p, plan.part_of(k))
+                            .expect("a page the scanner reads");
+                        let head = scan.head.expect("a head the scanner reads");
+                        ResultPage::scanned(head.page, scan.rows)
                     })
                     .collect();
                 let v1 = results::v1_result_page(window, &plan, &pages).to_json();

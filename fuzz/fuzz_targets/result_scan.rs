@@ -1,14 +1,18 @@
 //! Fuzz target: arbitrary bytes as a V2 result-page answer. Whatever the
 //! one-pass scanner (`ops::result_scan`) accepts, serde_json must read the
-//! same way: valid JSON, the same rows, the same skeleton, the same column
-//! formats. A body it refuses goes to serde anyway, so refusing is allowed;
-//! accepting something serde reads differently is the failure.
+//! same way: valid JSON, the same rows, the same skeleton, the same head
+//! (code, request id, count, headers), the same column formats. A body it
+//! refuses goes to serde anyway, so refusing is allowed; accepting
+//! something serde reads differently is the failure.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
 use v1compat::ops::result_scan::scan;
+use v1compat::ops::results::V2ResultPage;
+use v1compat::ops::wire::OrDefault;
+use v1compat::v2::DataEnvelope;
 
 fuzz_target!(|input: &[u8]| {
     // The first byte picks the rows the columns are summed up over.
@@ -31,8 +35,26 @@ fuzz_target!(|input: &[u8]| {
     }
     let mut emptied = whole.clone();
     emptied["data"]["list"] = Value::Array(Vec::new());
-    let skeleton: Value = serde_json::from_str(&scanned.skeleton).expect("a skeleton serde refuses");
+    let text = scanned.skeleton().expect("a skeleton that is not UTF-8");
+    let skeleton: Value = serde_json::from_str(&text).expect("a skeleton serde refuses");
     assert_eq!(skeleton, emptied);
+    // A head the scanner read is what the typed reading of the skeleton gives.
+    if let Some(head) = &scanned.head {
+        let typed: DataEnvelope<OrDefault<V2ResultPage>> =
+            serde_json::from_str(&text).expect("a head read where the typed reading refuses");
+        assert_eq!(head.code, typed.code);
+        assert_eq!(head.request_id, typed.request_id.as_ref().map(|t| &*t.0));
+        let page = typed.data.map(|p| p.0).unwrap_or_default();
+        assert_eq!(head.page.count, page.count);
+        let fields = |p: &V2ResultPage| -> Vec<[Option<String>; 3]> {
+            p.headers
+                .0
+                .iter()
+                .map(|h| [&h.0.key, &h.0.label, &h.0.format].map(|f| f.0.as_deref().map(str::to_owned)))
+                .collect()
+        };
+        assert_eq!(fields(&head.page), fields(&page));
+    }
     if rows.repeats() {
         return;
     }

@@ -177,17 +177,35 @@ impl<'a> Exchange<'a> {
         text: Option<&'f str>,
         subject: Subject,
     ) -> Result<Read<T>, GatewayError> {
-        let parsed = text
-            .ok_or(())
-            .and_then(|text| serde_json::from_str::<DataEnvelope<'f, T>>(text).map_err(|_| ()));
-        match parsed {
-            // A success; anything else is an error, read in full (details
-            // and all) by the general path.
-            Ok(envelope) if envelope.code == Some(0) && fetched.status.is_success() => {
-                self.record_request_id(envelope.request_id.as_ref().map(|id| &*id.0));
-                Ok(Read::Typed(envelope.data))
-            }
-            _ => self.envelope_data(fetched, subject).map(Read::Untyped),
+        match text.and_then(|text| serde_json::from_str::<DataEnvelope<'f, T>>(text).ok()) {
+            Some(envelope) => self.read_parts(
+                fetched,
+                envelope.code,
+                envelope.request_id.as_ref().map(|id| &*id.0),
+                envelope.data,
+                subject,
+            ),
+            None => self.envelope_data(fetched, subject).map(Read::Untyped),
+        }
+    }
+
+    /// [`Exchange::read`] with the envelope's `code`, `request_id` and
+    /// `data` read by the caller (a result page's, by
+    /// [`result_scan`](super::result_scan)): a success is typed; anything
+    /// else is an error, read in full (details and all) by the general path.
+    pub fn read_parts<T>(
+        &self,
+        fetched: &Fetched,
+        code: Option<i64>,
+        request_id: Option<&str>,
+        data: Option<T>,
+        subject: Subject,
+    ) -> Result<Read<T>, GatewayError> {
+        if code == Some(0) && fetched.status.is_success() {
+            self.record_request_id(request_id);
+            Ok(Read::Typed(data))
+        } else {
+            self.envelope_data(fetched, subject).map(Read::Untyped)
         }
     }
 

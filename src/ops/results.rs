@@ -395,7 +395,8 @@ impl<'de> Visitor<'de> for RowScan<'_, '_> {
 }
 
 /// Reads one V2 result page. The scanner finds the rows and the kinds of
-/// their fields in one pass, and serde reads the rest from the skeleton;
+/// their fields in one pass, and reads the rest (or serde reads it from
+/// the skeleton, when its reading was not plain: `skeleton`);
 /// when the scanner declines, or the typed reading does, the page is read
 /// as before (data the typed reading refused, repeated keys say, is written
 /// back out from its `Value` into `spare` and read from there, so it maps
@@ -403,13 +404,29 @@ impl<'de> Visitor<'de> for RowScan<'_, '_> {
 fn read_page<'a>(
     ex: &Exchange<'_>,
     fetched: &'a Fetched,
-    scan: Option<(&'a str, ScannedRows<'a>)>,
+    skeleton: Option<&'a str>,
+    scan: Option<Scan<'a>>,
     spare: &'a mut Option<String>,
 ) -> Result<ResultPage<'a>, GatewayError> {
     match scan {
-        Some((skeleton, rows)) => page_from(
-            ex.read_text(fetched, Some(skeleton), Subject::Run)?,
+        Some(Scan {
+            head: Some(head),
+            rows,
+            ..
+        }) => page_from(
+            ex.read_parts(
+                fetched,
+                head.code,
+                head.request_id,
+                Some(OrDefault(head.page)),
+                Subject::Run,
+            )?,
             Some(rows),
+            spare,
+        ),
+        Some(scan) => page_from(
+            ex.read_text(fetched, skeleton, Subject::Run)?,
+            Some(scan.rows),
             spare,
         ),
         None => page_from(ex.read(fetched, Subject::Run)?, None, spare),
@@ -439,18 +456,23 @@ fn page_from<'a>(
 }
 
 /// Scans each V2 answer (see [`result_scan`]), summing up the columns of
-/// the rows `part(k)` of the `k`-th: the skeletons, to be kept while the
-/// pages borrow from them, and the rows.
+/// the rows `part(k)` of the `k`-th: the scans, and the skeletons serde
+/// reads the rest of an answer from when the scanner did not (kept while
+/// the pages borrow from them).
 fn scan_all(
     fetched: &[Fetched],
     part: impl Fn(usize) -> Range<usize>,
-) -> (Vec<Option<String>>, Vec<Option<ScannedRows<'_>>>) {
+) -> (Vec<Option<String>>, Vec<Option<Scan<'_>>>) {
     fetched
         .iter()
         .enumerate()
-        .map(|(k, f)| match result_scan::scan(f.body(), part(k)) {
-            Some(Scan { skeleton, rows }) => (Some(skeleton), Some(rows)),
-            None => (None, None),
+        .map(|(k, f)| {
+            let scan = result_scan::scan(f.body(), part(k));
+            let skeleton = scan
+                .as_ref()
+                .filter(|s| s.head.is_none())
+                .and_then(Scan::skeleton);
+            (skeleton, scan)
         })
         .unzip()
 }
@@ -506,16 +528,14 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, Gateway
             result_call(run, o, plan.limit).with_key(Some(key.clone()))
         })
         .await?;
-    let (skeletons, rows) = scan_all(&fetched, |k| plan.part_of(k));
+    let (skeletons, scans) = scan_all(&fetched, |k| plan.part_of(k));
     let mut spares: Vec<Option<String>> = (0..fetched.len()).map(|_| None).collect();
     let pages = fetched
         .iter()
         .zip(&skeletons)
-        .zip(rows)
+        .zip(scans)
         .zip(spares.iter_mut())
-        .map(|(((f, skeleton), rows), spare)| {
-            read_page(ex, f, skeleton.as_deref().zip(rows), spare)
-        })
+        .map(|(((f, skeleton), scan), spare)| read_page(ex, f, skeleton.as_deref(), scan, spare))
         .collect::<Result<Vec<_>, _>>()?;
     let mut page = v1_result_page(window, &plan, &pages);
     if page.runs.is_empty() && page.count > 0 {
@@ -525,12 +545,10 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, Gateway
             .fetch(result_call(run, 1, 1).with_key(Some(key)), Subject::Run)
             .await?];
         // One row asked for, one summed up.
-        let (skeleton, rows) = scan_all(&sample, |_| 0..1);
+        let (skeleton, scan) = scan_all(&sample, |_| 0..1);
         let mut spare = None;
-        let scan = skeleton[0]
-            .as_deref()
-            .zip(rows.into_iter().next().flatten());
-        let first = read_page(ex, &sample[0], scan, &mut spare)?;
+        let scan = scan.into_iter().next().flatten();
+        let first = read_page(ex, &sample[0], skeleton[0].as_deref(), scan, &mut spare)?;
         page.headers = headers_of_page(&first.headers, &first)
             .into_iter()
             .map(V1Header::into_owned)
@@ -641,9 +659,14 @@ mod tests {
         // Leaked so the pages may borrow from them, as the request path's
         // pages borrow from what it keeps.
         let spare = || Box::leak(Box::new(None));
+        // As `read_page`: the head the scanner read, else the skeleton's.
         let scanned = result_scan::scan(body.as_bytes(), 0..usize::MAX).map(|s| {
-            let skeleton: &str = Box::leak(s.skeleton.into_boxed_str());
-            page_from(read(skeleton), Some(s.rows), spare()).unwrap()
+            let head = match s.head {
+                Some(head) if head.code == Some(0) => Read::Typed(Some(OrDefault(head.page))),
+                Some(_) => read(body),
+                None => read(Box::leak(s.skeleton().unwrap().into_boxed_str())),
+            };
+            page_from(head, Some(s.rows), spare()).unwrap()
         });
         (scanned, page_from(read(body), None, spare()).unwrap())
     }

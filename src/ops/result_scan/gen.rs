@@ -194,15 +194,49 @@ pub fn render(j: &J, ws: &mut Ws, out: &mut String) {
     }
 }
 
+/// A member of the answer the scanner reads the head from: mostly the
+/// plain `usual` value, else anything.
+fn head_value(usual: &'static str) -> impl Strategy<Value = J> {
+    prop_oneof![
+        4 => Just(J::Lit(usual.to_owned())),
+        1 => scalar(),
+        1 => value(),
+    ]
+}
+
+/// A column header: mostly `key` and `label` strings, sometimes `format`,
+/// other members, fields of other kinds or given twice, or not an object.
+fn header() -> impl Strategy<Value = J> {
+    let field = prop_oneof![
+        3 => prop::sample::select(HEADER_KEYS).prop_map(|k| J::Lit(format!("\"{k}\""))),
+        1 => value(),
+    ];
+    let name = prop::sample::select(
+        &[
+            r#""key""#,
+            r#""label""#,
+            r#""format""#,
+            r#""x""#,
+            r#""\u006bey""#,
+        ][..],
+    );
+    prop_oneof![
+        6 => (prop::sample::select(HEADER_KEYS), "[A-Za-z ]{0,8}").prop_map(|(k, l)| J::Obj(vec![
+            (r#""key""#.into(), J::Lit(format!("\"{k}\""))),
+            (r#""label""#.into(), J::Lit(format!("\"{l}\""))),
+        ])),
+        2 => prop::collection::vec((name.prop_map(str::to_owned), field), 0..4).prop_map(J::Obj),
+        1 => value(),
+    ]
+}
+
 /// A whole V2 answer around `rows`: the envelope's and the page's
 /// members in any order, sometimes with a repeated or odd member.
 pub fn answer() -> impl Strategy<Value = (String, usize)> {
-    let headers = prop::collection::vec(
-        prop::sample::select(HEADER_KEYS)
-            .prop_map(|k| J::Obj(vec![(r#""key""#.into(), J::Lit(format!("\"{k}\"")))])),
-        0..4,
-    )
-    .prop_map(J::Arr);
+    let headers = prop_oneof![
+        6 => prop::collection::vec(header(), 0..4).prop_map(J::Arr),
+        1 => value(),
+    ];
     let page_extra = prop_oneof![
         4 => Just(vec![]),
         1 => value().prop_map(|v| vec![(r#""list""#.to_owned(), v)]),
@@ -213,40 +247,49 @@ pub fn answer() -> impl Strategy<Value = (String, usize)> {
         4 => Just(vec![]),
         1 => value().prop_map(|v| vec![(r#""data""#.to_owned(), v)]),
         1 => value().prop_map(|v| vec![(r#""details""#.to_owned(), v)]),
+        1 => value().prop_map(|v| vec![(r#""code""#.to_owned(), v)]),
+        1 => value().prop_map(|v| vec![(r#""request_id""#.to_owned(), v)]),
     ];
+    let envelope = (
+        head_value("0"),
+        head_value(r#""success""#),
+        head_value(r#""r-1""#),
+    );
     (
         prop::collection::vec(row(), 0..8),
-        headers,
+        (headers, head_value("-")),
         page_extra,
-        top_extra,
+        (top_extra, envelope),
         any::<u64>(),
     )
-        .prop_flat_map(|(rows, headers, page_extra, top_extra, seed)| {
+        .prop_flat_map(|(rows, (headers, count), page_extra, top, seed)| {
             let n = rows.len();
+            // `-` stands for the number of rows.
+            let count = match count {
+                J::Lit(t) if t == "-" => J::Lit(n.to_string()),
+                other => other,
+            };
             let mut page = vec![
-                (r#""count""#.to_owned(), J::Lit(n.to_string())),
+                (r#""count""#.to_owned(), count),
                 (r#""headers""#.to_owned(), headers),
                 (r#""list""#.to_owned(), J::Arr(rows)),
                 (r#""page_index""#.to_owned(), J::Lit("1".into())),
             ];
             page.extend(page_extra);
-            (
-                Just(page).prop_shuffle(),
-                Just(top_extra),
-                Just(seed),
-                Just(n),
-            )
+            (Just(page).prop_shuffle(), Just(top), Just(seed), Just(n))
         })
-        .prop_flat_map(|(page, top_extra, seed, n)| {
-            let mut top = vec![
-                (r#""code""#.to_owned(), J::Lit("0".into())),
-                (r#""message""#.to_owned(), J::Lit(r#""success""#.into())),
-                (r#""data""#.to_owned(), J::Obj(page)),
-                (r#""request_id""#.to_owned(), J::Lit(r#""r-1""#.into())),
-            ];
-            top.extend(top_extra);
-            (Just(top).prop_shuffle(), Just(seed), Just(n))
-        })
+        .prop_flat_map(
+            |(page, (top_extra, (code, message, request_id)), seed, n)| {
+                let mut top = vec![
+                    (r#""code""#.to_owned(), code),
+                    (r#""message""#.to_owned(), message),
+                    (r#""data""#.to_owned(), J::Obj(page)),
+                    (r#""request_id""#.to_owned(), request_id),
+                ];
+                top.extend(top_extra);
+                (Just(top).prop_shuffle(), Just(seed), Just(n))
+            },
+        )
         .prop_map(|(top, seed, n)| {
             let mut out = String::new();
             let mut ws = Ws::seeded(seed);

@@ -46,8 +46,9 @@
 //! as a raw value's token (`wire::RAW_VALUE_KEY`).
 //!
 //! What the rest of the answer holds (code, request id, count, headers) is
-//! read by the typed serde readers from the *skeleton*: the body with the
-//! rows' array replaced by `[]`, a few hundred bytes.
+//! read in the same pass where its reading is plain (`head.rs`); else by
+//! the typed serde readers from the *skeleton*: the body with the rows'
+//! array replaced by `[]`, a few hundred bytes.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -55,7 +56,10 @@ use std::ops::Range;
 
 use crate::ops::wire::Kind;
 
+mod head;
 mod values;
+pub use head::Head;
+use head::HeadReader;
 use values::{byte, field, plain_key, value, ws};
 
 #[cfg(test)]
@@ -64,10 +68,27 @@ pub(crate) mod gen;
 /// What one pass over a V2 result-page answer found.
 #[derive(Debug)]
 pub struct Scan<'a> {
-    /// The body with `data.list` replaced by `[]`, for the typed reading of
-    /// everything but the rows.
-    pub skeleton: String,
+    body: &'a [u8],
+    /// Where `data.list` is in the body.
+    list: Range<usize>,
+    /// Everything but the rows, when its reading was plain; else serde
+    /// reads it from the [skeleton](Scan::skeleton).
+    pub head: Option<Head<'a>>,
     pub rows: ScannedRows<'a>,
+}
+
+impl Scan<'_> {
+    /// The body with `data.list` replaced by `[]`, for the typed reading of
+    /// everything but the rows when the head was not read here. (Valid
+    /// UTF-8, as the body is: a `String` is only had by checking it.)
+    pub fn skeleton(&self) -> Option<String> {
+        let b = self.body;
+        let mut skeleton = Vec::with_capacity(b.len() - self.list.len() + 2);
+        skeleton.extend_from_slice(b.get(..self.list.start)?);
+        skeleton.extend_from_slice(b"[]");
+        skeleton.extend_from_slice(b.get(self.list.end..)?);
+        String::from_utf8(skeleton).ok()
+    }
 }
 
 /// What the values of a column held: V1's header `format` is `number` when
@@ -250,25 +271,33 @@ pub fn scan(body: &[u8], summarise: Range<usize>) -> Option<Scan<'_>> {
         stack: Vec::new(),
         list: None,
     };
+    let mut head = HeadReader::new();
     let end = s.object(ws(body, 0), |s, i, key| {
         if key != b"data" {
-            return value(body, i, &mut s.stack);
+            let end = value(body, i, &mut s.stack)?;
+            head.envelope_member(key, &body[i..end]);
+            return Some(end);
         }
         // A second `data`, or one that is not an object, is not for here.
         if s.list.is_some() || body.get(i) != Some(&b'{') {
             return None;
         }
         let mut found = None;
-        let end = s.object(i, |s, i, key| {
-            if key != b"list" {
-                return value(body, i, &mut s.stack);
+        let end = s.object(i, |s, i, key| match key {
+            b"list" => {
+                if found.is_some() {
+                    return None;
+                }
+                let (rows, end) = s.rows(i, summarise.clone())?;
+                found = Some((i..end, rows));
+                Some(end)
             }
-            if found.is_some() {
-                return None;
+            b"headers" => head.headers(body, i, &mut s.stack),
+            _ => {
+                let end = value(body, i, &mut s.stack)?;
+                head.page_member(key, &body[i..end]);
+                Some(end)
             }
-            let (rows, end) = s.rows(i, summarise.clone())?;
-            found = Some((i..end, rows));
-            Some(end)
         })?;
         s.list = Some(found?);
         Some(end)
@@ -277,14 +306,12 @@ pub fn scan(body: &[u8], summarise: Range<usize>) -> Option<Scan<'_>> {
         return None;
     }
     let (list, rows) = s.list?;
-    let mut skeleton = Vec::with_capacity(body.len() - list.len() + 2);
-    skeleton.extend_from_slice(body.get(..list.start)?);
-    skeleton.extend_from_slice(b"[]");
-    skeleton.extend_from_slice(body.get(list.end..)?);
-    // Valid, as the body is; a `String` is only had by checking (a few
-    // hundred bytes).
-    let skeleton = String::from_utf8(skeleton).ok()?;
-    Some(Scan { skeleton, rows })
+    Some(Scan {
+        body,
+        list,
+        head: head.finish(),
+        rows,
+    })
 }
 
 /// A position in the body after what was read; `None` for anything the
@@ -751,6 +778,8 @@ impl Key {
 mod tests {
     use super::gen::*;
     use super::*;
+    use crate::ops::results::V2ResultPage;
+    use crate::ops::wire::{IntLike, OrDefault};
     use proptest::prelude::*;
     use serde::Deserialize;
     use serde_json::value::RawValue;
@@ -870,12 +899,48 @@ mod tests {
         }
         let start = offset(body, list.as_bytes());
         let expect = format!("{}[]{}", &body[..start], &body[start + list.len()..]);
-        assert_eq!(scan.skeleton, expect);
+        assert_eq!(scan.skeleton().as_deref(), Some(&*expect));
+        check_head(&scan, &expect, body);
         Some(())
     }
 
     fn check(body: &str) -> Option<()> {
         check_range(body, 0..usize::MAX)
+    }
+
+    /// A head read by the scanner is what serde's typed reading of the
+    /// skeleton gives (which must then read it).
+    fn check_head(scan: &Scan, skeleton: &str, body: &str) {
+        let Some(head) = &scan.head else {
+            return;
+        };
+        let typed: crate::v2::DataEnvelope<OrDefault<V2ResultPage>> =
+            serde_json::from_str(skeleton)
+                .unwrap_or_else(|e| panic!("head read where serde refuses ({e}): {body}"));
+        assert_eq!(head.code, typed.code, "{body}");
+        assert_eq!(
+            head.request_id,
+            typed.request_id.as_ref().map(|t| &*t.0),
+            "{body}"
+        );
+        let page = typed.data.map(|p| p.0).unwrap_or_default();
+        assert_eq!(head.page.count, page.count, "{body}");
+        let fields = |p: &V2ResultPage| -> Vec<[Option<String>; 3]> {
+            p.headers
+                .0
+                .iter()
+                .map(|h| {
+                    [&h.0.key, &h.0.label, &h.0.format].map(|f| f.0.as_deref().map(str::to_owned))
+                })
+                .collect()
+        };
+        assert_eq!(fields(&head.page), fields(&page), "{body}");
+        // Borrowed from the body, as serde's reading borrows.
+        for h in &head.page.headers.0 {
+            for f in [&h.0.key, &h.0.label, &h.0.format] {
+                assert!(matches!(f.0, None | Some(Cow::Borrowed(_))), "{body}");
+            }
+        }
     }
 
     #[test]
@@ -899,7 +964,8 @@ mod tests {
         assert_eq!(scan.rows.summary("b"), text);
         assert_eq!(scan.rows.summary("c"), text);
         assert_eq!(scan.rows.summary("d"), Column::EMPTY);
-        assert!(scan.skeleton.contains(r#""list":[],"#));
+        assert!(scan.skeleton().unwrap().contains(r#""list":[],"#));
+        assert!(scan.head.is_some());
         check(body).unwrap();
         // Only the rows asked for are summed up.
         let scan = super::scan(body.as_bytes(), 1..3).unwrap();
@@ -909,6 +975,69 @@ mod tests {
         let twice = body.replace(r#"{"a":null,"b":2}"#, r#"{"a":null,"b":2,"a":1}"#);
         assert!(super::scan(twice.as_bytes(), 0..3).unwrap().rows.repeats());
         check(&twice).unwrap();
+    }
+
+    #[test]
+    fn the_head_is_read_as_serde_reads_it_or_left_to_serde() {
+        let answer =
+            |top: &str, page: &str| format!(r#"{{{top}"data":{{{page}"list":[{{"a":1}}]}}}}"#);
+        fn head(body: &str) -> Option<Head<'_>> {
+            check(body).unwrap();
+            scan(body.as_bytes(), 0..1).unwrap().head
+        }
+        let plain = answer(
+            r#""code":0,"message":"success","request_id":"r-1","details":{"x":[1]},"#,
+            r#""count":2600,"headers":[{"key":"a","label":"A"},{"key":"b","label":"B","format":"date","x":{}}],"#,
+        );
+        let read = head(&plain).unwrap();
+        assert_eq!((read.code, read.request_id), (Some(0), Some("r-1")));
+        assert_eq!(read.page.count, IntLike(Some(2600)));
+        assert_eq!(read.page.headers.0.len(), 2);
+        assert_eq!(read.page.headers.0[1].0.format.0.as_deref(), Some("date"));
+        // Read here: nulls, a code other than 0, members absent, headers of
+        // any kind of item and fields that are not strings.
+        for sure in [
+            answer(
+                r#""code":null,"message":null,"request_id":null,"#,
+                r#""count":null,"#,
+            ),
+            answer(r#""code":-40001,"#, r#""headers":[],"#),
+            answer("", ""),
+            answer(
+                r#""code":0,"#,
+                r#""headers":[1,"x",null,[{}],{},{"key":5,"label":{"a":"b"},"format":["c"]}],"#,
+            ),
+            answer(
+                r#""other":1,"other":2,"#,
+                r#""page_index":1,"page_index":2,"#,
+            ),
+        ] {
+            assert!(head(&sure).is_some(), "{sure}");
+        }
+        // Left to serde: what the typed reading refuses (a member twice, a
+        // code or message of another kind) or reads otherwise (escapes, a
+        // count that is a float or a string, headers that are not an array).
+        for unsure in [
+            answer(r#""code":0,"code":0,"#, ""),
+            answer(r#""request_id":"a","request_id":"a","#, ""),
+            answer(r#""details":1,"details":1,"#, ""),
+            answer("", r#""count":1,"count":1,"#),
+            answer("", r#""headers":[],"headers":[],"#),
+            answer(r#""code":"0","#, ""),
+            answer(r#""code":0.0,"#, ""),
+            answer(r#""code":9223372036854775808,"#, ""),
+            answer(r#""message":5,"#, ""),
+            answer(r#""request_id":"r\u002d1","#, ""),
+            answer(r#""request_id":5,"#, ""),
+            answer("", r#""count":"12","#),
+            answer("", r#""count":1.5,"#),
+            answer("", r#""headers":null,"#),
+            answer("", r#""headers":[{"key":"a","key":"b"}],"#),
+            answer("", r#""headers":[{"key":"a\u0062"}],"#),
+            answer("", r#""headers":[{"\u006bey":"a"}],"#),
+        ] {
+            assert!(head(&unsure).is_none(), "{unsure}");
+        }
     }
 
     #[test]
@@ -1425,6 +1554,7 @@ mod tests {
             render(&rows, &mut Ws::seeded(seed), &mut body);
             body.push_str(r#"},"request_id":"r"}"#);
             prop_assert!(check(&body).is_some(), "{}", body);
+            prop_assert!(scan(body.as_bytes(), 0..1).unwrap().head.is_some(), "{}", body);
         }
 
         /// Rows alike, as V2 writes them (the same keys in the same order,

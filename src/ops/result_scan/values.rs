@@ -267,7 +267,7 @@ fn digits(b: &[u8], mut i: usize) -> usize {
 /// call would cost about as much as the search); the rest is read by
 /// [`string_rest`].
 #[inline(always)]
-fn string(b: &[u8], i: usize) -> Option<(usize, bool)> {
+pub(super) fn string(b: &[u8], i: usize) -> Option<(usize, bool)> {
     let j = plain_end(b, i);
     if b.get(j) == Some(&b'"') {
         return Some((j + 1, false));

@@ -1,0 +1,293 @@
+//! The parts of a V2 result-page answer around its rows (`code`,
+//! `message`, `request_id`, `details`, and the page's `count` and
+//! `headers`) read in the scanner's one pass (`super`), between the
+//! upstream call and `results.rs`. serde's typed reading of these few
+//! hundred bytes (`v2::DataEnvelope` of `wire::OrDefault<V2ResultPage>`,
+//! from a copy of the body without its rows) cost more than a tenth of a
+//! 100-row page; here each value is read where the scanner already stands.
+//!
+//! It reads them as the typed reading does, or not at all: a value whose
+//! reading is not plain (a string with an escape, a `code` that is not an
+//! integer in `i64`, a `count` that is not a short integer or null, a
+//! member given twice, which the derived readers refuse) makes the head
+//! unread (`None`), and the caller has serde read it from the skeleton as
+//! before. Only what the reading keeps is kept: the envelope's `message`
+//! and `details` are checked for what serde would refuse and otherwise
+//! skipped.
+
+use std::borrow::Cow;
+
+use super::values::{byte, plain_key, string, value, ws};
+use super::At;
+use crate::ops::results::{V2Header, V2ResultPage};
+use crate::ops::wire::{IntLike, List, OrDefault, StrOnly};
+
+/// What the typed reading keeps of the answer but its rows.
+#[derive(Debug, Default)]
+pub struct Head<'a> {
+    pub code: Option<i64>,
+    pub request_id: Option<&'a str>,
+    /// The page's `count` and `headers` (its `list` is empty: the rows
+    /// are the scanner's).
+    pub page: V2ResultPage<'a>,
+}
+
+/// Members of an object read so far, one bit each, to notice one given
+/// twice.
+type Seen = u8;
+
+/// The head as the scanner meets its members.
+pub(super) struct HeadReader<'a> {
+    head: Head<'a>,
+    /// Envelope members, then page members (above [`PAGE`]).
+    seen: Seen,
+    /// Whether every member met so far was read as serde reads it.
+    sure: bool,
+}
+
+const CODE: Seen = 1;
+const MESSAGE: Seen = 2;
+const REQUEST_ID: Seen = 4;
+const DETAILS: Seen = 8;
+const PAGE: Seen = 16;
+const COUNT: Seen = PAGE;
+const HEADERS: Seen = PAGE << 1;
+
+impl<'a> HeadReader<'a> {
+    pub(super) fn new() -> Self {
+        HeadReader {
+            head: Head::default(),
+            seen: 0,
+            sure: true,
+        }
+    }
+
+    /// Notes member `bit` as met; a second time, the head is left to serde
+    /// (the derived readers refuse a field given twice).
+    fn meet(&mut self, bit: Seen) {
+        self.sure &= self.seen & bit == 0;
+        self.seen |= bit;
+    }
+
+    /// An envelope member other than `data`: `key` and its value's text
+    /// (checked JSON).
+    pub(super) fn envelope_member(&mut self, key: &[u8], v: &'a [u8]) {
+        match key {
+            b"code" => {
+                self.meet(CODE);
+                match integer(v) {
+                    Some(code) => self.head.code = code,
+                    None => self.sure = false,
+                }
+            }
+            b"message" => {
+                self.meet(MESSAGE);
+                // An `Option<Text>`: a string or null; kept by nobody.
+                self.sure &= v == b"null" || v.first() == Some(&b'"');
+            }
+            b"request_id" => {
+                self.meet(REQUEST_ID);
+                match text(v) {
+                    Some(id) => self.head.request_id = id,
+                    None => self.sure = false,
+                }
+            }
+            // Any value: an `Option<IgnoredAny>`.
+            b"details" => self.meet(DETAILS),
+            _ => {}
+        }
+    }
+
+    /// A page member other than `list` and `headers`.
+    pub(super) fn page_member(&mut self, key: &[u8], v: &[u8]) {
+        if key == b"count" {
+            self.meet(COUNT);
+            // `IntLike` reads floats and numeric strings too; those are
+            // left to serde.
+            match integer(v) {
+                Some(count) => self.head.page.count = IntLike(count),
+                None => self.sure = false,
+            }
+        }
+    }
+
+    /// The page's `headers` at `i`: read, and where it ends.
+    pub(super) fn headers(&mut self, b: &'a [u8], i: usize, stack: &mut Vec<u8>) -> At {
+        self.meet(HEADERS);
+        if let Some((headers, end)) = headers(b, i, stack) {
+            self.head.page.headers = List(headers);
+            return Some(end);
+        }
+        // Not an array of plain headers: checked, and left to serde.
+        self.sure = false;
+        value(b, i, stack)
+    }
+
+    pub(super) fn finish(self) -> Option<Head<'a>> {
+        self.sure.then_some(self.head)
+    }
+}
+
+/// An `Option<i64>` as serde reads one from the JSON text `v`: null, or an
+/// integer of up to 18 digits (always in range); `None` for anything else.
+fn integer(v: &[u8]) -> Option<Option<i64>> {
+    if v == b"null" {
+        return Some(None);
+    }
+    let digits = v.strip_prefix(b"-").unwrap_or(v);
+    if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok().map(Some)
+}
+
+/// An `Option<Text>` as serde reads one from the JSON text `v`: null, or a
+/// string without escapes (borrowed); `None` for anything else.
+fn text(v: &[u8]) -> Option<Option<&str>> {
+    if v == b"null" {
+        return Some(None);
+    }
+    plain_string(v).map(Some)
+}
+
+/// The contents of the string `v` (JSON text, checked), when it holds no
+/// escape.
+fn plain_string(v: &[u8]) -> Option<&str> {
+    let inner = v.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    if inner.contains(&b'\\') {
+        return None;
+    }
+    std::str::from_utf8(inner).ok()
+}
+
+/// An array of headers at `i` (each an object, or anything else read as
+/// a header of no fields, as `OrDefault` reads it), checked as JSON: the
+/// headers and where the array ends. `None` for anything serde may read
+/// otherwise, or that is not JSON (the caller checks it again).
+fn headers<'a>(
+    b: &'a [u8],
+    i: usize,
+    stack: &mut Vec<u8>,
+) -> Option<(Vec<OrDefault<V2Header<'a>>>, usize)> {
+    let mut out = Vec::new();
+    let mut i = ws(b, byte(b, i, b'[')?);
+    if b.get(i) == Some(&b']') {
+        return Some((out, i + 1));
+    }
+    // A page has a few headers: room for a usual number at once.
+    out.reserve(8);
+    loop {
+        let (header, end) = match b.get(i)? {
+            b'{' => header(b, i, stack)?,
+            _ => (V2Header::default(), value(b, i, stack)?),
+        };
+        out.push(OrDefault(header));
+        i = ws(b, end);
+        match *b.get(i)? {
+            b',' => i = ws(b, i + 1),
+            b']' => return Some((out, i + 1)),
+            _ => return None,
+        }
+    }
+}
+
+/// One header object at `i` (its `{`), its keys plain: its fields, and
+/// where it ends.
+fn header<'a>(b: &'a [u8], i: usize, stack: &mut Vec<u8>) -> Option<(V2Header<'a>, usize)> {
+    let mut h = V2Header::default();
+    let mut seen: Seen = 0;
+    let mut i = ws(b, i + 1);
+    if b.get(i) == Some(&b'}') {
+        return Some((h, i + 1));
+    }
+    loop {
+        let (key, at) = plain_key(b, i)?;
+        let (field, bit) = match key {
+            b"key" => (&mut h.key, 1),
+            b"label" => (&mut h.label, 2),
+            b"format" => (&mut h.format, 4),
+            _ => {
+                i = ws(b, value(b, at, stack)?);
+                if next_member(b, &mut i)? {
+                    continue;
+                }
+                return Some((h, i));
+            }
+        };
+        // A field given twice is refused by the derived reader.
+        if seen & bit != 0 {
+            return None;
+        }
+        seen |= bit;
+        let end = if b.get(at) == Some(&b'"') {
+            let (end, escaped) = string(b, at + 1)?;
+            if escaped {
+                return None;
+            }
+            *field = StrOnly(Some(Cow::Borrowed(
+                std::str::from_utf8(&b[at + 1..end - 1]).ok()?,
+            )));
+            end
+        } else {
+            // Anything but a string is no value (`StrOnly`).
+            value(b, at, stack)?
+        };
+        i = ws(b, end);
+        if !next_member(b, &mut i)? {
+            return Some((h, i));
+        }
+    }
+}
+
+/// After a member's value (at `i`, whitespace skipped): `true` and `i` at
+/// the next key after a comma, `false` and `i` after the closing brace.
+fn next_member(b: &[u8], i: &mut usize) -> Option<bool> {
+    match *b.get(*i)? {
+        b',' => {
+            *i = ws(b, *i + 1);
+            Some(true)
+        }
+        b'}' => {
+            *i += 1;
+            Some(false)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_as_serde_reads_them() {
+        assert_eq!(integer(b"0"), Some(Some(0)));
+        assert_eq!(integer(b"-7"), Some(Some(-7)));
+        assert_eq!(integer(b"-0"), Some(Some(0)));
+        assert_eq!(integer(b"null"), Some(None));
+        assert_eq!(
+            integer(b"999999999999999999"),
+            Some(Some(999_999_999_999_999_999))
+        );
+        for other in [
+            &b"1.0"[..],
+            b"1e3",
+            b"\"0\"",
+            b"true",
+            b"[]",
+            b"-",
+            b"9999999999999999999",
+        ] {
+            assert_eq!(integer(other), None, "{}", String::from_utf8_lossy(other));
+        }
+    }
+
+    #[test]
+    fn texts_as_serde_reads_them() {
+        assert_eq!(text(b"null"), Some(None));
+        assert_eq!(text(br#""req-1""#), Some(Some("req-1")));
+        assert_eq!(text(br#""""#), Some(Some("")));
+        assert_eq!(text(br#""a\"b""#), None);
+        assert_eq!(text(b"5"), None);
+    }
+}
