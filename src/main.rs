@@ -12,6 +12,8 @@ use v1compat::config::{self, Config};
 use v1compat::shadow::cli::{self, ReplayArgs, ReportArgs};
 use v1compat::{probe, reload, server, telemetry};
 
+mod allocator;
+
 /// sysexits EX_USAGE / EX_CONFIG-style code for a configuration that does not validate.
 const EXIT_BAD_CONFIG: u8 = 64;
 
@@ -102,7 +104,7 @@ fn read(path: Option<&PathBuf>) -> Result<config::Loaded, String> {
 /// allocations, and glibc spent about 15 k instructions a request on them
 /// (deploy/bench/RESULTS.md, "What changed, step by step").
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::Allocator = allocator::Allocator;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -1,0 +1,123 @@
+//! The process's memory allocator, under every allocation on the request
+//! path: mimalloc, reached through its plain `mi_malloc` where that is
+//! enough.
+//!
+//! A request makes forty to seventy allocations (run detail, a 100-row
+//! result page). The `mimalloc` crate's allocator passes each to
+//! `mi_malloc_aligned`, whatever its alignment; in mimalloc 3 that call
+//! takes a slower path for any block of more than 1 KiB whose size is not
+//! a power of two (an over-allocation, then an aligned pointer into it),
+//! which a page's buffers, boxed futures and header tables all are. Most
+//! Rust allocations ask for an alignment `malloc` always gives (at most
+//! 16 bytes, and not more than their size: the rule std's own `System`
+//! allocator follows for `malloc`), so those go to `mi_malloc` and the
+//! rest to the aligned calls (deploy/bench/RESULTS.md has the figures).
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::ffi::c_void;
+
+use libmimalloc_sys::{
+    mi_free, mi_malloc, mi_malloc_aligned, mi_realloc, mi_realloc_aligned, mi_zalloc,
+    mi_zalloc_aligned,
+};
+
+/// The alignment every block of at least that size from `mi_malloc` has
+/// (mimalloc's `MI_MAX_ALIGN_SIZE` on 64-bit targets).
+const PLAIN_ALIGN: usize = 16;
+
+pub struct Allocator;
+
+/// Whether a block of `size` bytes from the plain calls is aligned enough.
+fn plain(align: usize, size: usize) -> bool {
+    align <= PLAIN_ALIGN && align <= size
+}
+
+// SAFETY: every call hands mimalloc a size and, for the aligned calls, the
+// layout's alignment (a power of two, as `Layout` guarantees); the plain
+// calls are used only where their blocks have that alignment (see
+// `plain`), and every block is freed by `mi_free`, which takes blocks of
+// all of them.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Allocator {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: see the impl.
+        unsafe {
+            if plain(layout.align(), layout.size()) {
+                mi_malloc(layout.size()).cast()
+            } else {
+                mi_malloc_aligned(layout.size(), layout.align()).cast()
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: see the impl.
+        unsafe {
+            if plain(layout.align(), layout.size()) {
+                mi_zalloc(layout.size()).cast()
+            } else {
+                mi_zalloc_aligned(layout.size(), layout.align()).cast()
+            }
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
+        // SAFETY: `ptr` came from this allocator (the trait's contract).
+        unsafe { mi_free(ptr.cast::<c_void>()) }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: `ptr` came from this allocator with `layout` (the
+        // trait's contract); the new block keeps its alignment.
+        unsafe {
+            if plain(layout.align(), new_size) {
+                mi_realloc(ptr.cast::<c_void>(), new_size).cast()
+            } else {
+                mi_realloc_aligned(ptr.cast::<c_void>(), new_size, layout.align()).cast()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Blocks of every alignment and size the rule tells apart have their
+    /// alignment, keep their contents when grown or shrunk, and are
+    /// zeroed when asked.
+    #[test]
+    fn blocks_are_aligned_and_keep_their_contents() {
+        let a = Allocator;
+        for align in [1, 2, 4, 8, 16, 32, 64, 4096] {
+            for size in [1, 3, 8, 15, 16, 17, 24, 100, 1025, 3000, 70_000] {
+                let layout = Layout::from_size_align(size, align).unwrap();
+                // SAFETY: a non-zero size; each block is freed once, by this
+                // allocator, with the layout it was made with.
+                #[allow(unsafe_code)]
+                unsafe {
+                    let p = a.alloc(layout);
+                    assert!(!p.is_null());
+                    assert_eq!(p as usize % align, 0, "{size} {align}");
+                    std::ptr::write_bytes(p, 0xa5, size);
+                    let q = a.realloc(p, layout, size * 2 + 1);
+                    assert_eq!(q as usize % align, 0, "{size} {align}");
+                    assert!((0..size).all(|i| *q.add(i) == 0xa5));
+                    let grown = Layout::from_size_align(size * 2 + 1, align).unwrap();
+                    let r = a.realloc(q, grown, size.div_ceil(2));
+                    assert_eq!(r as usize % align, 0, "{size} {align}");
+                    assert!((0..size.div_ceil(2)).all(|i| *r.add(i) == 0xa5));
+                    a.dealloc(r, Layout::from_size_align(size.div_ceil(2), align).unwrap());
+                    let z = a.alloc_zeroed(layout);
+                    assert_eq!(z as usize % align, 0, "{size} {align}");
+                    assert!((0..size).all(|i| *z.add(i) == 0));
+                    a.dealloc(z, layout);
+                }
+            }
+        }
+    }
+}
