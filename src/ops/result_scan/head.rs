@@ -134,11 +134,21 @@ fn integer(v: &[u8]) -> Option<Option<i64>> {
     if v == b"null" {
         return Some(None);
     }
-    let digits = v.strip_prefix(b"-").unwrap_or(v);
-    if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
+    let (negative, digits) = match v.strip_prefix(b"-") {
+        Some(digits) => (true, digits),
+        None => (false, v),
+    };
+    if digits.is_empty() || digits.len() > 18 {
         return None;
     }
-    std::str::from_utf8(v).ok()?.parse().ok().map(Some)
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n * 10 + i64::from(d - b'0');
+    }
+    Some(Some(if negative { -n } else { n }))
 }
 
 /// An `Option<Text>` as serde reads one from the JSON text `v`: null, or a
@@ -201,7 +211,10 @@ fn header<'a>(b: &'a [u8], i: usize, stack: &mut Vec<u8>) -> Option<(V2Header<'a
         return Some((h, i + 1));
     }
     loop {
-        let (key, at) = plain_key(b, i)?;
+        let (key, at) = match header_key(b, i) {
+            Some(known) => known,
+            None => plain_key(b, i)?,
+        };
         let (field, bit) = match key {
             b"key" => (&mut h.key, 1),
             b"label" => (&mut h.label, 2),
@@ -237,6 +250,17 @@ fn header<'a>(b: &'a [u8], i: usize, stack: &mut Vec<u8>) -> Option<(V2Header<'a
             return Some((h, i));
         }
     }
+}
+
+/// A header's `key`, `label` or `format` at `i`, written compact (as V2
+/// writes them): the key, and where its value starts; found by comparing
+/// the bytes, which costs less than reading the key.
+fn header_key(b: &[u8], i: usize) -> Option<(&'static [u8], usize)> {
+    const TOKENS: [&[u8]; 3] = [b"\"key\":", b"\"label\":", b"\"format\":"];
+    let token = TOKENS
+        .into_iter()
+        .find(|t| b.get(i..i + t.len()) == Some(t))?;
+    Some((&token[1..token.len() - 2], ws(b, i + token.len())))
 }
 
 /// After a member's value (at `i`, whitespace skipped): `true` and `i` at
