@@ -265,11 +265,7 @@ impl<'a> Exchange<'a> {
     where
         F: Fn(u64) -> V2Call,
     {
-        use futures_util::stream::{self, StreamExt, TryStreamExt};
-        let width = self.settings().fanout_concurrency.max(1);
-        stream::iter(offsets.map(|o| self.call(make(o), subject)))
-            .buffered(width)
-            .try_collect()
+        self.each_page(offsets, |o| self.call(make(o), subject))
             .await
     }
 
@@ -283,9 +279,31 @@ impl<'a> Exchange<'a> {
     where
         F: Fn(u64) -> V2Call,
     {
+        self.each_page(offsets, |o| self.fetch(make(o), subject))
+            .await
+    }
+
+    /// `page(offset)` for each offset, at most `limits.fanout_concurrency`
+    /// at once, the results in order; the first failure wins.
+    async fn each_page<T, P>(
+        &self,
+        mut offsets: impl Iterator<Item = u64>,
+        page: impl Fn(u64) -> P,
+    ) -> Result<Vec<T>, GatewayError>
+    where
+        P: Future<Output = Result<T, GatewayError>>,
+    {
         use futures_util::stream::{self, StreamExt, TryStreamExt};
+        // A window of one V2 page (up to 100 rows) is the usual one: called
+        // as it is, without the machinery that runs several calls at once
+        // (a task and a waker of its own for each, and a queue).
+        if offsets.size_hint() == (1, Some(1)) {
+            if let Some(offset) = offsets.next() {
+                return Ok(vec![page(offset).await?]);
+            }
+        }
         let width = self.settings().fanout_concurrency.max(1);
-        stream::iter(offsets.map(|o| self.fetch(make(o), subject)))
+        stream::iter(offsets.map(page))
             .buffered(width)
             .try_collect()
             .await
