@@ -17,7 +17,7 @@
 
 use std::borrow::Cow;
 
-use super::values::{byte, plain_key, string, value, ws};
+use super::values::{byte, known_key, plain_key, string, value, ws};
 use super::At;
 use crate::ops::results::{V2Header, V2ResultPage};
 use crate::ops::wire::{IntLike, List, OrDefault, StrOnly};
@@ -211,7 +211,7 @@ fn header<'a>(b: &'a [u8], i: usize, stack: &mut Vec<u8>) -> Option<(V2Header<'a
         return Some((h, i + 1));
     }
     loop {
-        let (key, at) = match header_key(b, i) {
+        let (key, at) = match known_key(b, i, &HEADER_KEYS) {
             Some(known) => known,
             None => plain_key(b, i)?,
         };
@@ -252,16 +252,8 @@ fn header<'a>(b: &'a [u8], i: usize, stack: &mut Vec<u8>) -> Option<(V2Header<'a
     }
 }
 
-/// A header's `key`, `label` or `format` at `i`, written compact (as V2
-/// writes them): the key, and where its value starts; found by comparing
-/// the bytes, which costs less than reading the key.
-fn header_key(b: &[u8], i: usize) -> Option<(&'static [u8], usize)> {
-    const TOKENS: [&[u8]; 3] = [b"\"key\":", b"\"label\":", b"\"format\":"];
-    let token = TOKENS
-        .into_iter()
-        .find(|t| b.get(i..i + t.len()) == Some(t))?;
-    Some((&token[1..token.len() - 2], ws(b, i + token.len())))
-}
+/// A header's fields, as V2 writes their keys (see [`known_key`]).
+const HEADER_KEYS: [&[u8]; 3] = [b"\"key\":", b"\"label\":", b"\"format\":"];
 
 /// After a member's value (at `i`, whitespace skipped): `true` and `i` at
 /// the next key after a comma, `false` and `i` after the closing brace.

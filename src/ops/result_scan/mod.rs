@@ -60,7 +60,7 @@ mod head;
 mod values;
 pub use head::Head;
 use head::HeadReader;
-use values::{byte, field, plain_key, value, ws};
+use values::{byte, field, known_key, plain_key, value, ws};
 
 #[cfg(test)]
 pub(crate) mod gen;
@@ -272,7 +272,7 @@ pub fn scan(body: &[u8], summarise: Range<usize>) -> Option<Scan<'_>> {
         list: None,
     };
     let mut head = HeadReader::new();
-    let end = s.object(ws(body, 0), |s, i, key| {
+    let end = s.object(ws(body, 0), &ENVELOPE_KEYS, |s, i, key| {
         if key != b"data" {
             let end = value(body, i, &mut s.stack)?;
             head.envelope_member(key, &body[i..end]);
@@ -283,7 +283,7 @@ pub fn scan(body: &[u8], summarise: Range<usize>) -> Option<Scan<'_>> {
             return None;
         }
         let mut found = None;
-        let end = s.object(i, |s, i, key| match key {
+        let end = s.object(i, &PAGE_KEYS, |s, i, key| match key {
             b"list" => {
                 if found.is_some() {
                     return None;
@@ -314,6 +314,17 @@ pub fn scan(body: &[u8], summarise: Range<usize>) -> Option<Scan<'_>> {
     })
 }
 
+/// The members of a V2 answer and of its page, as V2 writes their keys
+/// (see [`Scanner::object`]).
+const ENVELOPE_KEYS: [&[u8]; 5] = [
+    b"\"code\":",
+    b"\"message\":",
+    b"\"data\":",
+    b"\"request_id\":",
+    b"\"details\":",
+];
+const PAGE_KEYS: [&[u8]; 3] = [b"\"list\":", b"\"count\":", b"\"headers\":"];
+
 /// A position in the body after what was read; `None` for anything the
 /// scanner will not decide (the general path reads the body then). The
 /// readers below are functions of the bytes and a position, so the position
@@ -331,15 +342,24 @@ struct Scanner<'a> {
 
 impl<'a> Scanner<'a> {
     /// An object at `i` whose keys are plain strings (no escapes), `member`
-    /// reading each value (at its first byte) and returning where it ends.
-    fn object(&mut self, i: usize, mut member: impl FnMut(&mut Self, usize, &'a [u8]) -> At) -> At {
+    /// reading each value (at its first byte) and returning where it ends;
+    /// the keys it is expected to hold, compact, in `known`.
+    fn object(
+        &mut self,
+        i: usize,
+        known: &[&'static [u8]],
+        mut member: impl FnMut(&mut Self, usize, &'a [u8]) -> At,
+    ) -> At {
         let b = self.b;
         let mut i = ws(b, byte(b, i, b'{')?);
         if b.get(i) == Some(&b'}') {
             return Some(i + 1);
         }
         loop {
-            let (key, at) = plain_key(b, i)?;
+            let (key, at) = match known_key(b, i, known) {
+                Some(known) => known,
+                None => plain_key(b, i)?,
+            };
             i = ws(b, member(self, at, key)?);
             match *b.get(i)? {
                 b',' => i = ws(b, i + 1),

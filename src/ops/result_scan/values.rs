@@ -41,6 +41,20 @@ pub(super) fn plain_key(b: &[u8], i: usize) -> Option<(&[u8], usize)> {
     Some((key, at))
 }
 
+/// One of the keys in `tokens` (each written compact, `"key":`) at `i`: the
+/// key, and where its value starts. Comparing the bytes of the few keys an
+/// object is expected to hold costs less than reading a key; `None` when
+/// none is there as written (for [`plain_key`] to read).
+#[inline(always)]
+pub(super) fn known_key(
+    b: &[u8],
+    i: usize,
+    tokens: &[&'static [u8]],
+) -> Option<(&'static [u8], usize)> {
+    let token = tokens.iter().find(|t| b.get(i..i + t.len()) == Some(t))?;
+    Some((&token[1..token.len() - 2], ws(b, i + token.len())))
+}
+
 /// [`wire::RAW_VALUE_KEY`]: the general path would read a body holding it
 /// otherwise (or refuse it), so the scanner refuses it wherever it stands,
 /// written plainly or with escapes (see [`member_key`]), and leaves the body
