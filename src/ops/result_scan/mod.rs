@@ -1045,6 +1045,7 @@ mod tests {
             answer("", r#""headers":[],"headers":[],"#),
             answer(r#""code":"0","#, ""),
             answer(r#""code":0.0,"#, ""),
+            answer(r#""code":-0,"#, ""),
             answer(r#""code":9223372036854775808,"#, ""),
             answer(r#""message":5,"#, ""),
             answer(r#""request_id":"r\u002d1","#, ""),
