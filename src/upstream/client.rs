@@ -6,6 +6,7 @@
 //! a V2 answer: a 429 or 5xx that survives the retries is returned as a
 //! [`V2Reply`] for the operation to map.
 
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
@@ -347,18 +348,23 @@ struct AttemptReply {
 
 impl Upstream for HttpUpstream {
     fn call(&self, call: V2Call, request_id: &str) -> UpstreamFuture<'_> {
-        // The id's header value is made here so the future does not borrow
-        // `request_id`.
-        Box::pin(self.inner.run(call, request_id_header(request_id)))
+        // The call is prepared before its future is made (the id's header
+        // value too, so the future does not borrow `request_id`): the future
+        // then holds what the attempts send, not also the call it came from.
+        match self.inner.prepare(call, request_id_header(request_id)) {
+            Ok((prepared, policy)) => Box::pin(self.inner.run(prepared, policy)),
+            Err(failure) => Box::pin(std::future::ready(Err(failure))),
+        }
     }
 }
 
 impl Inner {
-    async fn run(
+    /// What every attempt of `call` sends, and whether it may be retried.
+    fn prepare(
         &self,
         call: V2Call,
         request_id: Option<HeaderValue>,
-    ) -> Result<V2Reply, UpstreamFailure> {
+    ) -> Result<(Prepared, RetryPolicy), UpstreamFailure> {
         let V2Call {
             method,
             path,
@@ -392,73 +398,102 @@ impl Inner {
             timeout: attempt_timeout.unwrap_or(self.settings.attempt_timeout),
             route,
         };
-        let retry = &self.settings.retry;
-        let max_attempts = match policy {
-            RetryPolicy::SafeToRetry => retry.max_attempts.max(1),
-            RetryPolicy::Never => 1,
-        };
+        Ok((prepared, policy))
+    }
 
-        // The first attempt starts now: one reading of the clock for both.
-        let started = Instant::now();
-        self.budget.deposit();
-        let mut attempt = 0u32;
-        let mut attempt_start = started;
-        loop {
-            attempt += 1;
-            let outcome = self.attempt(&prepared, attempt, attempt_start).await;
-            if attempt >= max_attempts {
-                return finish(outcome, attempt);
-            }
-            let Some(reason) = retry_reason(outcome.as_ref().map(|a| a.status)) else {
-                return finish(outcome, attempt);
+    /// The attempts of one prepared call, retried as `policy` and the retry
+    /// settings allow. Not an `async fn`, which would hold `prepared` twice.
+    // Deliberately not an `async fn`: see above.
+    #[allow(clippy::manual_async_fn)]
+    fn run(
+        &self,
+        prepared: Prepared,
+        policy: RetryPolicy,
+    ) -> impl Future<Output = Result<V2Reply, UpstreamFailure>> + Send + '_ {
+        async move {
+            let route = prepared.route;
+            let retry = &self.settings.retry;
+            let max_attempts = match policy {
+                RetryPolicy::SafeToRetry => retry.max_attempts.max(1),
+                RetryPolicy::Never => 1,
             };
-            let retry_after = outcome.as_ref().ok().and_then(|a| a.retry_after);
-            let planned =
-                plan_wait(attempt, retry, retry_after, &mut rand::thread_rng()).and_then(|wait| {
-                    // A retry that could not finish inside the V1 request's
-                    // window would only make V2 do work nobody waits for.
-                    let finish_by = started
-                        .elapsed()
-                        .saturating_add(wait)
-                        .saturating_add(prepared.timeout);
-                    if finish_by > retry.retry_window {
-                        Err(GiveUp::Deadline)
-                    } else if !self.budget.withdraw() {
-                        // Withdrawn last so a refused retry does not spend budget.
-                        Err(GiveUp::Budget)
-                    } else {
-                        Ok(wait)
-                    }
-                });
-            let wait = match planned {
-                Ok(wait) => wait,
-                Err(cause) => {
-                    metrics::counter!(
-                        UPSTREAM_RETRIES_SKIPPED_TOTAL,
-                        "route" => route,
-                        "cause" => cause.as_str()
-                    )
-                    .increment(1);
-                    debug!(route = %route, attempt, cause = cause.as_str(), "upstream retry skipped");
+
+            // The first attempt starts now: one reading of the clock for both.
+            let started = Instant::now();
+            self.budget.deposit();
+            let mut attempt = 0u32;
+            let mut attempt_start = started;
+            loop {
+                attempt += 1;
+                let outcome = self.attempt(&prepared, attempt, attempt_start).await;
+                if attempt >= max_attempts {
                     return finish(outcome, attempt);
                 }
-            };
-            metrics::counter!(
-                UPSTREAM_RETRIES_TOTAL,
-                "route" => route,
-                "reason" => reason.as_str()
-            )
-            .increment(1);
-            debug!(
-                route = %route,
-                attempt,
-                reason = reason.as_str(),
-                wait_ms = wait.as_millis() as u64,
-                "upstream retry"
-            );
-            tokio::time::sleep(wait).await;
-            attempt_start = Instant::now();
+                let Some(reason) = retry_reason(outcome.as_ref().map(|a| a.status)) else {
+                    return finish(outcome, attempt);
+                };
+                let retry_after = outcome.as_ref().ok().and_then(|a| a.retry_after);
+                let planned = plan_wait(attempt, retry, retry_after, &mut rand::thread_rng())
+                    .and_then(|wait| {
+                        // A retry that could not finish inside the V1 request's
+                        // window would only make V2 do work nobody waits for.
+                        let finish_by = started
+                            .elapsed()
+                            .saturating_add(wait)
+                            .saturating_add(prepared.timeout);
+                        if finish_by > retry.retry_window {
+                            Err(GiveUp::Deadline)
+                        } else if !self.budget.withdraw() {
+                            // Withdrawn last so a refused retry does not spend budget.
+                            Err(GiveUp::Budget)
+                        } else {
+                            Ok(wait)
+                        }
+                    });
+                let wait = match planned {
+                    Ok(wait) => wait,
+                    Err(cause) => {
+                        metrics::counter!(
+                            UPSTREAM_RETRIES_SKIPPED_TOTAL,
+                            "route" => route,
+                            "cause" => cause.as_str()
+                        )
+                        .increment(1);
+                        debug!(route = %route, attempt, cause = cause.as_str(), "upstream retry skipped");
+                        return finish(outcome, attempt);
+                    }
+                };
+                metrics::counter!(
+                    UPSTREAM_RETRIES_TOTAL,
+                    "route" => route,
+                    "reason" => reason.as_str()
+                )
+                .increment(1);
+                debug!(
+                    route = %route,
+                    attempt,
+                    reason = reason.as_str(),
+                    wait_ms = wait.as_millis() as u64,
+                    "upstream retry"
+                );
+                tokio::time::sleep(wait).await;
+                attempt_start = Instant::now();
+            }
         }
+    }
+
+    /// One attempt's request.
+    fn request(&self, prepared: &Prepared) -> Request<Full<Bytes>> {
+        // Bytes clones share the buffer: a retry does not copy the body.
+        let mut request = Request::new(Full::new(prepared.body.clone()));
+        *request.method_mut() = prepared.method.clone();
+        *request.uri_mut() = prepared.uri.clone();
+        *request.headers_mut() = call_headers(
+            prepared,
+            (&self.target.host, &self.user_agent),
+            self.settings.auth_style,
+        );
+        request
     }
 
     /// One request and its whole body under one deadline, from `started`.
@@ -470,8 +505,6 @@ impl Inner {
     ) -> Result<AttemptReply, UpstreamFailure> {
         let Prepared {
             method,
-            uri,
-            body,
             timeout,
             route,
             ..
@@ -481,16 +514,10 @@ impl Inner {
         // Pinned where it is: handed to the deadline by reference, not moved
         // into it (a copy of the whole future, head and body state and all).
         let exchange = std::pin::pin!(async {
-            // Bytes clones share the buffer: a retry does not copy the body.
-            let mut request = Request::new(Full::new(body.clone()));
-            *request.method_mut() = method.clone();
-            *request.uri_mut() = uri.clone();
-            *request.headers_mut() = call_headers(
-                prepared,
-                (&self.target.host, &self.user_agent),
-                self.settings.auth_style,
-            );
-            let (response, lease) = self.pool.send(request, started).await?;
+            // Made in the call's argument: a request held in this future
+            // while it is sent would be a second copy beside the one the
+            // pool's future holds.
+            let (response, lease) = self.pool.send(self.request(prepared), started).await?;
             let (parts, body) = response.into_parts();
             // A declared length over the cap needs no reading to refuse
             // (hyper read the length; its size hint is exact when declared).
