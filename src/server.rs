@@ -12,6 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -185,17 +186,33 @@ fn handle_v1(state: &Arc<Public>, req: Request<Incoming>) -> V1Future {
     let pipeline = state.pipeline.clone();
     match state.shadow.clone() {
         Some(mirror) => Box::pin(async move { Ok(to_http(mirror.answer(&pipeline, raw).await)) }),
-        None => Box::pin(async move { Ok(to_http(pipeline.answer(raw).await)) }),
+        // `Pipeline::answer`'s two steps, taken here: through it, its
+        // future would hold the request once more, and be moved whole into
+        // this one. (Not a `match` around the translation: see there.)
+        None => Box::pin(async move {
+            let admitted = match pipeline.admit(raw).await {
+                Ok(admitted) => admitted,
+                Err(refused) => return Ok(to_http(refused)),
+            };
+            Ok(to_http(pipeline.translate(admitted).await))
+        }),
     }
 }
 
 /// Reads the request body from the socket, at most `limits.max_body_bytes`, within
-/// `connections.body_read_timeout_ms`.
-async fn read_body(reader: BodyReader, body: Incoming) -> Result<Bytes, BodyError> {
-    reader.read(body).await.map_err(|e| match e {
-        conn::BodyError::TooLarge(_) => BodyError::TooLarge,
-        conn::BodyError::Timeout(d) => BodyError::Timeout(d),
-        conn::BodyError::Broken(e) => BodyError::Unreadable(e),
+/// `connections.body_read_timeout_ms`. The reader's future is mapped where
+/// it is, not awaited in a future of its own that would hold it a second
+/// time.
+fn read_body(
+    reader: BodyReader,
+    body: Incoming,
+) -> impl Future<Output = Result<Bytes, BodyError>> + Send {
+    reader.read(body).map(|read| {
+        read.map_err(|e| match e {
+            conn::BodyError::TooLarge(_) => BodyError::TooLarge,
+            conn::BodyError::Timeout(d) => BodyError::Timeout(d),
+            conn::BodyError::Broken(e) => BodyError::Unreadable(e),
+        })
     })
 }
 
