@@ -113,7 +113,14 @@ impl V1Response {
     /// A JSON answer with no diagnostics.
     pub fn json(status: StatusCode, body: Bytes) -> V1Response {
         // Room for the diagnostics added to it, so none of them grows the map.
-        let mut headers = HeaderMap::with_capacity(6);
+        V1Response::json_in(HeaderMap::with_capacity(6), status, body)
+    }
+
+    /// [`V1Response::json`] in `room`, cleared: a map made before (the
+    /// request's own), whose room is used again rather than made anew.
+    fn json_in(mut room: HeaderMap, status: StatusCode, body: Bytes) -> V1Response {
+        room.clear();
+        let mut headers = room;
         headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
@@ -307,13 +314,23 @@ impl Pipeline {
                     Err(GatewayError::UnknownRoute),
                     0,
                     self.metrics(),
+                    HeaderMap::new(),
                 ));
             };
             if let Some(span) = &span {
                 span.record("operation", op.name());
             }
             cx.op = Some(op);
-            let refuse = |err| finish(&cx, &id_header, Err(err), 0, self.metrics());
+            let refuse = |err| {
+                finish(
+                    &cx,
+                    &id_header,
+                    Err(err),
+                    0,
+                    self.metrics(),
+                    HeaderMap::new(),
+                )
+            };
             // The body is read as JSON whatever its `Content-Type` says, as V1
             // did (`curl -d` sends `application/x-www-form-urlencoded`); a body
             // that is not JSON is still refused, naming the problem.
@@ -368,12 +385,18 @@ impl Pipeline {
         async move {
             let calls = AtomicU32::new(0);
             let result = dispatch_counting(&req.gateway, v1, deadline, &calls).await;
+            // The request's header map, its last use past, holds the
+            // answer's headers: it has room for them already (on HTTP/1,
+            // hyper reads a request's headers into the map of the answer
+            // before it), and the answer needs no map of its own.
+            let room = std::mem::take(&mut req.headers);
             finish(
                 &self.context(&req),
                 &req.id_header,
                 result,
                 calls.load(Ordering::Relaxed),
                 self.metrics(),
+                room,
             )
         }
     }
@@ -421,6 +444,7 @@ impl Pipeline {
             Err(err),
             0,
             self.metrics(),
+            HeaderMap::new(),
         )
     }
 }
@@ -532,11 +556,12 @@ fn finish(
     result: Result<ops::Translated, GatewayError>,
     calls: u32,
     metrics: &RequestMetrics,
+    room: HeaderMap,
 ) -> V1Response {
     let name = cx.op.map_or("unknown", Operation::name);
     let (mut response, calls) = match result {
         Ok(answer) => {
-            let mut resp = V1Response::json(StatusCode::OK, answer.data.into_envelope());
+            let mut resp = V1Response::json_in(room, StatusCode::OK, answer.data.into_envelope());
             let v2_ids = answer.v2_request_ids;
             let outcome = access::Outcome {
                 status: StatusCode::OK,
