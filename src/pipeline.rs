@@ -113,7 +113,14 @@ impl V1Response {
     /// A JSON answer with no diagnostics.
     pub fn json(status: StatusCode, body: Bytes) -> V1Response {
         // Room for the diagnostics added to it, so none of them grows the map.
-        let mut headers = HeaderMap::with_capacity(6);
+        V1Response::json_in(HeaderMap::with_capacity(6), status, body)
+    }
+
+    /// [`V1Response::json`] in `room`, cleared: a map made before (the
+    /// request's own), whose room is used again rather than made anew.
+    fn json_in(mut room: HeaderMap, status: StatusCode, body: Bytes) -> V1Response {
+        room.clear();
+        let mut headers = room;
         headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
@@ -255,109 +262,143 @@ impl Pipeline {
     where
         B: Future<Output = Result<Bytes, BodyError>>,
     {
-        match self.admit(req).await {
-            Ok(admitted) => self.translate(admitted).await,
-            Err(refused) => refused,
-        }
+        // Not a `match` around the translation: the admission's result, the
+        // size of a whole request, would be kept beside its future.
+        let admitted = match self.admit(req).await {
+            Ok(admitted) => admitted,
+            Err(refused) => return refused,
+        };
+        self.translate(admitted).await
     }
 
     /// Routing, the key header, the body and the
     /// in-flight limit, in that order; the first that fails is the answer. A
     /// request refused before its body is never read; the in-flight slot is
     /// taken last, so slow senders cannot hold the slots of others.
-    pub async fn admit<B>(&self, req: RawV1Request<B>) -> Result<Admitted, V1Response>
+    ///
+    /// The request is moved into the future once: an `async fn` would hold
+    /// it twice (as its argument and as the body's local), in every request's
+    /// future.
+    // Deliberately not an `async fn`: see above.
+    #[allow(clippy::manual_async_fn)]
+    pub fn admit<'a, B>(
+        &'a self,
+        req: RawV1Request<B>,
+    ) -> impl Future<Output = Result<Admitted, V1Response>> + 'a
     where
-        B: Future<Output = Result<Bytes, BodyError>>,
+        B: Future<Output = Result<Bytes, BodyError>> + 'a,
     {
-        let started = Instant::now();
-        let gateway = self.live.load();
-        // Through the server, the request's span was made with the id and
-        // the operation already; anywhere else they are recorded into the
-        // current span (if any) here.
-        let span = req.request_id.is_none().then(tracing::Span::current);
-        let (request_id, id_header) = request_ident(req.request_id, &req.headers);
-        if let Some(span) = &span {
-            span.record("request_id", &*request_id);
-        }
-        let mut cx = access::Context {
-            method: &req.method,
-            op: None,
-            request_id: &request_id,
-            started,
-            every_request: gateway.config.log.access,
-            dialect: gateway.config.compat.dialect,
-        };
-        let Some(op) = route::route(&req.method, &req.path) else {
-            return Err(finish(
-                &cx,
-                &id_header,
-                Err(GatewayError::UnknownRoute),
-                0,
-                self.metrics(),
-            ));
-        };
-        if let Some(span) = &span {
-            span.record("operation", op.name());
-        }
-        cx.op = Some(op);
-        let refuse = |err| finish(&cx, &id_header, Err(err), 0, self.metrics());
-        // The body is read as JSON whatever its `Content-Type` says, as V1
-        // did (`curl -d` sends `application/x-www-form-urlencoded`); a body
-        // that is not JSON is still refused, naming the problem.
-        let key = client_key(&req.headers).map_err(refuse)?;
-        let limit = gateway.config.limits.max_body_bytes;
-        let too_large = || GatewayError::BadRequest(format!("body is larger than {limit} bytes"));
-        let body = match req.body.await {
-            Ok(body) if body.len() > limit => return Err(refuse(too_large())),
-            Ok(body) => body,
-            Err(BodyError::TooLarge) => return Err(refuse(too_large())),
-            Err(BodyError::Unreadable(e)) => {
-                return Err(refuse(GatewayError::BadRequest(format!(
-                    "body could not be read ({e})"
-                ))))
+        async move {
+            let started = Instant::now();
+            let gateway = self.live.load();
+            // Through the server, the request's span was made with the id and
+            // the operation already; anywhere else they are recorded into the
+            // current span (if any) here.
+            let span = req.request_id.is_none().then(tracing::Span::current);
+            let (request_id, id_header) = request_ident(req.request_id, &req.headers);
+            if let Some(span) = &span {
+                span.record("request_id", &*request_id);
             }
-            Err(BodyError::Timeout(d)) => {
-                return Err(refuse(GatewayError::BadRequest(format!(
-                    "body was not received within {} ms",
-                    d.as_millis()
-                ))))
+            let mut cx = access::Context {
+                method: &req.method,
+                op: None,
+                request_id: &request_id,
+                started,
+                every_request: gateway.config.log.access,
+                dialect: gateway.config.compat.dialect,
+            };
+            let Some(op) = route::route(&req.method, &req.path) else {
+                return Err(finish(
+                    &cx,
+                    &id_header,
+                    Err(GatewayError::UnknownRoute),
+                    0,
+                    self.metrics(),
+                    HeaderMap::new(),
+                ));
+            };
+            if let Some(span) = &span {
+                span.record("operation", op.name());
             }
-        };
-        // The slot is taken only once the body is in: a client sending it
-        // slowly holds a connection, never capacity other clients need.
-        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
-            return Err(refuse(GatewayError::Overloaded));
-        };
-        let in_flight = InFlight::new(permit, &self.metrics().in_flight);
-        Ok(Admitted {
-            op,
-            request_id,
-            id_header,
-            method: req.method,
-            path: req.path,
-            query: req.query,
-            headers: req.headers,
-            body,
-            key,
-            gateway,
-            started,
-            _in_flight: in_flight,
-        })
+            cx.op = Some(op);
+            let refuse = |err| {
+                finish(
+                    &cx,
+                    &id_header,
+                    Err(err),
+                    0,
+                    self.metrics(),
+                    HeaderMap::new(),
+                )
+            };
+            // The body is read as JSON whatever its `Content-Type` says, as V1
+            // did (`curl -d` sends `application/x-www-form-urlencoded`); a body
+            // that is not JSON is still refused, naming the problem.
+            let key = client_key(&req.headers).map_err(refuse)?;
+            let limit = gateway.config.limits.max_body_bytes;
+            let too_large =
+                || GatewayError::BadRequest(format!("body is larger than {limit} bytes"));
+            let body = match req.body.await {
+                Ok(body) if body.len() > limit => return Err(refuse(too_large())),
+                Ok(body) => body,
+                Err(BodyError::TooLarge) => return Err(refuse(too_large())),
+                Err(BodyError::Unreadable(e)) => {
+                    return Err(refuse(GatewayError::BadRequest(format!(
+                        "body could not be read ({e})"
+                    ))))
+                }
+                Err(BodyError::Timeout(d)) => {
+                    return Err(refuse(GatewayError::BadRequest(format!(
+                        "body was not received within {} ms",
+                        d.as_millis()
+                    ))))
+                }
+            };
+            // The slot is taken only once the body is in: a client sending it
+            // slowly holds a connection, never capacity other clients need.
+            let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
+                return Err(refuse(GatewayError::Overloaded));
+            };
+            let in_flight = InFlight::new(permit, &self.metrics().in_flight);
+            Ok(Admitted {
+                op,
+                request_id,
+                id_header,
+                method: req.method,
+                path: req.path,
+                query: req.query,
+                headers: req.headers,
+                body,
+                key,
+                gateway,
+                started,
+                _in_flight: in_flight,
+            })
+        }
     }
 
     /// Runs the operation under its deadline and renders the V1 answer.
-    pub async fn translate(&self, mut req: Admitted) -> V1Response {
+    /// The request is moved into the future once (see [`Pipeline::admit`]).
+    pub fn translate(&self, mut req: Admitted) -> impl Future<Output = V1Response> + '_ {
         let deadline = deadline(&req.gateway.config, req.op);
-        let calls = AtomicU32::new(0);
         let v1 = req.take_v1_request();
-        let result = dispatch_counting(&req.gateway, v1, deadline, &calls).await;
-        finish(
-            &self.context(&req),
-            &req.id_header,
-            result,
-            calls.load(Ordering::Relaxed),
-            self.metrics(),
-        )
+        async move {
+            let calls = AtomicU32::new(0);
+            let result = dispatch_counting(&req.gateway, v1, deadline, &calls).await;
+            // The request's header map, its last use past, holds the
+            // answer's headers: it has room for them already (on HTTP/1,
+            // hyper reads a request's headers into the map of the answer
+            // before it), and the answer needs no map of its own.
+            let room = std::mem::take(&mut req.headers);
+            finish(
+                &self.context(&req),
+                &req.id_header,
+                result,
+                calls.load(Ordering::Relaxed),
+                self.metrics(),
+                room,
+            )
+        }
     }
 
     fn context<'a>(&self, req: &'a Admitted) -> access::Context<'a> {
@@ -403,6 +444,7 @@ impl Pipeline {
             Err(err),
             0,
             self.metrics(),
+            HeaderMap::new(),
         )
     }
 }
@@ -427,20 +469,23 @@ pub async fn dispatch(
 
 /// [`dispatch`], counting the V2 calls made in `calls` (kept on an error or
 /// at the deadline, for the access line).
-async fn dispatch_counting(
-    gw: &Gateway,
+fn dispatch_counting<'a>(
+    gw: &'a Gateway,
     v1: V1Request,
     deadline: Duration,
-    calls: &AtomicU32,
-) -> Result<ops::Translated, GatewayError> {
+    calls: &'a AtomicU32,
+) -> impl Future<Output = Result<ops::Translated, GatewayError>> + 'a {
     // On the heap: the operation's future would otherwise be part of every
     // future around it (the pipeline's, the server's), each moved whole. It
     // is polled in the request's own task, inside its span: entering the
-    // span again at each poll would only repeat that.
+    // span again at each poll would only repeat that. Made here rather than
+    // in the future below, which then holds it once, not also the request.
     let handled = Box::pin(ops::handle_counting(&gw.translator, v1, calls));
-    match tokio::time::timeout(deadline, handled).await {
-        Ok(result) => result,
-        Err(_) => Err(GatewayError::Deadline(deadline)),
+    async move {
+        match tokio::time::timeout(deadline, handled).await {
+            Ok(result) => result,
+            Err(_) => Err(GatewayError::Deadline(deadline)),
+        }
     }
 }
 
@@ -511,11 +556,12 @@ fn finish(
     result: Result<ops::Translated, GatewayError>,
     calls: u32,
     metrics: &RequestMetrics,
+    room: HeaderMap,
 ) -> V1Response {
     let name = cx.op.map_or("unknown", Operation::name);
     let (mut response, calls) = match result {
         Ok(answer) => {
-            let mut resp = V1Response::json(StatusCode::OK, answer.data.into_envelope());
+            let mut resp = V1Response::json_in(room, StatusCode::OK, answer.data.into_envelope());
             let v2_ids = answer.v2_request_ids;
             let outcome = access::Outcome {
                 status: StatusCode::OK,

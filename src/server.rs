@@ -7,9 +7,12 @@
 //! on shutdown belong to the connection layer ([`crate::conn`]).
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -139,29 +142,30 @@ pub async fn serve_public(
                 &dialect,
             ))
         }))
-        .service_fn(move |req| {
-            let state = state.clone();
-            // Boxed here, at the bottom: each layer above wraps (and the
-            // connection layer moves) a pointer, not the request's whole
-            // future, which is several kilobytes (RESULTS.md, "After: the
-            // HTTP side").
-            Box::pin(async move { Ok::<_, Infallible>(handle_v1(&state, req).await) })
-        });
+        .service_fn(move |req| handle_v1(&state, req));
     conn::serve(listener, service, listener_conf, drain).await
 }
 
+/// The answer to one request, on the heap: each layer above wraps (and the
+/// connection layer moves) a pointer, not the request's whole future, which
+/// is over a kilobyte.
+type V1Future = Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send>>;
+
 /// HTTP in, HTTP out: the pipeline (or the mirror around it) does the rest.
-async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    // Callback relay: V2's callbacks arrive on the public listener. The
-    // rarer paths (this one, the mirror) are boxed so that their futures do
-    // not set the size of every request's.
-    if let Some(relay) = state.pipeline.gateway().callbacks() {
+/// The request is taken apart here, before any future exists, and each way
+/// through (callback relay, mirror, pipeline) is a future of its own: one
+/// future holding the request whole, its parts and each way's state would be
+/// the size of all of them, copied as a whole when it is boxed.
+fn handle_v1(state: &Arc<Public>, req: Request<Incoming>) -> V1Future {
+    // Callback relay: V2's callbacks arrive on the public listener.
+    let gateway = state.pipeline.gateway();
+    if let Some(relay) = gateway.callbacks() {
         if crate::callbacks::token_of(req.uri().path()).is_some() {
-            return Box::pin(relay.receive(req)).await;
+            let relay = relay.clone();
+            return Box::pin(async move { Ok(relay.receive(req).await) });
         }
     }
     let (mut parts, body) = req.into_parts();
-    let gateway = state.pipeline.gateway();
     let config = &gateway.config;
     let limit = config.limits.max_body_bytes;
     let reader = BodyReader::new(&parts, &body, limit, &config.connections);
@@ -179,20 +183,36 @@ async fn handle_v1(state: &Public, req: Request<Incoming>) -> Response<Full<Byte
         // collector) would be carried twice over in the admission's future.
         body: Box::pin(read_body(reader, body)),
     };
-    let answer = match &state.shadow {
-        Some(mirror) => Box::pin(mirror.answer(&state.pipeline, raw)).await,
-        None => state.pipeline.answer(raw).await,
-    };
-    to_http(answer)
+    let pipeline = state.pipeline.clone();
+    match state.shadow.clone() {
+        Some(mirror) => Box::pin(async move { Ok(to_http(mirror.answer(&pipeline, raw).await)) }),
+        // `Pipeline::answer`'s two steps, taken here: through it, its
+        // future would hold the request once more, and be moved whole into
+        // this one. (Not a `match` around the translation: see there.)
+        None => Box::pin(async move {
+            let admitted = match pipeline.admit(raw).await {
+                Ok(admitted) => admitted,
+                Err(refused) => return Ok(to_http(refused)),
+            };
+            Ok(to_http(pipeline.translate(admitted).await))
+        }),
+    }
 }
 
 /// Reads the request body from the socket, at most `limits.max_body_bytes`, within
-/// `connections.body_read_timeout_ms`.
-async fn read_body(reader: BodyReader, body: Incoming) -> Result<Bytes, BodyError> {
-    reader.read(body).await.map_err(|e| match e {
-        conn::BodyError::TooLarge(_) => BodyError::TooLarge,
-        conn::BodyError::Timeout(d) => BodyError::Timeout(d),
-        conn::BodyError::Broken(e) => BodyError::Unreadable(e),
+/// `connections.body_read_timeout_ms`. The reader's future is mapped where
+/// it is, not awaited in a future of its own that would hold it a second
+/// time.
+fn read_body(
+    reader: BodyReader,
+    body: Incoming,
+) -> impl Future<Output = Result<Bytes, BodyError>> + Send {
+    reader.read(body).map(|read| {
+        read.map_err(|e| match e {
+            conn::BodyError::TooLarge(_) => BodyError::TooLarge,
+            conn::BodyError::Timeout(d) => BodyError::Timeout(d),
+            conn::BodyError::Broken(e) => BodyError::Unreadable(e),
+        })
     })
 }
 

@@ -28,8 +28,12 @@ const QUERY: &AsciiSet = SEGMENT;
 /// from a raw string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct V2Path {
-    path: String,
-    query: Vec<(&'static str, String)>,
+    /// The path, then the query as it is sent (`?name=value&…`, encoded):
+    /// each value is written in as it is added, so neither the values nor
+    /// the whole are copied again when the call is made.
+    text: String,
+    /// Where the path ends and the query, if any, begins.
+    path_len: usize,
     /// The path with every identifier as `{id}`: the bounded `route` label
     /// of upstream metrics, known from how the path was built (interned per
     /// path shape, so no label string is built per call).
@@ -195,7 +199,8 @@ impl V2Path {
     /// Joins fixed literal segments and identifiers. Literals are `'static`
     /// so only code, never input, can choose the route.
     pub fn new(parts: &[Part<'_>]) -> V2Path {
-        let mut path = String::with_capacity(64);
+        // Room for the usual query too.
+        let mut path = String::with_capacity(128);
         path.push_str("/api/v2");
         for part in parts {
             path.push('/');
@@ -206,18 +211,22 @@ impl V2Path {
             }
         }
         V2Path {
-            path,
-            query: Vec::new(),
+            path_len: path.len(),
+            text: path,
             route: route_of(parts),
         }
     }
 
-    pub fn query(mut self, name: &'static str, value: impl ToString) -> V2Path {
-        self.query.push((name, value.to_string()));
+    pub fn query(mut self, name: &'static str, value: impl QueryValue) -> V2Path {
+        let first = self.text.len() == self.path_len;
+        self.text.push(if first { '?' } else { '&' });
+        self.text.push_str(name);
+        self.text.push('=');
+        value.write_into(&mut self.text);
         self
     }
 
-    pub fn query_opt(self, name: &'static str, value: Option<impl ToString>) -> V2Path {
+    pub fn query_opt(self, name: &'static str, value: Option<impl QueryValue>) -> V2Path {
         match value {
             Some(v) => self.query(name, v),
             None => self,
@@ -227,7 +236,7 @@ impl V2Path {
     /// The path alone, without its query (metrics and logs use
     /// [`V2Path::route`], which holds no identifier).
     pub fn path(&self) -> &str {
-        &self.path
+        &self.text[..self.path_len]
     }
 
     /// The `route` label: `/api/v2/worker-runs/{id}/log`. Identifiers never
@@ -236,27 +245,52 @@ impl V2Path {
         self.route
     }
 
-    /// [`V2Path::path_and_query`], taking the path: without a query it is
-    /// the path's own buffer, not a copy.
+    /// [`V2Path::path_and_query`], taking the path: its own buffer, not a
+    /// copy.
     pub fn into_path_and_query(self) -> String {
-        if self.query.is_empty() {
-            self.path
-        } else {
-            self.path_and_query()
-        }
+        self.text
     }
 
     pub fn path_and_query(&self) -> String {
-        let mut out = self.path.clone();
-        for (i, (name, value)) in self.query.iter().enumerate() {
-            out.push(if i == 0 { '?' } else { '&' });
-            out.push_str(name);
-            out.push('=');
-            out.extend(utf8_percent_encode(value, QUERY));
-        }
-        out
+        self.text.clone()
     }
 }
+
+/// A value of a V2 query, written straight into its path as it is sent.
+pub trait QueryValue {
+    fn write_into(&self, out: &mut String);
+}
+
+impl QueryValue for str {
+    fn write_into(&self, out: &mut String) {
+        out.extend(utf8_percent_encode(self, QUERY));
+    }
+}
+
+impl QueryValue for String {
+    fn write_into(&self, out: &mut String) {
+        self.as_str().write_into(out);
+    }
+}
+
+impl<T: QueryValue + ?Sized> QueryValue for &T {
+    fn write_into(&self, out: &mut String) {
+        (**self).write_into(out);
+    }
+}
+
+/// Integers are written as `to_string` writes them, without its buffer:
+/// digits and `-` need no encoding.
+macro_rules! integer_query_values {
+    ($($t:ty),*) => {$(
+        impl QueryValue for $t {
+            fn write_into(&self, out: &mut String) {
+                out.push_str(itoa::Buffer::new().format(*self));
+            }
+        }
+    )*};
+}
+integer_query_values!(i32, i64, u32, u64, usize);
 
 /// The route label of a path's parts, interned: the set of routes is fixed
 /// by the code (literals are `'static`, identifiers all read `{id}`), so the
@@ -509,6 +543,7 @@ mod tests {
         let p = V2Path::new(&[Part::Lit("store")])
             .query("keyword", "a&b=c")
             .query("filter_keys", "title,price");
+        assert_eq!(p.path(), "/api/v2/store");
         assert_eq!(
             p.path_and_query(),
             "/api/v2/store?keyword=a%26b%3Dc&filter_keys=title%2Cprice"
@@ -518,7 +553,18 @@ mod tests {
             "/api/v2/store?keyword=a%26b%3Dc&filter_keys=title%2Cprice"
         );
         let bare = V2Path::new(&[Part::Lit("store")]);
+        assert_eq!(bare.path(), "/api/v2/store");
         assert_eq!(bare.into_path_and_query(), "/api/v2/store");
+        let p = V2Path::new(&[Part::Lit("worker-runs")])
+            .query("offset", 200u64)
+            .query_opt("status", None::<&str>)
+            .query("keyword", "café / ü")
+            .query_opt("limit", Some(-1i64));
+        assert_eq!(
+            p.path_and_query(),
+            "/api/v2/worker-runs?offset=200&keyword=caf%C3%A9%20%2F%20%C3%BC&limit=-1"
+        );
+        assert_eq!(p.path(), "/api/v2/worker-runs");
     }
 
     #[test]

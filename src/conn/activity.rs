@@ -57,6 +57,13 @@ impl Default for State {
 /// rest of a refused body being read and thrown away.
 pub struct Busy(Arc<Activity>);
 
+impl Busy {
+    /// The connection it keeps busy.
+    pub fn activity(&self) -> &Activity {
+        &self.0
+    }
+}
+
 impl Drop for Busy {
     fn drop(&mut self) {
         let mut s = self.0.lock();

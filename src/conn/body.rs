@@ -6,6 +6,7 @@
 //! time, so a client that writes its whole body before reading still
 //! receives the 400 envelope instead of a reset.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,7 +46,13 @@ pub struct BodyReader {
     limit: usize,
     http2: bool,
     conn: Option<ConnHandle>,
-    settings: ConnSettings,
+    /// `connections.body_read_timeout_ms`.
+    timeout: Duration,
+    /// The bounds of a discard (`connections.max_discard_bytes`,
+    /// `connections.discard_timeout_ms`). The reader holds these three
+    /// settings, not all of them: it is part of every request's future.
+    max_discard_bytes: usize,
+    discard_timeout: Duration,
 }
 
 impl BodyReader {
@@ -70,46 +77,53 @@ impl BodyReader {
             limit,
             http2: parts.version == Version::HTTP_2,
             conn: parts.extensions.get::<ConnHandle>().cloned(),
-            settings: settings.clone(),
+            timeout: settings.body_read_timeout,
+            max_discard_bytes: settings.max_discard_bytes,
+            discard_timeout: settings.discard_timeout,
         }
     }
 
-    /// Reads the whole body, at most the reader's limit.
-    pub async fn read(self, mut body: Incoming) -> Result<Bytes, BodyError> {
-        let limit = self.limit;
-        if self.declared.is_some_and(|len| len > limit as u64) {
-            // A client that asked for `100 Continue` has not sent the body
-            // and will not: polling it would send the `100`, so it is dropped.
-            if !self.expects_continue {
-                self.discard(body);
-            }
-            return Err(BodyError::TooLarge(limit));
-        }
-        let declared = self.declared;
-        let read = async {
-            let capacity = declared.map_or(0, |n| n as usize);
-            let mut buf = BytesMut::with_capacity(capacity);
-            while let Some(frame) = body.frame().await {
-                let frame = frame.map_err(|e| BodyError::Broken(e.to_string()))?;
-                if let Ok(data) = frame.into_data() {
-                    if buf.len() + data.len() > limit {
-                        return Err(BodyError::TooLarge(limit));
-                    }
-                    buf.extend_from_slice(&data);
+    /// Reads the whole body, at most the reader's limit. Not an `async fn`,
+    /// which would hold the reader and the body twice.
+    // Deliberately not an `async fn`: see above.
+    #[allow(clippy::manual_async_fn)]
+    pub fn read(self, mut body: Incoming) -> impl Future<Output = Result<Bytes, BodyError>> {
+        async move {
+            let limit = self.limit;
+            if self.declared.is_some_and(|len| len > limit as u64) {
+                // A client that asked for `100 Continue` has not sent the body
+                // and will not: polling it would send the `100`, so it is dropped.
+                if !self.expects_continue {
+                    self.discard(body);
                 }
+                return Err(BodyError::TooLarge(limit));
             }
-            Ok(buf.freeze())
-        };
-        let outcome = tokio::time::timeout(self.settings.body_read_timeout, read).await;
-        match outcome {
-            Ok(Err(BodyError::TooLarge(limit))) => {
-                self.discard(body);
-                Err(BodyError::TooLarge(limit))
+            let declared = self.declared;
+            let read = async {
+                let capacity = declared.map_or(0, |n| n as usize);
+                let mut buf = BytesMut::with_capacity(capacity);
+                while let Some(frame) = body.frame().await {
+                    let frame = frame.map_err(|e| BodyError::Broken(e.to_string()))?;
+                    if let Ok(data) = frame.into_data() {
+                        if buf.len() + data.len() > limit {
+                            return Err(BodyError::TooLarge(limit));
+                        }
+                        buf.extend_from_slice(&data);
+                    }
+                }
+                Ok(buf.freeze())
+            };
+            let outcome = tokio::time::timeout(self.timeout, read).await;
+            match outcome {
+                Ok(Err(BodyError::TooLarge(limit))) => {
+                    self.discard(body);
+                    Err(BodyError::TooLarge(limit))
+                }
+                Ok(result) => result,
+                // Dropping the body makes hyper close the connection after the
+                // answer: a client this slow does not keep it.
+                Err(_) => Err(BodyError::Timeout(self.timeout)),
             }
-            Ok(result) => result,
-            // Dropping the body makes hyper close the connection after the
-            // answer: a client this slow does not keep it.
-            Err(_) => Err(BodyError::Timeout(self.settings.body_read_timeout)),
         }
     }
 
@@ -120,10 +134,7 @@ impl BodyReader {
             return;
         }
         let busy = self.conn.as_ref().map(|h| h.0.begin());
-        let (max, deadline) = (
-            self.settings.max_discard_bytes,
-            self.settings.discard_timeout,
-        );
+        let (max, deadline) = (self.max_discard_bytes, self.discard_timeout);
         tokio::spawn(async move {
             let _busy = busy;
             let drain = async {

@@ -7,6 +7,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -16,6 +17,7 @@ use http::{header, HeaderValue, Method, Request, Response, Version};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
+use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
 
 use super::activity::{Activity, Busy};
@@ -72,7 +74,8 @@ pub struct ConnService<S> {
     pub cut: CutAnswer,
 }
 
-type BoxFuture<B> = Pin<Box<dyn Future<Output = Result<Response<ConnBody<B>>, Infallible>> + Send>>;
+/// The grace deadline's signal, for one request (see [`ConnService::call`]).
+type CutSignal = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 // A hyper service, so hyper calls it directly: through tower's adapter each
 // request cloned this service (and its inner stack) once more, and went
@@ -89,68 +92,113 @@ where
 {
     type Response = Response<ConnBody<B>>;
     type Error = Infallible;
-    type Future = BoxFuture<B>;
+    type Future = ConnFuture<S, B>;
 
-    fn call(&self, mut req: Request<Incoming>) -> BoxFuture<B> {
+    fn call(&self, mut req: Request<Incoming>) -> ConnFuture<S, B> {
         let busy = self.activity.begin();
         let version = req.version();
-        // (The connection is marked HTTP/2 by its preface, `conn::refusal`.)
-        let http2 = version == Version::HTTP_2;
         let head = req.method() == Method::HEAD;
         req.extensions_mut()
             .insert(ConnHandle(self.activity.clone()));
-        let inner = self.inner.clone();
-        let activity = self.activity.clone();
-        let drain = self.drain.clone();
-        let cut = self.cut;
-        Box::pin(async move {
-            // Made and pinned in place: raced by reference, not moved into
-            // the race.
-            let mut answer = std::pin::pin!(inner.oneshot(req));
-            // The grace deadline. An HTTP/2 stream is a task of its own and
-            // waits for the signal itself. An HTTP/1 request is polled by its
-            // connection's task, which waits for the signal once for all its
-            // requests and, when it comes, marks the connection and polls the
-            // request again (`conn::connection`): the request only looks.
-            let cut_now = async {
-                if http2 {
-                    drain.cut_now().await;
-                } else {
-                    CutMarked(&activity).await;
-                }
-            };
-            let mut resp = tokio::select! {
-                biased;
-                r = &mut answer => r?.map(Either::Left),
-                _ = cut_now => cut().map(Either::Right),
-            }
-            .map(|inner| ConnBody { inner, _busy: busy });
-            if head {
-                strip_body(&mut resp);
-            }
-            if version < Version::HTTP_2 && drain.is_stopping() {
-                resp.headers_mut()
-                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            }
-            Ok(resp)
-        })
+        ConnFuture {
+            answer: self.inner.clone().oneshot(req),
+            rest: Some(Rest {
+                busy,
+                drain: self.drain.clone(),
+                cut: self.cut,
+                head,
+                version,
+                cut_signal: None,
+            }),
+            _body: PhantomData,
+        }
     }
 }
 
-/// Ready once the connection is marked cut; it registers no waker, since
-/// the connection's task that polls it is the one that marks it (HTTP/1
-/// only, see [`ConnService::call`]).
-struct CutMarked<'a>(&'a Activity);
+pin_project_lite::pin_project! {
+    /// The answer to one request: the service's, or the cut answer once the
+    /// grace deadline passes, whichever is ready first (the service's when
+    /// both are). Not boxed: hyper keeps it in place, and the service's own
+    /// future is boxed below it (`server`).
+    pub struct ConnFuture<S, B>
+    where
+        S: Service<Request<Incoming>>,
+    {
+        #[pin]
+        answer: Oneshot<S, Request<Incoming>>,
+        // Taken when the answer is given.
+        rest: Option<Rest>,
+        _body: PhantomData<fn() -> B>,
+    }
+}
 
-impl Future for CutMarked<'_> {
-    type Output = ();
+/// What a request's answer needs besides the service's future.
+struct Rest {
+    busy: Busy,
+    drain: Drain,
+    cut: CutAnswer,
+    head: bool,
+    version: Version,
+    /// HTTP/2 only, made when the service is first not ready.
+    cut_signal: Option<CutSignal>,
+}
 
-    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
-        if self.0.is_cut() {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
+impl Rest {
+    /// Whether the grace deadline has cut this request. An HTTP/2 stream is
+    /// a task of its own and waits for the signal itself. An HTTP/1 request
+    /// is polled by its connection's task, which waits for the signal once
+    /// for all its requests and, when it comes, marks the connection and
+    /// polls the request again (`conn::connection`): the request only looks,
+    /// and registers no waker, since that task is the one that marks it.
+    fn is_cut(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.version != Version::HTTP_2 {
+            return self.busy.activity().is_cut();
         }
+        let drain = &self.drain;
+        let signal = self.cut_signal.get_or_insert_with(|| {
+            let drain = drain.clone();
+            Box::pin(async move { drain.cut_now().await })
+        });
+        signal.as_mut().poll(cx).is_ready()
+    }
+}
+
+impl<S, B> Future for ConnFuture<S, B>
+where
+    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>,
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Output = Result<Response<ConnBody<B>>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let answer = match this.answer.poll(cx) {
+            Poll::Ready(answer) => answer?.map(Either::Left),
+            Poll::Pending => {
+                let rest = this.rest.as_mut().expect("polled after its answer");
+                if !rest.is_cut(cx) {
+                    return Poll::Pending;
+                }
+                (rest.cut)().map(Either::Right)
+            }
+        };
+        let Rest {
+            busy,
+            drain,
+            head,
+            version,
+            ..
+        } = this.rest.take().expect("polled after its answer");
+        let mut resp = answer.map(|inner| ConnBody { inner, _busy: busy });
+        if head {
+            strip_body(&mut resp);
+        }
+        if version < Version::HTTP_2 && drain.is_stopping() {
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        Poll::Ready(Ok(resp))
     }
 }
 

@@ -1,6 +1,8 @@
 //! Reading V1 input (JSON bodies and query strings) into typed values, with
 //! errors that name the offending field. Nothing here talks to V2.
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 use crate::error::{GatewayError, Subject};
@@ -10,7 +12,52 @@ use crate::v2::Segment;
 /// The members of a JSON object, each value read as serde_json reads a
 /// `Value`. Anything but an object is refused here and read again as a
 /// `Value` by [`Body::parse`], whose refusal names the problem.
-struct Members(Vec<(String, Value)>);
+struct Members(Vec<(Name, Value)>);
+
+/// A member's name: one the operations read is not copied.
+type Name = Cow<'static, str>;
+
+/// The member names V1 operations read. A name not here works all the
+/// same; it is only copied out of the body.
+const NAMES: &[&str] = &[
+    "run_slug",
+    "page_index",
+    "page_size",
+    "status",
+    "scraper_slug",
+    "task_slug",
+    "callback_url",
+    "is_async",
+    "input",
+    "format",
+    "filter_keys",
+    "limit",
+];
+
+/// Reads a member's name as serde_json reads a `String` key (escapes and
+/// all), without a copy when it is one of [`NAMES`].
+struct NameSeed;
+
+impl<'de> serde::de::DeserializeSeed<'de> for NameSeed {
+    type Value = Name;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Name, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Name;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Name, E> {
+                Ok(match NAMES.iter().find(|known| **known == name) {
+                    Some(known) => Cow::Borrowed(known),
+                    None => Cow::Owned(name.to_owned()),
+                })
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
 
 impl<'de> serde::Deserialize<'de> for Members {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -25,7 +72,7 @@ impl<'de> serde::Deserialize<'de> for Members {
                 // serde_json does not tell an object's size: room for a
                 // usual V1 body's few members.
                 let mut members = Vec::with_capacity(4);
-                while let Some(name) = map.next_key::<String>()? {
+                while let Some(name) = map.next_key_seed(NameSeed)? {
                     // Left to `Value` itself (see `wire::RAW_VALUE_KEY`).
                     if name == crate::ops::wire::RAW_VALUE_KEY {
                         return Err(A::Error::custom("raw value"));
@@ -80,7 +127,7 @@ impl Ident {
 /// empty body. A list, not a map: a body has a handful of members, each
 /// looked up by name once or twice, and a repeated name reads as its last
 /// value, as in a map.
-pub struct Body(Vec<(String, Value)>);
+pub struct Body(Vec<(Name, Value)>);
 
 impl Body {
     /// Parses a request body. An empty body is an empty object (V1 account
@@ -106,7 +153,7 @@ impl Body {
     }
 
     pub fn from_map(map: Map<String, Value>) -> Body {
-        Body(map.into_iter().collect())
+        Body(map.into_iter().map(|(k, v)| (Cow::Owned(k), v)).collect())
     }
 
     fn present(&self, field: &str) -> Option<&Value> {
@@ -364,6 +411,21 @@ mod tests {
                 (got, expected) => panic!("{text}: {:?} against {expected:?}", got.is_ok()),
             }
         }
+    }
+
+    /// A name the operations read is not copied, however it is written;
+    /// any other is read all the same.
+    #[test]
+    fn known_names_are_not_copied() {
+        let b = body(r#"{"run_slug":"r1","run\u005fslug":"r2","other":1,"page_size":5}"#);
+        let borrowed: Vec<bool> =
+            b.0.iter()
+                .map(|(n, _)| matches!(n, Cow::Borrowed(_)))
+                .collect();
+        assert_eq!(borrowed, [true, true, false, true]);
+        assert_eq!(b.req_str("run_slug").unwrap(), "r2");
+        assert_eq!(b.get("other"), Some(&Value::from(1)));
+        assert_eq!(b.opt_int("page_size").unwrap(), Some(5));
     }
 
     #[test]

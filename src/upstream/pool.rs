@@ -19,6 +19,7 @@
 //! whatever its method: nothing reached V2.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
@@ -273,45 +274,51 @@ impl Pool {
     /// `now` is the caller's reading of the clock, for the idle deadlines.
     /// Connect failures (TCP, proxy, TLS) are `Unreachable`; failures after
     /// are `Broken`.
-    pub(crate) async fn send(
+    /// Not an `async fn`, which would hold the request twice.
+    // Deliberately not an `async fn`: see above.
+    #[allow(clippy::manual_async_fn)]
+    pub(crate) fn send(
         &self,
         mut request: Request<Body>,
         now: Instant,
-    ) -> Result<(Response<Incoming>, Lease<'_>), UpstreamFailure> {
-        let mut retried = false;
-        loop {
-            let (sender, reused) = match self.checkout(retried, now).await {
-                Some(sender) => (sender, true),
-                // Boxed: connecting (TLS, handshakes) takes a large future
-                // that every call would otherwise carry and copy.
-                None => (Box::pin(self.connect()).await?, false),
-            };
-            // hyper writes the URI as given: HTTP/1.1 takes origin-form,
-            // HTTP/2 the absolute URI (its `:scheme` and `:authority`).
-            let (sent, conn, absolute) = match sender {
-                Sender::H1(mut conn) => {
-                    let origin = origin_form(request.uri());
-                    let absolute = std::mem::replace(request.uri_mut(), origin);
-                    let sent = conn.tx.try_send_request(request).await;
-                    (sent, Some(conn), Some(absolute))
-                }
-                Sender::H2(mut conn) => (conn.tx.try_send_request(request).await, None, None),
-            };
-            let mut error = match sent {
-                Ok(response) => return Ok((response, Lease { pool: self, conn })),
-                Err(error) => error,
-            };
-            match error.take_message() {
-                // Not written: a reused connection the server had closed.
-                Some(mut unsent) if reused && !retried => {
-                    debug!(error = %error_chain(error.error()), "idle V2 connection was closed; sending on a new one");
-                    if let Some(uri) = absolute {
-                        *unsent.uri_mut() = uri;
+    ) -> impl Future<Output = Result<(Response<Incoming>, Lease<'_>), UpstreamFailure>> + Send + '_
+    {
+        async move {
+            let mut retried = false;
+            loop {
+                let (sender, reused) = match self.checkout(retried, now).await {
+                    Some(sender) => (sender, true),
+                    // Boxed: connecting (TLS, handshakes) takes a large future
+                    // that every call would otherwise carry and copy.
+                    None => (Box::pin(self.connect()).await?, false),
+                };
+                // hyper writes the URI as given: HTTP/1.1 takes origin-form,
+                // HTTP/2 the absolute URI (its `:scheme` and `:authority`).
+                let (sent, conn, absolute) = match sender {
+                    Sender::H1(mut conn) => {
+                        let origin = origin_form(request.uri());
+                        let absolute = std::mem::replace(request.uri_mut(), origin);
+                        let sent = conn.tx.try_send_request(request).await;
+                        (sent, Some(conn), Some(absolute))
                     }
-                    request = unsent;
-                    retried = true;
+                    Sender::H2(mut conn) => (conn.tx.try_send_request(request).await, None, None),
+                };
+                let mut error = match sent {
+                    Ok(response) => return Ok((response, Lease { pool: self, conn })),
+                    Err(error) => error,
+                };
+                match error.take_message() {
+                    // Not written: a reused connection the server had closed.
+                    Some(mut unsent) if reused && !retried => {
+                        debug!(error = %error_chain(error.error()), "idle V2 connection was closed; sending on a new one");
+                        if let Some(uri) = absolute {
+                            *unsent.uri_mut() = uri;
+                        }
+                        request = unsent;
+                        retried = true;
+                    }
+                    _ => return Err(broken(error)),
                 }
-                _ => return Err(broken(error)),
             }
         }
     }

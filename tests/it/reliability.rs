@@ -628,6 +628,51 @@ async fn a_request_outliving_the_grace_period_gets_an_envelope() {
         .unwrap();
 }
 
+/// The same over HTTP/2, where the stream waits for the cut signal itself.
+#[tokio::test]
+async fn an_http2_request_outliving_the_grace_period_gets_an_envelope() {
+    let (gw, v2) = gateway(
+        Duration::from_secs(60),
+        "[shutdown]\ngrace_period_secs = 1\n",
+    )
+    .await;
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http();
+    let req = http::Request::post(format!("http://{}/api/v1/run/detail", gw.addr))
+        .header("api-key", KEY)
+        .body(http_body_util::Full::new(Bytes::from(format!(
+            "{{\"run_slug\":\"{RUN}\"}}"
+        ))))
+        .unwrap();
+    let answer = tokio::spawn(client.request(req));
+    // Stop only once the request is in V2's hands.
+    tokio::time::timeout(BOUND, v2.arrived(1))
+        .await
+        .expect("the request reached V2");
+    let server = gw.shutdown();
+    let resp = tokio::time::timeout(BOUND, answer)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("an envelope at the grace deadline");
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    assert_eq!(resp.status(), 500);
+    assert_eq!(resp.headers()["x-v1compat-error"], "shutdown");
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let json: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(json["code"], 5000);
+    tokio::time::timeout(BOUND, server)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
+
 /// Requests hyper cannot parse, each with the statuses hyper may pick for it.
 pub(crate) fn unparsable_requests() -> Vec<(&'static str, Vec<u8>, &'static [u16])> {
     let long_path = format!("GET /{} HTTP/1.1\r\nhost: t\r\n\r\n", "a".repeat(70_000));
