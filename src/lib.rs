@@ -54,6 +54,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub mod answer;
 pub mod bind;
 pub mod callbacks;
 pub mod config;

@@ -30,6 +30,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 mod access;
 pub use access::TARGET as ACCESS_LOG_TARGET;
 
+use crate::answer::AnswerBytes;
 use crate::config::Config;
 use crate::dialect::Dialect;
 use crate::error::GatewayError;
@@ -106,19 +107,23 @@ impl RawV1Request<ReadyBody> {
 pub struct V1Response {
     pub status: StatusCode,
     pub headers: HeaderMap,
-    pub body: Bytes,
+    pub body: AnswerBytes,
 }
 
 impl V1Response {
     /// A JSON answer with no diagnostics.
-    pub fn json(status: StatusCode, body: Bytes) -> V1Response {
+    pub fn json(status: StatusCode, body: impl Into<AnswerBytes>) -> V1Response {
         // Room for the diagnostics added to it, so none of them grows the map.
         V1Response::json_in(HeaderMap::with_capacity(6), status, body)
     }
 
     /// [`V1Response::json`] in `room`, cleared: a map made before (the
     /// request's own), whose room is used again rather than made anew.
-    fn json_in(mut room: HeaderMap, status: StatusCode, body: Bytes) -> V1Response {
+    fn json_in(
+        mut room: HeaderMap,
+        status: StatusCode,
+        body: impl Into<AnswerBytes>,
+    ) -> V1Response {
         room.clear();
         let mut headers = room;
         headers.insert(
@@ -128,7 +133,7 @@ impl V1Response {
         V1Response {
             status,
             headers,
-            body,
+            body: body.into(),
         }
     }
 
@@ -683,7 +688,7 @@ pub fn render(
     dialect: &Dialect,
 ) -> (StatusCode, Bytes) {
     match result {
-        Ok(answer) => (StatusCode::OK, answer.data.into_envelope()),
+        Ok(answer) => (StatusCode::OK, answer.data.into_envelope().to_bytes()),
         Err(err) => {
             let r = err.render_in(dialect);
             (r.status, r.envelope.to_bytes())

@@ -23,6 +23,7 @@ use tower_http::request_id::{MakeRequestId, RequestId, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::answer::AnswerBody;
 use crate::conn::{self, BodyReader, Drain};
 use crate::dialect::Dialect;
 use crate::error::GatewayError;
@@ -75,7 +76,7 @@ pub async fn serve_public(
             // the default dialect (their statuses are what load balancers
             // and clients back off on).
             cut: || {
-                to_http(pipeline::error_response(
+                to_http_full(pipeline::error_response(
                     &GatewayError::ShuttingDown,
                     &Dialect::default(),
                 ))
@@ -87,7 +88,7 @@ pub async fn serve_public(
                     pipeline::ERROR_CAUSE,
                     HeaderValue::from_static("connection_limit"),
                 );
-                to_http(resp)
+                to_http_full(resp)
             },
             protocol: Some(protocol_refusal),
         },
@@ -149,7 +150,7 @@ pub async fn serve_public(
 /// The answer to one request, on the heap: each layer above wraps (and the
 /// connection layer moves) a pointer, not the request's whole future, which
 /// is over a kilobyte.
-type V1Future = Pin<Box<dyn Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send>>;
+type V1Future = Pin<Box<dyn Future<Output = Result<Response<AnswerBody>, Infallible>> + Send>>;
 
 /// HTTP in, HTTP out: the pipeline (or the mirror around it) does the rest.
 /// The request is taken apart here, before any future exists, and each way
@@ -162,7 +163,7 @@ fn handle_v1(state: &Arc<Public>, req: Request<Incoming>) -> V1Future {
     if let Some(relay) = gateway.callbacks() {
         if crate::callbacks::token_of(req.uri().path()).is_some() {
             let relay = relay.clone();
-            return Box::pin(async move { Ok(relay.receive(req).await) });
+            return Box::pin(async move { Ok(relay.receive(req).await.map(AnswerBody::from)) });
         }
     }
     let (mut parts, body) = req.into_parts();
@@ -238,8 +239,17 @@ fn protocol_refusal(status: StatusCode) -> Bytes {
     conn::http1_bytes(resp)
 }
 
-fn to_http(answer: V1Response) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(answer.body));
+fn to_http(answer: V1Response) -> Response<AnswerBody> {
+    let mut resp = Response::new(AnswerBody::from(answer.body));
+    *resp.status_mut() = answer.status;
+    *resp.headers_mut() = answer.headers;
+    resp
+}
+
+/// [`to_http`] as one buffer, for the connection layer's own answers (an
+/// error envelope: one buffer already, not copied).
+fn to_http_full(answer: V1Response) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(answer.body.to_bytes()));
     *resp.status_mut() = answer.status;
     *resp.headers_mut() = answer.headers;
     resp

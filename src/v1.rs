@@ -2,9 +2,12 @@
 //! `message`, `data`), the integer run statuses and the application codes and
 //! messages of the retired V1 service.
 
+use bytes::Bytes;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
+
+use crate::answer::AnswerBytes;
 
 /// The V1 envelope. `data` is always present, `null` on errors and on abort.
 /// Successful answers carry their `data` already written as JSON.
@@ -47,11 +50,12 @@ const SUCCESS_HEAD: &[u8] = b"{\"code\":0,\"message\":\"success\",\"data\":";
 /// or from parts that are), to be put in an envelope without being parsed
 /// again. It is written straight into the success envelope around it, so
 /// the common answer is never copied a second time (see
-/// [`Json::into_envelope`]).
+/// [`Json::into_envelope`]); a part of it already in another buffer (a
+/// result page's rows, in V2's answer) is not copied at all.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Json {
     /// `{"code":0,"message":"success","data":` + data + `}`.
-    envelope: bytes::Bytes,
+    envelope: AnswerBytes,
 }
 
 impl Json {
@@ -72,8 +76,30 @@ impl Json {
         write(&mut out)?;
         out.push(b'}');
         Ok(Json {
-            envelope: out.into(),
+            envelope: Bytes::from(out).into(),
         })
+    }
+
+    /// The data written by `head`, then `shared` (JSON text a caller has
+    /// checked, in a buffer of its own), then what `tail` writes: one
+    /// buffer holds the envelope around `shared`, which is not copied.
+    pub fn write_around(
+        capacity: usize,
+        head: impl FnOnce(&mut Vec<u8>),
+        shared: Bytes,
+        tail: impl FnOnce(&mut Vec<u8>),
+    ) -> Json {
+        let mut out = Vec::with_capacity(SUCCESS_HEAD.len() + capacity + 1);
+        out.extend_from_slice(SUCCESS_HEAD);
+        head(&mut out);
+        let split = out.len();
+        tail(&mut out);
+        out.push(b'}');
+        let mut around = Bytes::from(out);
+        let end = around.split_off(split);
+        Json {
+            envelope: AnswerBytes::parts(around, shared, end),
+        }
     }
 
     /// [`Json::write_with`] for a writer that cannot fail.
@@ -88,14 +114,18 @@ impl Json {
         }
     }
 
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.envelope[SUCCESS_HEAD.len()..self.envelope.len() - 1]
+    /// The data, as one buffer (joined when it is in parts: for tests and
+    /// diffs, not the request path).
+    pub fn data_bytes(&self) -> Bytes {
+        let whole = self.envelope.to_bytes();
+        whole.slice(SUCCESS_HEAD.len()..whole.len() - 1)
     }
 
     /// The success envelope around the data, whole: the buffer it was
-    /// written in (the bytes serde writes for [`Envelope::success`] of the
-    /// same data, without building the envelope).
-    pub fn into_envelope(self) -> bytes::Bytes {
+    /// written in, or its parts (the bytes serde writes for
+    /// [`Envelope::success`] of the same data, without building the
+    /// envelope).
+    pub fn into_envelope(self) -> AnswerBytes {
         self.envelope
     }
 }
@@ -104,8 +134,8 @@ impl Serialize for Json {
     /// As the JSON it holds (for tests and diffs; the request path copies
     /// the text instead).
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let raw: &RawValue =
-            serde_json::from_slice(self.as_bytes()).map_err(serde::ser::Error::custom)?;
+        let data = self.data_bytes();
+        let raw: &RawValue = serde_json::from_slice(&data).map_err(serde::ser::Error::custom)?;
         raw.serialize(s)
     }
 }
@@ -143,16 +173,16 @@ mod tests {
     fn a_written_success_envelope_is_the_one_serde_writes() {
         let data = serde_json::json!({"a": [1, "x\u{e9}\"q"], "b": null});
         let json = Json::write(&data, 0).unwrap();
-        assert_eq!(json.as_bytes(), serde_json::to_vec(&data).unwrap());
+        assert_eq!(json.data_bytes(), serde_json::to_vec(&data).unwrap());
         let expect = serde_json::to_vec(&Envelope::success(&data)).unwrap();
         assert_eq!(
             serde_json::to_vec(&Envelope::success(&json)).unwrap(),
             expect
         );
-        assert_eq!(json.clone().into_envelope(), expect);
+        assert_eq!(json.clone().into_envelope().to_bytes(), expect);
         // Any other envelope carries the data as the JSON value it holds.
         let mut other = Envelope::error(7, "partly \"ok\"");
-        other.data = serde_json::from_slice(json.as_bytes()).unwrap();
+        other.data = serde_json::from_slice(&json.data_bytes()).unwrap();
         let expect = serde_json::to_vec(&Envelope {
             code: 7,
             message: other.message.clone(),
@@ -160,5 +190,32 @@ mod tests {
         })
         .unwrap();
         assert_eq!(other.to_bytes(), expect);
+    }
+
+    #[test]
+    fn an_envelope_around_a_shared_part_is_the_one_serde_writes() {
+        use http_body_util::BodyExt;
+        let rows = Bytes::from_static(br#"{"a":1},{"a":"x"}"#);
+        let json = Json::write_around(
+            4,
+            |out| out.extend_from_slice(b"{\"list\":["),
+            rows.clone(),
+            |out| out.extend_from_slice(b"],\"n\":2}"),
+        );
+        let data = serde_json::json!({"list": [{"a": 1}, {"a": "x"}], "n": 2});
+        assert_eq!(json.data_bytes(), serde_json::to_vec(&data).unwrap());
+        let envelope = json.into_envelope();
+        assert_eq!(
+            envelope.to_bytes(),
+            serde_json::to_vec(&Envelope::success(&data)).unwrap()
+        );
+        // Sent as three frames, the middle one the caller's buffer itself.
+        let mut body = crate::answer::AnswerBody::from(envelope);
+        let mut frames = Vec::new();
+        while let Some(frame) = futures_util::FutureExt::now_or_never(body.frame()).flatten() {
+            frames.push(frame.unwrap().into_data().unwrap());
+        }
+        assert_eq!(frames.len(), 3);
+        assert_eq!(frames[1].as_ptr(), rows.as_ptr());
     }
 }

@@ -352,8 +352,7 @@ async fn shed(mut stream: TcpStream, answer: Bytes, _slot: OwnedSemaphorePermit)
 
 /// A complete response as HTTP/1.1 bytes, for the few answers written
 /// without hyper. Always `Connection: close`.
-pub fn http1_bytes(resp: Response<Full<Bytes>>) -> Bytes {
-    use http_body::Body as _;
+pub fn http1_bytes<B: http_body::Body<Data = Bytes>>(resp: Response<B>) -> Bytes {
     let (parts, body) = resp.into_parts();
     let len = body.size_hint().exact().unwrap_or(0);
     let body = futures_util::FutureExt::now_or_never(http_body_util::BodyExt::collect(body))

@@ -322,6 +322,11 @@ impl Fetched {
     pub fn body(&self) -> &[u8] {
         &self.body
     }
+
+    /// [`Fetched::body`] as its own buffer, for parts of it to be shared.
+    pub fn bytes(&self) -> &bytes::Bytes {
+        &self.body
+    }
 }
 
 /// What [`Exchange::read`] made of a V2 answer's `data`: typed (`None` when

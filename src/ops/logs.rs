@@ -373,15 +373,15 @@ mod tests {
             let typed = log_answer(Read::Typed(Some(typed))).unwrap();
             let general = log_answer(Read::Untyped(value)).unwrap();
             assert_eq!(
-                std::str::from_utf8(typed.as_bytes()).unwrap(),
-                std::str::from_utf8(general.as_bytes()).unwrap(),
+                std::str::from_utf8(&typed.data_bytes()).unwrap(),
+                std::str::from_utf8(&general.data_bytes()).unwrap(),
                 "{data}"
             );
         }
         let none = log_answer(Read::Typed(None)).unwrap();
         assert_eq!(
-            none.as_bytes(),
-            log_answer(Read::Untyped(Value::Null)).unwrap().as_bytes()
+            none.data_bytes(),
+            log_answer(Read::Untyped(Value::Null)).unwrap().data_bytes()
         );
     }
 
@@ -397,12 +397,12 @@ mod tests {
             log_answer(Read::Untyped(value)).unwrap()
         };
         assert_eq!(
-            general(data).as_bytes(),
-            general(r#"{"list": [{"type": 4}]}"#).as_bytes()
+            general(data).data_bytes(),
+            general(r#"{"list": [{"type": 4}]}"#).data_bytes()
         );
         assert_ne!(
-            general(data).as_bytes(),
-            general(r#"{"list": [{"type": 1}]}"#).as_bytes()
+            general(data).data_bytes(),
+            general(r#"{"list": [{"type": 1}]}"#).data_bytes()
         );
     }
 }

@@ -24,6 +24,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::ops::Range;
 
+use bytes::Bytes;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -169,34 +170,88 @@ impl V1ResultPage<'_> {
     /// are, a run at a time; the rest is written as serde would write it.
     pub fn to_json(&self) -> Json {
         let rows: usize = self.runs.iter().map(|r| r.len() + 1).sum();
-        let headers: usize = self.headers.iter().map(V1Header::json_len).sum();
-        // Punctuation, keys and three integers of up to 20 digits.
-        let capacity = rows + headers + 128;
-        Json::write_direct(capacity, |out| {
-            let mut int = itoa::Buffer::new();
-            out.extend_from_slice(b"{\"count\":");
-            out.extend_from_slice(int.format(self.count).as_bytes());
-            out.extend_from_slice(b",\"headers\":[");
-            for (i, header) in self.headers.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                header.write_json(out);
-            }
-            out.extend_from_slice(b"],\"list\":[");
+        Json::write_direct(rows + self.around_len(), |out| {
+            self.write_head(out);
             for (i, run) in self.runs.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
                 out.extend_from_slice(run);
             }
-            out.extend_from_slice(b"],\"page_index\":");
-            out.extend_from_slice(int.format(self.page_index).as_bytes());
-            out.extend_from_slice(b",\"page_size\":");
-            out.extend_from_slice(int.format(self.page_size).as_bytes());
-            out.push(b'}');
+            self.write_tail(out);
         })
     }
+
+    /// [`V1ResultPage::to_json`], the rows not copied when they stand in
+    /// one of `bodies` (the V2 answers they were read from) as they are in
+    /// the list, with only commas between them: a window within one V2
+    /// page, as V2 writes pages. The list is then that part of the V2
+    /// answer, shared.
+    pub fn to_json_sharing(&self, bodies: &[&Bytes]) -> Json {
+        match bodies.iter().find_map(|body| list_in(&self.runs, body)) {
+            Some(list) => Json::write_around(
+                self.around_len(),
+                |out| self.write_head(out),
+                list,
+                |out| self.write_tail(out),
+            ),
+            None => self.to_json(),
+        }
+    }
+
+    /// Room for all but the rows: the headers, punctuation, keys and three
+    /// integers of up to 20 digits.
+    fn around_len(&self) -> usize {
+        self.headers.iter().map(V1Header::json_len).sum::<usize>() + 128
+    }
+
+    /// The page up to its rows.
+    fn write_head(&self, out: &mut Vec<u8>) {
+        let mut int = itoa::Buffer::new();
+        out.extend_from_slice(b"{\"count\":");
+        out.extend_from_slice(int.format(self.count).as_bytes());
+        out.extend_from_slice(b",\"headers\":[");
+        for (i, header) in self.headers.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            header.write_json(out);
+        }
+        out.extend_from_slice(b"],\"list\":[");
+    }
+
+    /// The page after its rows.
+    fn write_tail(&self, out: &mut Vec<u8>) {
+        let mut int = itoa::Buffer::new();
+        out.extend_from_slice(b"],\"page_index\":");
+        out.extend_from_slice(int.format(self.page_index).as_bytes());
+        out.extend_from_slice(b",\"page_size\":");
+        out.extend_from_slice(int.format(self.page_size).as_bytes());
+        out.push(b'}');
+    }
+}
+
+/// The list's text as a part of `body`, when `runs` (slices of the V2
+/// answers) all stand in it in order with one comma between each and the
+/// next: their text joined by commas, shared rather than copied.
+fn list_in(runs: &[&[u8]], body: &Bytes) -> Option<Bytes> {
+    let (first, last) = (runs.first()?, runs.last()?);
+    // Where each run starts in `body`, if it is in it (addresses compared,
+    // nothing read).
+    let at = |run: &[u8]| {
+        let start = (run.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+        (start + run.len() <= body.len()).then_some(start)
+    };
+    let start = at(first)?;
+    let mut end = start + first.len();
+    for run in &runs[1..] {
+        if at(run)? != end + 1 || body[end] != b',' {
+            return None;
+        }
+        end += 1 + run.len();
+    }
+    debug_assert_eq!(end, at(last)? + last.len());
+    Some(body.slice(start..end))
 }
 
 /// A V1 column header.
@@ -554,7 +609,8 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, Gateway
             .map(V1Header::into_owned)
             .collect();
     }
-    Ok(page.to_json())
+    let bodies: Vec<&Bytes> = fetched.iter().map(Fetched::bytes).collect();
+    Ok(page.to_json_sharing(&bodies))
 }
 
 /// Checks the V1 export body and builds the V2 call.
@@ -722,7 +778,7 @@ mod tests {
         let expect = r#"{"count":2,"headers":[{"label":"A","key":"a","format":"number"}],"list":[{"a": 1.50, "b": "\u00e9"},{"a": 2e3}],"page_index":1,"page_size":2}"#;
         for page in [scanned.unwrap(), raw] {
             let v1 = v1_result_page(window, &plan, &[page]).to_json();
-            assert_eq!(std::str::from_utf8(v1.as_bytes()).unwrap(), expect);
+            assert_eq!(std::str::from_utf8(&v1.data_bytes()).unwrap(), expect);
         }
     }
 
@@ -763,7 +819,7 @@ mod tests {
         .unwrap();
         // In V1's field order (serde_json keeps `json!`'s, `preserve_order`).
         assert_eq!(
-            std::str::from_utf8(page.to_json().as_bytes()).unwrap(),
+            std::str::from_utf8(&page.to_json().data_bytes()).unwrap(),
             expect
         );
     }
@@ -898,5 +954,76 @@ mod tests {
         assert!(export_call(&body(&"é".repeat(256)), true).is_ok());
         assert!(export_call(&body(&"é".repeat(257)), true).is_err());
         assert!(export_call(&body("  "), true).is_err());
+    }
+
+    /// A page of `runs` (slices of `bodies`), written sharing and copying:
+    /// the same bytes; and whether the list was shared (its frame a part of
+    /// one of the bodies).
+    fn written(runs: Vec<&[u8]>, bodies: &[&Bytes]) -> (Bytes, bool) {
+        use http_body_util::BodyExt;
+        let page = V1ResultPage {
+            count: 3,
+            headers: vec![V1Header {
+                label: "A".into(),
+                key: "a".into(),
+                format: "number".into(),
+            }],
+            runs,
+            page_index: 1,
+            page_size: 10,
+        };
+        let copied = page.to_json().into_envelope().to_bytes();
+        let envelope = page.to_json_sharing(bodies).into_envelope();
+        assert_eq!(envelope.to_bytes(), copied);
+        let mut body = crate::answer::AnswerBody::from(envelope);
+        let mut shared = false;
+        while let Some(frame) = futures_util::FutureExt::now_or_never(body.frame()).flatten() {
+            let frame = frame.unwrap().into_data().unwrap();
+            let within = |b: &Bytes| {
+                let at = frame.as_ptr() as usize;
+                at >= b.as_ptr() as usize && at < b.as_ptr() as usize + b.len()
+            };
+            shared |= bodies.iter().any(|b| within(b));
+        }
+        (copied, shared)
+    }
+
+    #[test]
+    fn rows_next_to_each_other_in_one_answer_are_shared_not_copied() {
+        let v2 = Bytes::from_static(br#"{"data":{"list":[{"a":1},{"a":2},{"a":3}] , [{"a":4}]}}"#);
+        let other = Bytes::from_static(br#"{"a":5}"#);
+        // Row `{"a":n}` of the answer.
+        let row = |n: u8| {
+            let text = format!(r#"{{"a":{n}}}"#);
+            let from = v2.windows(7).position(|w| w == text.as_bytes()).unwrap();
+            &v2[from..from + 7]
+        };
+        let first_three = {
+            let from = row(1).as_ptr() as usize - v2.as_ptr() as usize;
+            &v2[from..from + 23]
+        };
+        let expect = |rows: &str| {
+            format!(
+                r#"{{"code":0,"message":"success","data":{{"count":3,"headers":[{{"label":"A","key":"a","format":"number"}}],"list":[{rows}],"page_index":1,"page_size":10}}}}"#
+            )
+        };
+        // One run, and runs with one comma between them: shared.
+        let (bytes, shared) = written(vec![first_three], &[&other, &v2]);
+        assert!(shared);
+        assert_eq!(bytes, expect(r#"{"a":1},{"a":2},{"a":3}"#));
+        let (bytes, shared) = written(vec![row(1), row(2), row(3)], &[&v2]);
+        assert!(shared);
+        assert_eq!(bytes, expect(r#"{"a":1},{"a":2},{"a":3}"#));
+        // Copied: rows with more than a comma between them, rows of two
+        // answers, a row skipped, no answer given, no rows.
+        let (bytes, shared) = written(vec![row(3), row(4)], &[&v2]);
+        assert!(!shared);
+        assert_eq!(bytes, expect(r#"{"a":3},{"a":4}"#));
+        let (bytes, shared) = written(vec![row(3), &other[..]], &[&v2, &other]);
+        assert!(!shared);
+        assert_eq!(bytes, expect(r#"{"a":3},{"a":5}"#));
+        assert!(!written(vec![row(1), row(3)], &[&v2]).1);
+        assert!(!written(vec![row(1)], &[]).1);
+        assert_eq!(written(vec![], &[&v2]).0, expect(""));
     }
 }

@@ -444,7 +444,7 @@ mod tests {
             "list": records.iter().map(|r| serde_json::to_value(v1_run(r, &compat)).unwrap()).collect::<Vec<_>>(),
         });
         assert_eq!(
-            std::str::from_utf8(written.as_bytes()).unwrap(),
+            std::str::from_utf8(&written.data_bytes()).unwrap(),
             serde_json::to_string(&expected).unwrap()
         );
     }

@@ -282,7 +282,7 @@ impl Mirror {
         };
         let slot = Slot::new(permit);
         let status = primary.status;
-        let bytes = primary.body.clone();
+        let bytes = primary.body.to_bytes();
         let latency = copy.started.elapsed();
         let this = self.clone();
         tokio::spawn(async move {

@@ -341,7 +341,9 @@ async fn one(
                         call.body.clone(),
                     );
                     match tokio::time::timeout(timeout, pipeline.answer(raw)).await {
-                        Ok(answer) => Ok((answer.status, answer.body, started.elapsed())),
+                        Ok(answer) => {
+                            Ok((answer.status, answer.body.to_bytes(), started.elapsed()))
+                        }
                         Err(_) => Err(UpstreamFailure::Timeout(timeout)),
                     }
                 }

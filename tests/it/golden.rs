@@ -118,7 +118,7 @@ async fn run_in_process(case: &Case) -> (Expect, MockV2) {
         .await;
     let expect = Expect {
         status: answer.status.as_u16(),
-        body: serde_json::from_slice(&answer.body).unwrap(),
+        body: serde_json::from_slice(&answer.body.to_bytes()).unwrap(),
     };
     (expect, v2)
 }
