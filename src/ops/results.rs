@@ -110,6 +110,16 @@ impl<'a> PageRows<'a> {
         }
     }
 
+    /// The text of the rows `range` (within the page, not empty) as one
+    /// part of the answer, when a scanned page holds them with only commas
+    /// between them (see [`ScannedRows::text_of`]).
+    pub fn text_of(&self, range: Range<usize>) -> Option<&'a [u8]> {
+        match self {
+            PageRows::Scanned(rows) => rows.text_of(range),
+            PageRows::Raw(_) => None,
+        }
+    }
+
     /// The texts of the rows `range` (within the page) added to `out` in
     /// runs (see [`V1ResultPage::runs`]): a scanned page's rows next to each
     /// other in a few, a raw page's one a row.
@@ -157,8 +167,11 @@ pub struct V1ResultPage<'a> {
     pub count: i64,
     pub headers: Vec<V1Header<'a>>,
     /// The rows of `list` in runs: one row, or rows V2 sent with only a
-    /// comma between them, that text with the commas. Joined by commas, the
-    /// runs are the list's content; none when the page has no rows.
+    /// comma between them, that text with the commas (all of a window within
+    /// one V2 page, which is then shared rather than copied; else up to
+    /// [`RUN_BYTES`](result_scan::RUN_BYTES), copied a run at a time).
+    /// Joined by commas, the runs are the list's content; none when the page
+    /// has no rows.
     pub runs: Vec<&'a [u8]>,
     pub page_index: u64,
     pub page_size: u64,
@@ -187,8 +200,11 @@ impl V1ResultPage<'_> {
     /// the list, with only commas between them: a window within one V2
     /// page, as V2 writes pages. The list is then that part of the V2
     /// answer, shared.
-    pub fn to_json_sharing(&self, bodies: &[&Bytes]) -> Json {
-        match bodies.iter().find_map(|body| list_in(&self.runs, body)) {
+    pub fn to_json_sharing<'b>(&self, bodies: impl IntoIterator<Item = &'b Bytes>) -> Json {
+        match bodies
+            .into_iter()
+            .find_map(|body| list_in(&self.runs, body))
+        {
             Some(list) => Json::write_around(
                 self.around_len(),
                 |out| self.write_head(out),
@@ -546,11 +562,25 @@ pub fn v1_result_page<'a>(
         Some(first) => v1_headers(&first.headers, |keys| infer_formats(keys, pages, &slices)),
         None => Vec::new(),
     };
-    // Room for a run a row, the most there can be.
-    let mut runs = Vec::with_capacity(slices.iter().map(Range::len).sum());
-    for (page, slice) in pages.iter().zip(&slices) {
-        page.rows.runs_into(slice.clone(), &mut runs);
-    }
+    // A window within one page's rows that V2 wrote next to each other (the
+    // usual one) is one run, to be shared rather than copied
+    // (`V1ResultPage::to_json_sharing`); else runs of up to `RUN_BYTES`.
+    let mut parts = pages.iter().zip(&slices).filter(|(_, s)| !s.is_empty());
+    let one = match (parts.next(), parts.next()) {
+        (Some((page, slice)), None) => page.rows.text_of(slice.clone()),
+        _ => None,
+    };
+    let runs = match one {
+        Some(text) => vec![text],
+        None => {
+            // Room for a run a row, the most there can be.
+            let mut runs = Vec::with_capacity(slices.iter().map(Range::len).sum());
+            for (page, slice) in pages.iter().zip(&slices) {
+                page.rows.runs_into(slice.clone(), &mut runs);
+            }
+            runs
+        }
+    };
     V1ResultPage {
         count,
         headers,
@@ -609,8 +639,7 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, Gateway
             .map(V1Header::into_owned)
             .collect();
     }
-    let bodies: Vec<&Bytes> = fetched.iter().map(Fetched::bytes).collect();
-    Ok(page.to_json_sharing(&bodies))
+    Ok(page.to_json_sharing(fetched.iter().map(Fetched::bytes)))
 }
 
 /// Checks the V1 export body and builds the V2 call.
@@ -973,7 +1002,7 @@ mod tests {
             page_size: 10,
         };
         let copied = page.to_json().into_envelope().to_bytes();
-        let envelope = page.to_json_sharing(bodies).into_envelope();
+        let envelope = page.to_json_sharing(bodies.iter().copied()).into_envelope();
         assert_eq!(envelope.to_bytes(), copied);
         let mut body = crate::answer::AnswerBody::from(envelope);
         let mut shared = false;

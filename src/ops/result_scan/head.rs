@@ -16,6 +16,7 @@
 //! skipped.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use super::values::{byte, known_key, plain_key, string, value, ws};
 use super::At;
@@ -207,55 +208,73 @@ fn headers<'a>(
     }
 }
 
-/// One header object at `i` (its `{`), its keys plain: its fields, and
+/// One header object at `open` (its `{`), its keys plain: its fields, and
 /// where it ends.
-fn header<'a>(b: &'a [u8], i: usize, stack: &mut Vec<u8>) -> Option<(V2Header<'a>, usize)> {
-    let mut h = V2Header::default();
+fn header<'a>(b: &'a [u8], open: usize, stack: &mut Vec<u8>) -> Option<(V2Header<'a>, usize)> {
+    // Where the strings of `key`, `label` and `format` are (their
+    // contents), and which of the three were met.
+    let mut strings: [Option<Range<usize>>; 3] = Default::default();
     let mut seen: Seen = 0;
-    let mut i = ws(b, i + 1);
-    if b.get(i) == Some(&b'}') {
-        return Some((h, i + 1));
-    }
-    loop {
-        let (key, at) = match known_key(b, i, &HEADER_KEYS) {
-            Some(known) => known,
-            None => plain_key(b, i)?,
-        };
-        let (field, bit) = match key {
-            b"key" => (&mut h.key, 1),
-            b"label" => (&mut h.label, 2),
-            b"format" => (&mut h.format, 4),
-            _ => {
-                i = ws(b, value(b, at, stack)?);
-                if next_member(b, &mut i)? {
-                    continue;
+    let mut i = ws(b, open + 1);
+    let end = if b.get(i) == Some(&b'}') {
+        i + 1
+    } else {
+        loop {
+            let (key, at) = match known_key(b, i, &HEADER_KEYS) {
+                Some(known) => known,
+                None => plain_key(b, i)?,
+            };
+            let field = match key {
+                b"key" => Some(0),
+                b"label" => Some(1),
+                b"format" => Some(2),
+                _ => None,
+            };
+            let end = match field {
+                Some(f) => {
+                    // A field given twice is refused by the derived reader.
+                    if seen & 1 << f != 0 {
+                        return None;
+                    }
+                    seen |= 1 << f;
+                    if b.get(at) == Some(&b'"') {
+                        let (end, escaped) = string(b, at + 1)?;
+                        if escaped {
+                            return None;
+                        }
+                        strings[f] = Some(at + 1..end - 1);
+                        end
+                    } else {
+                        // Anything but a string is no value (`StrOnly`).
+                        value(b, at, stack)?
+                    }
                 }
-                return Some((h, i));
+                None => value(b, at, stack)?,
+            };
+            i = ws(b, end);
+            if !next_member(b, &mut i)? {
+                break i;
             }
-        };
-        // A field given twice is refused by the derived reader.
-        if seen & bit != 0 {
-            return None;
         }
-        seen |= bit;
-        let end = if b.get(at) == Some(&b'"') {
-            let (end, escaped) = string(b, at + 1)?;
-            if escaped {
-                return None;
-            }
-            *field = StrOnly(Some(Cow::Borrowed(
-                std::str::from_utf8(&b[at + 1..end - 1]).ok()?,
-            )));
-            end
-        } else {
-            // Anything but a string is no value (`StrOnly`).
-            value(b, at, stack)?
-        };
-        i = ws(b, end);
-        if !next_member(b, &mut i)? {
-            return Some((h, i));
-        }
-    }
+    };
+    // The object checked as UTF-8 once, rather than each string (a string's
+    // bytes are valid, as the scanner checks them; a `str` is only had so).
+    let text = std::str::from_utf8(b.get(open..end)?).ok()?;
+    let field = |range: &Option<Range<usize>>| match range {
+        Some(r) => text
+            .get(r.start - open..r.end - open)
+            .map(|s| StrOnly(Some(Cow::Borrowed(s)))),
+        None => Some(StrOnly(None)),
+    };
+    let [key, label, format] = &strings;
+    Some((
+        V2Header {
+            key: field(key)?,
+            label: field(label)?,
+            format: field(format)?,
+        },
+        end,
+    ))
 }
 
 /// A header's fields, as V2 writes their keys (see [`known_key`]).

@@ -179,6 +179,22 @@ impl<'a> ScannedRows<'a> {
         &self.body[start..end]
     }
 
+    /// The JSON text of the rows `range` (not empty) with the commas
+    /// between them, when they stand with only a comma between each and the
+    /// next (as V2 writes a page): one part of the body, to be shared.
+    pub fn text_of(&self, range: Range<usize>) -> Option<&'a [u8]> {
+        let (first, last) = (
+            self.rows.get(range.start)?,
+            self.rows.get(range.end.checked_sub(1)?)?,
+        );
+        // The rows after the first with more than a comma before them.
+        let from = self.breaks.partition_point(|&k| k <= range.start);
+        if self.breaks.get(from).is_some_and(|&k| k < range.end) {
+            return None;
+        }
+        self.body.get(first.start..last.end)
+    }
+
     /// The JSON texts of the rows `range` added to `out` in runs: rows with
     /// only a comma between them in the body (as V2 writes a page) as one
     /// text, commas included, of up to [`RUN_BYTES`]; other rows one by
@@ -889,6 +905,15 @@ mod tests {
                 .into_iter()
                 .filter(|&to| from <= to && to <= n)
             {
+                // The rows' text as one part of the body, when it is one.
+                if from < to {
+                    let start = offset(body, raw[from].get().as_bytes());
+                    let last = raw[to - 1].get();
+                    let text = &body.as_bytes()[start..offset(body, last.as_bytes()) + last.len()];
+                    let joined: Vec<&str> = raw[from..to].iter().map(|r| r.get()).collect();
+                    let whole = text == joined.join(",").as_bytes();
+                    assert_eq!(scan.rows.text_of(from..to), whole.then_some(text), "{body}");
+                }
                 let mut runs = Vec::new();
                 scan.rows.runs_into(from..to, &mut runs);
                 let rows: Vec<&str> = raw[from..to].iter().map(|r| r.get()).collect();
