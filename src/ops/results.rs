@@ -309,7 +309,7 @@ impl V1Header<'_> {
 /// for the keys of the headers without one (in order).
 fn v1_headers<'a>(
     v2_headers: &[OrDefault<V2Header<'a>>],
-    infer: impl FnOnce(&[&str]) -> Vec<&'static str>,
+    infer: impl FnOnce(&[&str]) -> Vec<Column>,
 ) -> Vec<V1Header<'a>> {
     let to_infer: Vec<&str> = v2_headers
         .iter()
@@ -324,7 +324,7 @@ fn v1_headers<'a>(
             let label = h.label.0.clone().unwrap_or_else(|| key.clone());
             let format = match &h.format.0 {
                 Some(f) => f.clone(),
-                None => Cow::Borrowed(inferred.next().unwrap_or("text")),
+                None => Cow::Borrowed(inferred.next().unwrap_or(Column::EMPTY).format()),
             };
             V1Header { label, key, format }
         })
@@ -353,16 +353,12 @@ pub fn v1_headers_of_values(v2_headers: &[Value], rows: &[Value]) -> Vec<Value> 
         .collect()
 }
 
-/// For each key, `number` when the column has at least one non-null value
-/// in the window's rows (`slices`: which rows of each page) and every
-/// non-null value is a JSON number, else `text`. Only the kind of each
-/// wanted value is read: from the scanner's notes, or by reading a raw row
-/// with serde.
-fn infer_formats(
-    keys: &[&str],
-    pages: &[ResultPage],
-    slices: &[Range<usize>],
-) -> Vec<&'static str> {
+/// For each key, what its column holds in the window's rows (`slices`:
+/// which rows of each page), for its format: `number` when it has at least
+/// one non-null value and every non-null value is a JSON number, else
+/// `text` ([`Column::format`]). Only the kind of each wanted value is read:
+/// from the scanner's notes, or by reading a raw row with serde.
+fn infer_formats(keys: &[&str], pages: &[ResultPage], slices: &[Range<usize>]) -> Vec<Column> {
     let mut columns = vec![Column::EMPTY; keys.len()];
     for (page, slice) in pages.iter().zip(slices) {
         match &page.rows {
@@ -401,7 +397,7 @@ fn infer_formats(
             }
         }
     }
-    columns.into_iter().map(Column::format).collect()
+    columns
 }
 
 /// Reads one row, noting the kind of the value of each wanted key (the last

@@ -177,43 +177,68 @@ fn plain_string(v: &[u8]) -> Option<&str> {
     std::str::from_utf8(inner).ok()
 }
 
-/// An array of headers at `i` (each an object, or anything else read as
-/// a header of no fields, as `OrDefault` reads it), checked as JSON: the
+/// An array of headers at `open` (each an object, or anything else read
+/// as a header of no fields, as `OrDefault` reads it), checked as JSON: the
 /// headers and where the array ends. `None` for anything serde may read
 /// otherwise, or that is not JSON (the caller checks it again).
 fn headers<'a>(
     b: &'a [u8],
-    i: usize,
+    open: usize,
     stack: &mut Vec<u8>,
 ) -> Option<(Vec<OrDefault<V2Header<'a>>>, usize)> {
-    let mut out = Vec::new();
-    let mut i = ws(b, byte(b, i, b'[')?);
-    if b.get(i) == Some(&b']') {
-        return Some((out, i + 1));
-    }
-    // A page has a few headers: room for a usual number at once.
-    out.reserve(8);
-    loop {
-        let (header, end) = match b.get(i)? {
-            b'{' => header(b, i, stack)?,
-            _ => (V2Header::default(), value(b, i, stack)?),
-        };
-        out.push(OrDefault(header));
-        i = ws(b, end);
-        match *b.get(i)? {
-            b',' => i = ws(b, i + 1),
-            b']' => return Some((out, i + 1)),
-            _ => return None,
+    // Where each header's strings are; made `str`s once the array is read.
+    let mut found: Vec<Strings> = Vec::new();
+    let mut i = ws(b, byte(b, open, b'[')?);
+    let end = if b.get(i) == Some(&b']') {
+        i + 1
+    } else {
+        // A page has a few headers: room for a usual number at once.
+        found.reserve(8);
+        loop {
+            let (strings, end) = match b.get(i)? {
+                b'{' => header(b, i, stack)?,
+                _ => (Strings::default(), value(b, i, stack)?),
+            };
+            found.push(strings);
+            i = ws(b, end);
+            match *b.get(i)? {
+                b',' => i = ws(b, i + 1),
+                b']' => break i + 1,
+                _ => return None,
+            }
         }
-    }
+    };
+    // The array checked as UTF-8 once, rather than each string (a string's
+    // bytes are valid, as the scanner checks them; a `str` is only had so).
+    let text = std::str::from_utf8(b.get(open..end)?).ok()?;
+    let field = |range: &Option<Range<usize>>| match range {
+        Some(r) => text
+            .get(r.start - open..r.end - open)
+            .map(|s| StrOnly(Some(Cow::Borrowed(s)))),
+        None => Some(StrOnly(None)),
+    };
+    let headers = found
+        .iter()
+        .map(|[key, label, format]| {
+            Some(OrDefault(V2Header {
+                key: field(key)?,
+                label: field(label)?,
+                format: field(format)?,
+            }))
+        })
+        .collect::<Option<_>>()?;
+    Some((headers, end))
 }
 
-/// One header object at `open` (its `{`), its keys plain: its fields, and
-/// where it ends.
-fn header<'a>(b: &'a [u8], open: usize, stack: &mut Vec<u8>) -> Option<(V2Header<'a>, usize)> {
-    // Where the strings of `key`, `label` and `format` are (their
-    // contents), and which of the three were met.
-    let mut strings: [Option<Range<usize>>; 3] = Default::default();
+/// Where a header's `key`, `label` and `format` strings are in the body
+/// (their contents), for those that are strings.
+type Strings = [Option<Range<usize>>; 3];
+
+/// One header object at `open` (its `{`), its keys plain: where its
+/// strings are, and where it ends.
+fn header(b: &[u8], open: usize, stack: &mut Vec<u8>) -> Option<(Strings, usize)> {
+    let mut strings = Strings::default();
+    // Which of the three fields were met.
     let mut seen: Seen = 0;
     let mut i = ws(b, open + 1);
     let end = if b.get(i) == Some(&b'}') {
@@ -257,24 +282,7 @@ fn header<'a>(b: &'a [u8], open: usize, stack: &mut Vec<u8>) -> Option<(V2Header
             }
         }
     };
-    // The object checked as UTF-8 once, rather than each string (a string's
-    // bytes are valid, as the scanner checks them; a `str` is only had so).
-    let text = std::str::from_utf8(b.get(open..end)?).ok()?;
-    let field = |range: &Option<Range<usize>>| match range {
-        Some(r) => text
-            .get(r.start - open..r.end - open)
-            .map(|s| StrOnly(Some(Cow::Borrowed(s)))),
-        None => Some(StrOnly(None)),
-    };
-    let [key, label, format] = &strings;
-    Some((
-        V2Header {
-            key: field(key)?,
-            label: field(label)?,
-            format: field(format)?,
-        },
-        end,
-    ))
+    Some((strings, end))
 }
 
 /// A header's fields, as V2 writes their keys (see [`known_key`]).
