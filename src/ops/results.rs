@@ -287,7 +287,12 @@ impl V1Header<'_> {
         out.extend_from_slice(b",\"key\":");
         json_string(out, &self.key);
         out.extend_from_slice(b",\"format\":");
-        json_string(out, &self.format);
+        // Mostly one of the two a page infers, which need no escape.
+        match &*self.format {
+            "text" => out.extend_from_slice(b"\"text\""),
+            "number" => out.extend_from_slice(b"\"number\""),
+            format => json_string(out, format),
+        }
         out.push(b'}');
     }
 
