@@ -321,13 +321,9 @@ pub struct Fetched {
 }
 
 impl Fetched {
-    /// The answer's body, as V2 sent it.
-    pub fn body(&self) -> &[u8] {
-        &self.body
-    }
-
-    /// [`Fetched::body`] as its own buffer, for parts of it to be shared.
-    pub fn bytes(&self) -> &bytes::Bytes {
+    /// The answer's body, as V2 sent it (its own buffer, for parts of it
+    /// to be shared).
+    pub fn body(&self) -> &bytes::Bytes {
         &self.body
     }
 }

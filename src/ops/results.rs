@@ -640,7 +640,7 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, Gateway
             .map(V1Header::into_owned)
             .collect();
     }
-    Ok(page.to_json_sharing(fetched.iter().map(Fetched::bytes)))
+    Ok(page.to_json_sharing(fetched.iter().map(Fetched::body)))
 }
 
 /// Checks the V1 export body and builds the V2 call.

@@ -18,7 +18,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use super::values::{byte, known_key, plain_key, string, value, ws};
+use super::values::{byte, object, string, value, ws};
 use super::At;
 use crate::ops::results::{V2Header, V2ResultPage};
 use crate::ops::wire::{IntLike, List, OrDefault, StrOnly};
@@ -40,7 +40,7 @@ type Seen = u8;
 /// The head as the scanner meets its members.
 pub(super) struct HeadReader<'a> {
     head: Head<'a>,
-    /// Envelope members, then page members (above [`PAGE`]).
+    /// The envelope's members and the page's.
     seen: Seen,
     /// Whether every member met so far was read as serde reads it.
     sure: bool,
@@ -50,9 +50,8 @@ const CODE: Seen = 1;
 const MESSAGE: Seen = 2;
 const REQUEST_ID: Seen = 4;
 const DETAILS: Seen = 8;
-const PAGE: Seen = 16;
-const COUNT: Seen = PAGE;
-const HEADERS: Seen = PAGE << 1;
+const COUNT: Seen = 16;
+const HEADERS: Seen = 32;
 
 impl<'a> HeadReader<'a> {
     pub(super) fn new() -> Self {
@@ -164,17 +163,11 @@ fn text(v: &[u8]) -> Option<Option<&str>> {
     if v == b"null" {
         return Some(None);
     }
-    plain_string(v).map(Some)
-}
-
-/// The contents of the string `v` (JSON text, checked), when it holds no
-/// escape.
-fn plain_string(v: &[u8]) -> Option<&str> {
     let inner = v.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
     if inner.contains(&b'\\') {
         return None;
     }
-    std::str::from_utf8(inner).ok()
+    std::str::from_utf8(inner).ok().map(Some)
 }
 
 /// An array of headers at `open` (each an object, or anything else read
@@ -240,69 +233,34 @@ fn header(b: &[u8], open: usize, stack: &mut Vec<u8>) -> Option<(Strings, usize)
     let mut strings = Strings::default();
     // Which of the three fields were met.
     let mut seen: Seen = 0;
-    let mut i = ws(b, open + 1);
-    let end = if b.get(i) == Some(&b'}') {
-        i + 1
-    } else {
-        loop {
-            let (key, at) = match known_key(b, i, &HEADER_KEYS) {
-                Some(known) => known,
-                None => plain_key(b, i)?,
-            };
-            let field = match key {
-                b"key" => Some(0),
-                b"label" => Some(1),
-                b"format" => Some(2),
-                _ => None,
-            };
-            let end = match field {
-                Some(f) => {
-                    // A field given twice is refused by the derived reader.
-                    if seen & 1 << f != 0 {
-                        return None;
-                    }
-                    seen |= 1 << f;
-                    if b.get(at) == Some(&b'"') {
-                        let (end, escaped) = string(b, at + 1)?;
-                        if escaped {
-                            return None;
-                        }
-                        strings[f] = Some(at + 1..end - 1);
-                        end
-                    } else {
-                        // Anything but a string is no value (`StrOnly`).
-                        value(b, at, stack)?
-                    }
-                }
-                None => value(b, at, stack)?,
-            };
-            i = ws(b, end);
-            if !next_member(b, &mut i)? {
-                break i;
-            }
+    let end = object(b, open, &HEADER_KEYS, |at, key| {
+        let f = match key {
+            b"key" => 0,
+            b"label" => 1,
+            b"format" => 2,
+            _ => return value(b, at, stack),
+        };
+        // A field given twice is refused by the derived reader.
+        if seen & 1 << f != 0 {
+            return None;
         }
-    };
+        seen |= 1 << f;
+        if b.get(at) != Some(&b'"') {
+            // Anything but a string is no value (`StrOnly`).
+            return value(b, at, stack);
+        }
+        let (end, escaped) = string(b, at + 1)?;
+        if escaped {
+            return None;
+        }
+        strings[f] = Some(at + 1..end - 1);
+        Some(end)
+    })?;
     Some((strings, end))
 }
 
-/// A header's fields, as V2 writes their keys (see [`known_key`]).
+/// A header's fields, as V2 writes their keys (see [`object`]).
 const HEADER_KEYS: [&[u8]; 3] = [b"\"key\":", b"\"label\":", b"\"format\":"];
-
-/// After a member's value (at `i`, whitespace skipped): `true` and `i` at
-/// the next key after a comma, `false` and `i` after the closing brace.
-fn next_member(b: &[u8], i: &mut usize) -> Option<bool> {
-    match *b.get(*i)? {
-        b',' => {
-            *i = ws(b, *i + 1);
-            Some(true)
-        }
-        b'}' => {
-            *i += 1;
-            Some(false)
-        }
-        _ => None,
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -60,7 +60,7 @@ mod head;
 mod values;
 pub use head::Head;
 use head::HeadReader;
-use values::{byte, field, known_key, plain_key, value, ws};
+use values::{byte, field, plain_key, value, ws};
 
 #[cfg(test)]
 pub(crate) mod gen;
@@ -357,9 +357,7 @@ struct Scanner<'a> {
 }
 
 impl<'a> Scanner<'a> {
-    /// An object at `i` whose keys are plain strings (no escapes), `member`
-    /// reading each value (at its first byte) and returning where it ends;
-    /// the keys it is expected to hold, compact, in `known`.
+    /// [`values::object`], `member` given the scanner too.
     fn object(
         &mut self,
         i: usize,
@@ -367,22 +365,7 @@ impl<'a> Scanner<'a> {
         mut member: impl FnMut(&mut Self, usize, &'a [u8]) -> At,
     ) -> At {
         let b = self.b;
-        let mut i = ws(b, byte(b, i, b'{')?);
-        if b.get(i) == Some(&b'}') {
-            return Some(i + 1);
-        }
-        loop {
-            let (key, at) = match known_key(b, i, known) {
-                Some(known) => known,
-                None => plain_key(b, i)?,
-            };
-            i = ws(b, member(self, at, key)?);
-            match *b.get(i)? {
-                b',' => i = ws(b, i + 1),
-                b'}' => return Some(i + 1),
-                _ => return None,
-            }
-        }
+        values::object(b, i, known, |at, key| member(self, at, key))
     }
 
     /// The rows' array at `i`: each row's text, and the columns of the rows

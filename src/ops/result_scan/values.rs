@@ -41,16 +41,39 @@ pub(super) fn plain_key(b: &[u8], i: usize) -> Option<(&[u8], usize)> {
     Some((key, at))
 }
 
-/// One of the keys in `tokens` (each written compact, `"key":`) at `i`: the
-/// key, and where its value starts. Comparing the bytes of the few keys an
-/// object is expected to hold costs less than reading a key; `None` when
-/// none is there as written (for [`plain_key`] to read).
-#[inline(always)]
-pub(super) fn known_key(
-    b: &[u8],
+/// An object at `i` whose keys are plain strings (no escapes), `member`
+/// reading each value (at its first byte) and returning where it ends:
+/// where the object ends. The keys it is expected to hold, compact, are
+/// `known`: found by comparing bytes, which costs less than reading a key.
+pub(super) fn object<'a>(
+    b: &'a [u8],
     i: usize,
-    tokens: &[&'static [u8]],
-) -> Option<(&'static [u8], usize)> {
+    known: &[&'static [u8]],
+    mut member: impl FnMut(usize, &'a [u8]) -> At,
+) -> At {
+    let mut i = ws(b, byte(b, i, b'{')?);
+    if b.get(i) == Some(&b'}') {
+        return Some(i + 1);
+    }
+    loop {
+        let (key, at) = match known_key(b, i, known) {
+            Some(known) => known,
+            None => plain_key(b, i)?,
+        };
+        i = ws(b, member(at, key)?);
+        match *b.get(i)? {
+            b',' => i = ws(b, i + 1),
+            b'}' => return Some(i + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// One of the keys in `tokens` (each written compact, `"key":`) at `i`: the
+/// key, and where its value starts; `None` when none is there as written
+/// (for [`plain_key`] to read).
+#[inline(always)]
+fn known_key(b: &[u8], i: usize, tokens: &[&'static [u8]]) -> Option<(&'static [u8], usize)> {
     let token = tokens.iter().find(|t| b.get(i..i + t.len()) == Some(t))?;
     Some((&token[1..token.len() - 2], ws(b, i + token.len())))
 }
