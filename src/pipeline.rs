@@ -263,17 +263,32 @@ impl Pipeline {
     }
 
     /// The whole way through: admit, translate, render.
-    pub async fn answer<B>(&self, req: RawV1Request<B>) -> V1Response
+    pub fn answer<'a, B>(&'a self, req: RawV1Request<B>) -> impl Future<Output = V1Response> + 'a
     where
+        B: Future<Output = Result<Bytes, BodyError>> + 'a,
+    {
+        Pipeline::answer_by(self, req)
+    }
+
+    /// [`Pipeline::answer`] through any handle on the pipeline: the server
+    /// hands over an `Arc`, so that the future owns it. Not an `async fn`,
+    /// which would hold the request twice (see [`Pipeline::admit`]).
+    // Deliberately not an `async fn`: see above.
+    #[allow(clippy::manual_async_fn)]
+    pub fn answer_by<P, B>(pipeline: P, req: RawV1Request<B>) -> impl Future<Output = V1Response>
+    where
+        P: std::ops::Deref<Target = Pipeline>,
         B: Future<Output = Result<Bytes, BodyError>>,
     {
-        // Not a `match` around the translation: the admission's result, the
-        // size of a whole request, would be kept beside its future.
-        let admitted = match self.admit(req).await {
-            Ok(admitted) => admitted,
-            Err(refused) => return refused,
-        };
-        self.translate(admitted).await
+        async move {
+            // Not a `match` around the translation: the admission's result,
+            // the size of a whole request, would be kept beside its future.
+            let admitted = match pipeline.admit(req).await {
+                Ok(admitted) => admitted,
+                Err(refused) => return refused,
+            };
+            pipeline.translate(admitted).await
+        }
     }
 
     /// Routing, the key header, the body and the

@@ -23,7 +23,7 @@ use tower_http::request_id::{MakeRequestId, RequestId, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::answer::AnswerBody;
+use crate::answer::{AnswerBody, AnswerBytes};
 use crate::conn::{self, BodyReader, Drain};
 use crate::dialect::Dialect;
 use crate::error::GatewayError;
@@ -187,16 +187,9 @@ fn handle_v1(state: &Arc<Public>, req: Request<Incoming>) -> V1Future {
     let pipeline = state.pipeline.clone();
     match state.shadow.clone() {
         Some(mirror) => Box::pin(async move { Ok(to_http(mirror.answer(&pipeline, raw).await)) }),
-        // `Pipeline::answer`'s two steps, taken here: through it, its
-        // future would hold the request once more, and be moved whole into
-        // this one. (Not a `match` around the translation: see there.)
-        None => Box::pin(async move {
-            let admitted = match pipeline.admit(raw).await {
-                Ok(admitted) => admitted,
-                Err(refused) => return Ok(to_http(refused)),
-            };
-            Ok(to_http(pipeline.translate(admitted).await))
-        }),
+        // Mapped, not awaited in a future of its own, which would hold the
+        // request once more.
+        None => Box::pin(Pipeline::answer_by(pipeline, raw).map(|answer| Ok(to_http(answer)))),
     }
 }
 
@@ -240,16 +233,17 @@ fn protocol_refusal(status: StatusCode) -> Bytes {
 }
 
 fn to_http(answer: V1Response) -> Response<AnswerBody> {
-    let mut resp = Response::new(AnswerBody::from(answer.body));
-    *resp.status_mut() = answer.status;
-    *resp.headers_mut() = answer.headers;
-    resp
+    with_body(answer, AnswerBody::from)
 }
 
 /// [`to_http`] as one buffer, for the connection layer's own answers (an
 /// error envelope: one buffer already, not copied).
 fn to_http_full(answer: V1Response) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(answer.body.to_bytes()));
+    with_body(answer, |bytes| Full::new(bytes.to_bytes()))
+}
+
+fn with_body<B>(answer: V1Response, body: impl FnOnce(AnswerBytes) -> B) -> Response<B> {
+    let mut resp = Response::new(body(answer.body));
     *resp.status_mut() = answer.status;
     *resp.headers_mut() = answer.headers;
     resp

@@ -74,7 +74,7 @@ pub struct ConnService<S> {
     pub cut: CutAnswer,
 }
 
-/// The grace deadline's signal, for one request (see [`ConnService::call`]).
+/// The grace deadline's signal, for one request (see [`Rest::is_cut`]).
 type CutSignal = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 // A hyper service, so hyper calls it directly: through tower's adapter each

@@ -32,6 +32,7 @@ const NAMES: &[&str] = &[
     "format",
     "filter_keys",
     "limit",
+    "version",
 ];
 
 /// Reads a member's name as serde_json reads a `String` key (escapes and

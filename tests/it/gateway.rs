@@ -944,6 +944,55 @@ async fn public_operation_without_any_key_says_what_to_configure() {
 
 // 6. Request ids.
 
+/// An answer carries its own headers and none of the request's (a
+/// success's headers are written into the request's header map, cleared):
+/// no key, nothing else the client sent, on a success or a refusal.
+#[tokio::test]
+async fn no_request_header_comes_back_in_the_answer() {
+    let v2 = MockV2::start(run_detail_ok).await;
+    let gw = gateway(&v2, "").await;
+    let allowed = [
+        "content-type",
+        "content-length",
+        "date",
+        "x-request-id",
+        "x-v2-request-id",
+        "x-v1compat-upstream-calls",
+        "x-v1compat-error",
+        "x-v1compat-error-origin",
+    ];
+    let detail = serde_json::to_vec(&json!({"run_slug": RUN})).unwrap();
+    for (body, key, status) in [
+        (&detail[..], ("api-key", KEY), 200),
+        (
+            &b"{\"run_slug\": 5}"[..],
+            ("authorization", "Bearer sk-other"),
+            400,
+        ),
+    ] {
+        let sent = [
+            ("content-type", "application/json"),
+            key,
+            ("x-extra", "echo-me"),
+            ("accept-language", "de"),
+        ];
+        let r = raw(&gw, "POST", "/api/v1/run/detail", &sent, Some(body)).await;
+        assert_eq!(r.status, status, "{:?}", r.body);
+        for (name, value) in &r.headers {
+            assert!(allowed.contains(&name.as_str()), "{name} came back");
+            for (_, secret) in [key, ("", "echo-me")] {
+                assert!(
+                    !value
+                        .as_bytes()
+                        .windows(secret.len())
+                        .any(|w| w == secret.as_bytes()),
+                    "{name}: {value:?}"
+                );
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn request_ids_travel_both_ways() {
     let v2 = MockV2::start(|_| {
