@@ -182,7 +182,7 @@ http {
   scgi_temp_path $WORK/nginx/scgi;
   upstream v2 {
     server 127.0.0.1:$V2_PORT;
-    keepalive 64;
+    keepalive 1024;
   }
   server {
     listen 127.0.0.1:$port;

@@ -165,7 +165,7 @@ http {
   scgi_temp_path $WORK/nginx/scgi;
   upstream v2 {
     server 127.0.0.1:$P_V2;
-    keepalive 64;           # as v1compat's upstream.pool_max_idle_per_host
+    keepalive 1024;         # as v1compat's upstream.pool_max_idle_per_host
   }
   server {
     listen 127.0.0.1:$P_NGINX;

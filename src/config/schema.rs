@@ -73,6 +73,8 @@ pub struct UpstreamSection {
     /// Synchronous runs: V2 holds them up to 5 minutes.
     pub sync_run_timeout_ms: u64,
     pub pool_idle_timeout_ms: u64,
+    /// Idle V2 connections kept for reuse; beyond it a returned connection
+    /// is closed (see [`crate::upstream::UpstreamSettings`]).
     pub pool_max_idle_per_host: usize,
     pub max_response_bytes: usize,
     /// PEM file of CA certificates trusted for V2 besides the Mozilla roots
