@@ -251,8 +251,8 @@ impl V2Path {
         self.text
     }
 
-    pub fn path_and_query(&self) -> String {
-        self.text.clone()
+    pub fn path_and_query(&self) -> &str {
+        &self.text
     }
 }
 

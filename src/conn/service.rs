@@ -7,7 +7,6 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -92,9 +91,9 @@ where
 {
     type Response = Response<ConnBody<B>>;
     type Error = Infallible;
-    type Future = ConnFuture<S, B>;
+    type Future = ConnFuture<S>;
 
-    fn call(&self, mut req: Request<Incoming>) -> ConnFuture<S, B> {
+    fn call(&self, mut req: Request<Incoming>) -> ConnFuture<S> {
         let busy = self.activity.begin();
         let version = req.version();
         let head = req.method() == Method::HEAD;
@@ -110,7 +109,6 @@ where
                 version,
                 cut_signal: None,
             }),
-            _body: PhantomData,
         }
     }
 }
@@ -120,7 +118,7 @@ pin_project_lite::pin_project! {
     /// grace deadline passes, whichever is ready first (the service's when
     /// both are). Not boxed: hyper keeps it in place, and the service's own
     /// future is boxed below it (`server`).
-    pub struct ConnFuture<S, B>
+    pub struct ConnFuture<S>
     where
         S: Service<Request<Incoming>>,
     {
@@ -128,7 +126,6 @@ pin_project_lite::pin_project! {
         answer: Oneshot<S, Request<Incoming>>,
         // Taken when the answer is given.
         rest: Option<Rest>,
-        _body: PhantomData<fn() -> B>,
     }
 }
 
@@ -163,7 +160,7 @@ impl Rest {
     }
 }
 
-impl<S, B> Future for ConnFuture<S, B>
+impl<S, B> Future for ConnFuture<S>
 where
     S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>,
     B: Body<Data = Bytes>,

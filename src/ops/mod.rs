@@ -190,7 +190,7 @@ mod tests {
             self.seen
                 .lock()
                 .unwrap()
-                .push((call.path.path_and_query(), key.clone()));
+                .push((call.path.path_and_query().to_owned(), key.clone()));
             let (status, body) = match key.as_deref() {
                 Some("svc-key") | None => (
                     StatusCode::OK,

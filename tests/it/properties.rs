@@ -207,17 +207,17 @@ proptest! {
     fn a_segment_is_one_segment_and_decodes_to_itself(raw in hostile_text()) {
         if let Ok(seg) = Segment::new(&raw) {
             let path = V2Path::new(&[Part::Lit("worker-tasks"), Part::Id(&seg), Part::Lit("runs")]);
-            assert_safe(&path.path_and_query());
+            assert_safe(path.path_and_query());
             let encoded = path.path().split('/').nth(4).unwrap();
             prop_assert_eq!(percent_decode_str(encoded).decode_utf8().unwrap(), raw.as_str());
         }
         if let Ok(seg) = Segment::run(&raw) {
             let path = V2Path::new(&[Part::Lit("worker-runs"), Part::Id(&seg), Part::Lit("abort")]);
-            assert_safe(&path.path_and_query());
+            assert_safe(path.path_and_query());
         }
         if let Ok(seg) = Segment::worker(&raw) {
             let path = V2Path::new(&[Part::Lit("workers"), Part::Id(&seg), Part::Lit("runs")]);
-            assert_safe(&path.path_and_query());
+            assert_safe(path.path_and_query());
             prop_assert_eq!(raw.matches('/').count(), seg.as_str().matches('~').count() - raw.matches('~').count());
         }
     }

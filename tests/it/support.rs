@@ -599,7 +599,7 @@ impl Upstream for MockV2 {
         let key = call.key.as_ref().map(|k| k.expose().to_owned());
         let seen = Seen::new(
             &call.method,
-            call.path.path_and_query(),
+            call.path.path_and_query().to_owned(),
             key,
             http::HeaderMap::new(),
             body,

@@ -162,6 +162,50 @@ async fn get_is_retried_after_503_and_returns_the_200() {
     assert_eq!(server.hits(), 2);
 }
 
+/// Every attempt sends its own copy of the call's headers, the key and the
+/// request id included: a retry must not go out without them.
+#[tokio::test]
+async fn a_retried_attempt_carries_the_key_and_request_id_again() {
+    for style in [AuthStyle::Bearer, AuthStyle::ApiKeyHeader] {
+        let mut server = serve(|n| async move {
+            if n == 0 {
+                reply(StatusCode::SERVICE_UNAVAILABLE, r#"{"code":10000}"#)
+            } else {
+                reply(StatusCode::OK, OK_BODY)
+            }
+        })
+        .await;
+        let mut s = settings(server.url());
+        s.auth_style = style;
+        let up = HttpUpstream::new(s).unwrap();
+        let key = ApiKey::new("sk-retry-789").unwrap();
+        let reply = up
+            .call(V2Call::get(run_log_path()).with_key(Some(key)), "req-retry")
+            .await
+            .unwrap();
+        assert_eq!(reply.attempts, 2);
+        for attempt in 0..2 {
+            let seen = server.seen.recv().await.unwrap();
+            let key = match style {
+                AuthStyle::Bearer => &seen.headers["authorization"],
+                AuthStyle::ApiKeyHeader => &seen.headers["api-key"],
+            };
+            let expected = match style {
+                AuthStyle::Bearer => "Bearer sk-retry-789",
+                AuthStyle::ApiKeyHeader => "sk-retry-789",
+            };
+            assert_eq!(key, expected, "attempt {attempt}, {style:?}");
+            assert_eq!(seen.headers["x-request-id"], "req-retry");
+            assert_eq!(
+                seen.headers.len(),
+                5,
+                "attempt {attempt}: {:?}",
+                seen.headers.keys()
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn persistent_503_returns_the_last_reply_after_max_attempts() {
     let server = serve(|_| async { reply(StatusCode::BAD_GATEWAY, r#"{"code":10000}"#) }).await;
