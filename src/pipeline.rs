@@ -639,6 +639,7 @@ fn finish(
             metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name).record(elapsed)
         }
     }
+    telemetry::count_request();
     response
 }
 
