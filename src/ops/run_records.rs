@@ -29,6 +29,7 @@ use serde_json::Value;
 use crate::error::{GatewayError, Subject};
 use crate::json_escape::json_string;
 use crate::ops::input::{Body, Ident};
+use crate::ops::result_scan;
 use crate::ops::wire::{self, IntLike, Object, StrOrNum};
 use crate::ops::Compat;
 use crate::ops::{int_of, list_of, Exchange, Read};
@@ -138,7 +139,7 @@ pub fn v2_status_filter(v1: i64) -> Result<Option<RunStatus>, GatewayError> {
 
 /// A V2 run record, the fields V1 keeps, read leniently (see [`wire`]):
 /// strings borrow from the V2 body.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct V2Run<'a> {
     #[serde(borrow)]
@@ -304,7 +305,18 @@ pub async fn run_detail(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayE
             Subject::Run,
         )
         .await?;
-    detail_answer(ex.read(&fetched, Subject::Run)?, &ex.settings().compat)
+    // Read in one pass where the answer is plain; serde reads the rest.
+    let read = match result_scan::run_answer(fetched.body()) {
+        Some(answer) => ex.read_parts(
+            &fetched,
+            answer.code,
+            answer.request_id,
+            Some(Object(answer.run)),
+            Subject::Run,
+        )?,
+        None => ex.read(&fetched, Subject::Run)?,
+    };
+    detail_answer(read, &ex.settings().compat)
 }
 
 /// The V2 run-list filters of a V1 run-list body.

@@ -132,7 +132,7 @@ impl<'a> HeadReader<'a> {
 /// integer of up to 18 digits (always in range); `None` for anything else,
 /// `-0` included (serde_json reads it as the float `-0.0`, which an `i64`
 /// refuses).
-fn integer(v: &[u8]) -> Option<Option<i64>> {
+pub(super) fn integer(v: &[u8]) -> Option<Option<i64>> {
     if v == b"null" {
         return Some(None);
     }

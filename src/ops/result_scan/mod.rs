@@ -57,9 +57,11 @@ use std::ops::Range;
 use crate::ops::wire::Kind;
 
 mod head;
+mod run_record;
 mod values;
 pub use head::Head;
 use head::HeadReader;
+pub use run_record::{run_answer, RunAnswer};
 use values::{byte, field, plain_key, value, ws};
 
 #[cfg(test)]

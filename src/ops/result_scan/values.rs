@@ -49,6 +49,18 @@ pub(super) fn object<'a>(
     b: &'a [u8],
     i: usize,
     known: &[&'static [u8]],
+    member: impl FnMut(usize, &'a [u8]) -> At,
+) -> At {
+    object_with(b, i, |i| known_key(b, i, known), member)
+}
+
+/// [`object`], its known keys found by `known` (a key and where its value
+/// starts, or `None` for the key to be read).
+#[inline(always)]
+pub(super) fn object_with<'a>(
+    b: &'a [u8],
+    i: usize,
+    mut known: impl FnMut(usize) -> Option<(&'static [u8], usize)>,
     mut member: impl FnMut(usize, &'a [u8]) -> At,
 ) -> At {
     let mut i = ws(b, byte(b, i, b'{')?);
@@ -56,7 +68,7 @@ pub(super) fn object<'a>(
         return Some(i + 1);
     }
     loop {
-        let (key, at) = match known_key(b, i, known) {
+        let (key, at) = match known(i) {
             Some(known) => known,
             None => plain_key(b, i)?,
         };
@@ -212,7 +224,7 @@ fn member_key(b: &[u8], i: usize) -> At {
     Some(ws(b, byte(b, ws(b, end), b':')?))
 }
 
-fn literal(b: &[u8], i: usize, word: &[u8]) -> At {
+pub(super) fn literal(b: &[u8], i: usize, word: &[u8]) -> At {
     let end = i + word.len();
     (b.get(i..end)? == word).then_some(end)
 }
@@ -226,7 +238,7 @@ fn literal(b: &[u8], i: usize, word: &[u8]) -> At {
 /// general path reads the body as a `Value`, which refuses it, so the
 /// answer must not depend on which path read the body. Short plain numbers
 /// are always in range; for the rest, serde's own reading decides.
-fn number(b: &[u8], i: usize) -> At {
+pub(super) fn number(b: &[u8], i: usize) -> At {
     let (end, exponent) = number_parts(b, i)?;
     if (end - i > 17 || exponent) && serde_json::from_slice::<Kind>(&b[i..end]).is_err() {
         return None;

@@ -1,0 +1,26 @@
+//! Fuzz target: arbitrary bytes as a V2 run-detail answer. Whatever the
+//! one-pass reader (`ops::result_scan::run_answer`) reads, serde's typed
+//! reading (`DataEnvelope<Object<V2Run>>`) must read the same way: the
+//! same code, request id and record. A body it refuses goes to serde
+//! anyway, so refusing is allowed; reading something serde reads
+//! differently, or refuses, is the failure.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+use v1compat::ops::result_scan::run_answer;
+use v1compat::ops::run_records::V2Run;
+use v1compat::ops::wire::Object;
+use v1compat::v2::DataEnvelope;
+
+fuzz_target!(|body: &[u8]| {
+    let Some(read) = run_answer(body) else {
+        return;
+    };
+    let text = std::str::from_utf8(body).expect("read a body that is not UTF-8");
+    let typed: DataEnvelope<Object<V2Run>> =
+        serde_json::from_str(text).expect("read a body the typed reading refuses");
+    assert_eq!(read.code, typed.code);
+    assert_eq!(read.request_id, typed.request_id.as_ref().map(|t| &*t.0));
+    assert_eq!(Some(read.run), typed.data.map(|o| o.0));
+});

@@ -1,0 +1,428 @@
+//! A V2 run-detail answer read in one pass, by the readers the result
+//! scanner is built on ([`super::values`]), between the upstream call and
+//! `run_records.rs`. serde's typed reading of the envelope and its run
+//! record (`v2::DataEnvelope` of `wire::Object<V2Run>`) was about a tenth
+//! of a translated run detail's instructions: 25 short strings, each
+//! searched for escapes and visited through serde's layers.
+//!
+//! It reads the answer as the typed reading does, or not at all: the
+//! envelope's members as the result page's head reads them
+//! ([`HeadReader`]), and the record's fields when each is plain (a string
+//! without escapes or null where text is read, an integer in `i64` or null
+//! where a number is read, either for the status). Anything else (an
+//! escape, a float, a member given twice, `data` that is not an object, a
+//! body that is not JSON) is `None`, and the caller has serde read the
+//! answer as before. Members the record does not keep are checked as JSON
+//! and skipped.
+
+use std::borrow::Cow;
+
+use super::head::{integer, HeadReader};
+use super::values::{literal, number, object, object_with, string, value, ws};
+use super::ENVELOPE_KEYS;
+use crate::ops::run_records::{StatusField, V2Run};
+use crate::ops::wire::{IntLike, StrOrNum};
+
+/// What the typed reading keeps of a run-detail answer.
+#[derive(Debug)]
+pub struct RunAnswer<'a> {
+    pub code: Option<i64>,
+    pub request_id: Option<&'a str>,
+    pub run: V2Run<'a>,
+}
+
+/// The envelope and run record of a V2 run-detail answer, when every part
+/// of it is plain (see the module's doc); `None` leaves it to serde.
+pub fn run_answer(body: &[u8]) -> Option<RunAnswer<'_>> {
+    // Checked as UTF-8 once (serde's reading did the same), so the record's
+    // strings are slices of it, not each checked again.
+    let text = std::str::from_utf8(body).ok()?;
+    // Grows only for values nested in members the record does not keep.
+    let mut stack = Vec::new();
+    let mut head = HeadReader::new();
+    let mut run = None;
+    let end = object(body, ws(body, 0), &ENVELOPE_KEYS, |i, key| {
+        if key != b"data" {
+            let end = value(body, i, &mut stack)?;
+            head.envelope_member(key, &body[i..end]);
+            return Some(end);
+        }
+        // A second `data` is refused by the typed reading.
+        if run.is_some() {
+            return None;
+        }
+        let (record, end) = record(text, i, &mut stack)?;
+        run = Some(record);
+        Some(end)
+    })?;
+    if ws(body, end) != body.len() {
+        return None;
+    }
+    let head = head.finish()?;
+    Some(RunAnswer {
+        code: head.code,
+        request_id: head.request_id,
+        run: run?,
+    })
+}
+
+/// The record's fields V1 keeps, as V2 writes their keys (compact), in
+/// the order it writes them.
+const RUN_KEYS: [&[u8]; 13] = [
+    b"\"slug\":",
+    b"\"scraper_slug\":",
+    b"\"scraper_title\":",
+    b"\"version\":",
+    b"\"status\":",
+    b"\"results\":",
+    b"\"usage\":",
+    b"\"traffic\":",
+    b"\"origin\":",
+    b"\"started_at\":",
+    b"\"finished_at\":",
+    b"\"duration\":",
+    b"\"err_msg\":",
+];
+
+/// The run record at `i` of `text` (an object) and where it ends.
+fn record<'a>(text: &'a str, i: usize, stack: &mut Vec<u8>) -> Option<(V2Run<'a>, usize)> {
+    let b = text.as_bytes();
+    let mut run = V2Run::default();
+    // One bit a field, to refuse one given twice as the derived reader does.
+    let mut seen: u16 = 0;
+    // V2 writes the fields in one order: the key after the last one found
+    // is tried first.
+    let mut next = 0;
+    let in_order = |i: usize| {
+        let here = |t: &&[u8]| b.get(i..i + t.len()) == Some(*t);
+        let at = match RUN_KEYS.get(next) {
+            Some(t) if here(t) => next,
+            _ => RUN_KEYS.iter().position(here)?,
+        };
+        next = at + 1;
+        let token = RUN_KEYS[at];
+        Some((&token[1..token.len() - 2], ws(b, i + token.len())))
+    };
+    let end = object_with(b, i, in_order, |at, key| {
+        let Some((field, bit)) = field_of(key) else {
+            // A field V1 does not have: checked and skipped.
+            return value(b, at, stack);
+        };
+        if seen & (1 << bit) != 0 {
+            return None;
+        }
+        seen |= 1 << bit;
+        let (v, end) = plain(text, at)?;
+        match field {
+            Field::Status => run.status = v.status(),
+            Field::Text(slot) => *slot.of(&mut run) = v.text()?,
+            Field::Integer(slot) => *slot.of(&mut run) = v.integer()?,
+        }
+        Some(end)
+    })?;
+    Some((run, end))
+}
+
+/// A plain JSON value: null, a string without escapes, an integer in `i64`.
+enum Plain<'a> {
+    Null,
+    Text(&'a str),
+    Integer(i64),
+}
+
+/// The plain value at `i` of `text` and where it ends; `None` for any other.
+fn plain(text: &str, i: usize) -> Option<(Plain<'_>, usize)> {
+    let b = text.as_bytes();
+    match *b.get(i)? {
+        b'"' => match string(b, i + 1)? {
+            (end, false) => Some((Plain::Text(text.get(i + 1..end - 1)?), end)),
+            (_, true) => None,
+        },
+        b'n' => Some((Plain::Null, literal(b, i, b"null")?)),
+        b'-' | b'0'..=b'9' => {
+            let end = number(b, i)?;
+            Some((Plain::Integer(integer(&b[i..end])??), end))
+        }
+        _ => None,
+    }
+}
+
+impl<'a> Plain<'a> {
+    /// As a `StatusField`: null reads as neither text nor a number.
+    fn status(self) -> StatusField<'a> {
+        match self {
+            Plain::Null => StatusField::Other,
+            Plain::Text(s) => StatusField::Text(Cow::Borrowed(s)),
+            Plain::Integer(n) => StatusField::Number(Some(n)),
+        }
+    }
+
+    /// As a `StrOrNum`; a number, which it writes out as text, is left to
+    /// serde.
+    fn text(self) -> Option<StrOrNum<'a>> {
+        match self {
+            Plain::Null => Some(StrOrNum(None)),
+            Plain::Text(s) => Some(StrOrNum(Some(Cow::Borrowed(s)))),
+            Plain::Integer(_) => None,
+        }
+    }
+
+    /// As an `IntLike`; a string, which it reads as a number if it is one,
+    /// is left to serde.
+    fn integer(self) -> Option<IntLike> {
+        match self {
+            Plain::Null => Some(IntLike(None)),
+            Plain::Integer(n) => Some(IntLike(Some(n))),
+            Plain::Text(_) => None,
+        }
+    }
+}
+
+/// What a record field is read as, and where it goes.
+enum Field {
+    Status,
+    Text(TextSlot),
+    Integer(IntSlot),
+}
+
+#[derive(Clone, Copy)]
+enum TextSlot {
+    ErrMsg,
+    Slug,
+    ScraperTitle,
+    ScraperSlug,
+    Usage,
+    Origin,
+    Version,
+}
+
+impl TextSlot {
+    fn of<'r, 'a>(self, run: &'r mut V2Run<'a>) -> &'r mut StrOrNum<'a> {
+        match self {
+            TextSlot::ErrMsg => &mut run.err_msg,
+            TextSlot::Slug => &mut run.slug,
+            TextSlot::ScraperTitle => &mut run.scraper_title,
+            TextSlot::ScraperSlug => &mut run.scraper_slug,
+            TextSlot::Usage => &mut run.usage,
+            TextSlot::Origin => &mut run.origin,
+            TextSlot::Version => &mut run.version,
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum IntSlot {
+    Results,
+    StartedAt,
+    FinishedAt,
+    Duration,
+    Traffic,
+}
+
+impl IntSlot {
+    fn of<'r>(self, run: &'r mut V2Run<'_>) -> &'r mut IntLike {
+        match self {
+            IntSlot::Results => &mut run.results,
+            IntSlot::StartedAt => &mut run.started_at,
+            IntSlot::FinishedAt => &mut run.finished_at,
+            IntSlot::Duration => &mut run.duration,
+            IntSlot::Traffic => &mut run.traffic,
+        }
+    }
+}
+
+/// A record field by its key, and its bit for [`record`]'s `seen`.
+fn field_of(key: &[u8]) -> Option<(Field, u16)> {
+    use Field::{Integer, Status, Text};
+    Some(match key {
+        b"status" => (Status, 0),
+        b"err_msg" => (Text(TextSlot::ErrMsg), 1),
+        b"slug" => (Text(TextSlot::Slug), 2),
+        b"scraper_title" => (Text(TextSlot::ScraperTitle), 3),
+        b"scraper_slug" => (Text(TextSlot::ScraperSlug), 4),
+        b"results" => (Integer(IntSlot::Results), 5),
+        b"usage" => (Text(TextSlot::Usage), 6),
+        b"started_at" => (Integer(IntSlot::StartedAt), 7),
+        b"finished_at" => (Integer(IntSlot::FinishedAt), 8),
+        b"duration" => (Integer(IntSlot::Duration), 9),
+        b"origin" => (Text(TextSlot::Origin), 10),
+        b"traffic" => (Integer(IntSlot::Traffic), 11),
+        b"version" => (Text(TextSlot::Version), 12),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::wire::Object;
+    use crate::v2::DataEnvelope;
+    use proptest::prelude::*;
+
+    /// The typed reading this one stands in for.
+    fn typed(body: &[u8]) -> Option<(Option<i64>, Option<String>, Option<V2Run<'_>>)> {
+        let text = std::str::from_utf8(body).ok()?;
+        let envelope: DataEnvelope<Object<V2Run>> = serde_json::from_str(text).ok()?;
+        Some((
+            envelope.code,
+            envelope.request_id.map(|id| id.0.into_owned()),
+            envelope.data.map(|o| o.0),
+        ))
+    }
+
+    /// Whenever this reader reads an answer, serde reads the same from it.
+    fn agrees(body: &[u8]) -> Result<bool, TestCaseError> {
+        let Some(read) = run_answer(body) else {
+            return Ok(false);
+        };
+        let Some((code, request_id, run)) = typed(body) else {
+            return Err(TestCaseError::fail(format!(
+                "read here, refused by serde: {}",
+                String::from_utf8_lossy(body)
+            )));
+        };
+        prop_assert_eq!(read.code, code);
+        prop_assert_eq!(read.request_id.map(str::to_owned), request_id);
+        prop_assert_eq!(Some(read.run), run);
+        Ok(true)
+    }
+
+    const SAMPLE: &str = r#"{"code":0,"message":"success","request_id":"req-1","data":{"id":"01KS2A1M515HG7PZX9STTB0KPH","status":"succeeded","err_msg":"","slug":"01KS2A1M515HG7PZX9STTB0KPH","worker_id":"acme~maps","scraper_title":"Maps","scraper_slug":"acme/maps","results":120,"usage":"0.0150","started_at":1767225600,"finished_at":1767225720,"duration":120,"origin":"api_v2","traffic":2048,"version":"v1.2.0","extra":{"nested":[1,2.5,"x",null,true]}}}"#;
+
+    #[test]
+    fn a_plain_answer_is_read_as_serde_reads_it() {
+        let read = run_answer(SAMPLE.as_bytes()).expect("plain");
+        assert_eq!(read.code, Some(0));
+        assert_eq!(read.request_id, Some("req-1"));
+        assert_eq!(read.run.status, StatusField::Text("succeeded".into()));
+        assert_eq!(read.run.results, IntLike(Some(120)));
+        assert_eq!(read.run.usage.or_default(), "0.0150");
+        assert!(matches!(read.run.slug.0, Some(Cow::Borrowed(_))));
+        assert!(agrees(SAMPLE.as_bytes()).unwrap());
+    }
+
+    #[test]
+    fn what_is_not_plain_is_left_to_serde() {
+        let cases = [
+            // An escape, in a field kept and in the id.
+            SAMPLE.replace(r#""err_msg":"""#, r#""err_msg":"a\nb""#),
+            SAMPLE.replace(r#""req-1""#, r#""req\u002d1""#),
+            // A number where text is read (serde writes it out), a float
+            // and a numeric string where an integer is read.
+            SAMPLE.replace(r#""usage":"0.0150""#, r#""usage":0.015"#),
+            SAMPLE.replace(r#""results":120"#, r#""results":120.0"#),
+            SAMPLE.replace(r#""results":120"#, r#""results":"120""#),
+            SAMPLE.replace(r#""duration":120"#, r#""duration":-0"#),
+            // A field or `data` twice.
+            SAMPLE.replace(r#""slug":"#, r#""slug":"a","slug":"#),
+            SAMPLE.replace(r#","data":"#, r#","data":{},"data":"#),
+            // `data` that is not an object, or none.
+            SAMPLE
+                .replace(r#""data":{"#, r#""data":[{"#)
+                .replace("}}}", "}]}"),
+            r#"{"code":0,"data":null}"#.to_owned(),
+            r#"{"code":0}"#.to_owned(),
+            // Not JSON, or more after it.
+            SAMPLE.replace(r#""traffic":2048"#, r#""traffic":2048,"#),
+            format!("{SAMPLE} x"),
+            SAMPLE.replace("{\"nested\"", "{\"$serde_json::private::RawValue\""),
+            // A key with an escape.
+            SAMPLE.replace(r#""origin":"#, r#""orig\u0069n":"#),
+        ];
+        for case in cases {
+            assert!(run_answer(case.as_bytes()).is_none(), "{case}");
+        }
+    }
+
+    #[test]
+    fn null_and_other_kinds_read_as_serde_reads_them() {
+        let cases = [
+            SAMPLE.replace(r#""status":"succeeded""#, r#""status":null"#),
+            SAMPLE.replace(r#""status":"succeeded""#, r#""status":3"#),
+            SAMPLE.replace(r#""status":"succeeded""#, r#""status":-7"#),
+            SAMPLE.replace(r#""err_msg":"""#, r#""err_msg":null"#),
+            SAMPLE.replace(r#""results":120"#, r#""results":null"#),
+            SAMPLE.replace(r#""request_id":"req-1""#, r#""request_id":null"#),
+            SAMPLE.replace(r#""code":0"#, r#""code":10002"#),
+            SAMPLE.replace(r#""message":"success","#, ""),
+            SAMPLE.replace(r#""code":0,"#, ""),
+            // Whitespace anywhere JSON allows it, non-ASCII text.
+            SAMPLE.replace(':', " :\n\t").replace(',', " , "),
+            SAMPLE.replace("Maps", "Cartes \u{e9}\u{4e2d}\u{1F600}"),
+            r#"{"data":{}}"#.to_owned(),
+        ];
+        for case in cases {
+            assert!(agrees(case.as_bytes()).unwrap(), "{case}");
+        }
+    }
+
+    fn member() -> impl Strategy<Value = String> {
+        let key = prop_oneof![
+            Just("status"),
+            Just("err_msg"),
+            Just("slug"),
+            Just("results"),
+            Just("usage"),
+            Just("origin"),
+            Just("traffic"),
+            Just("version"),
+            Just("other"),
+        ];
+        let value = prop_oneof![
+            "\"[a-z0-9 ._~/-]{0,12}\"",
+            "\"[a-z]{0,3}(\\\\n|\\\\u00e9|\\\\\"|é)[a-z]{0,3}\"",
+            "-?[0-9]{1,20}",
+            "-?[0-9]{1,3}\\.[0-9]{1,3}",
+            "(null|true|false|\\[\\]|\\{\\}|\\[1,\"a\"\\]|\\{\"k\":null\\})",
+        ];
+        (key, value).prop_map(|(k, v)| format!("\"{k}\":{v}"))
+    }
+
+    proptest! {
+        /// Generated records, plain or not: whenever this reader reads one,
+        /// serde's reading is the same.
+        #[test]
+        fn every_answer_read_here_is_read_so_by_serde(
+            members in proptest::collection::vec(member(), 0..10),
+            code in prop_oneof![Just("0"), Just("10002"), Just("null"), Just("1.0")],
+            spaced in any::<bool>(),
+        ) {
+            let data = format!("{{{}}}", members.join(","));
+            let mut body = format!(r#"{{"code":{code},"request_id":"r","data":{data}}}"#);
+            if spaced {
+                body = body.replace(',', " ,\n ");
+            }
+            agrees(body.as_bytes())?;
+        }
+
+        /// A record of plain values, each field once, is always read here:
+        /// text or null where text is read, integers or null where a number
+        /// is, either for the status, anything in a field V1 does not have.
+        #[test]
+        fn a_plain_record_is_always_read(
+            fields in proptest::collection::btree_map(
+                prop_oneof![Just("status"), Just("slug"), Just("results"), Just("usage"), Just("other")],
+                (
+                    "\"[a-z0-9 ._-]{0,12}\"",
+                    prop_oneof!["[1-9][0-9]{0,9}", "-[1-9][0-9]{0,5}", Just("0".to_owned())],
+                    any::<bool>(),
+                ),
+                0..5,
+            ),
+        ) {
+            let fields = fields.into_iter().map(|(k, (text, int, null))| {
+                let v = match k {
+                    _ if null => "null".to_owned(),
+                    "slug" | "usage" => text,
+                    "results" => int,
+                    _ if int.len() % 2 == 0 => int,
+                    _ => text,
+                };
+                (k, v)
+            });
+            let members: Vec<String> = fields.map(|(k, v)| format!("\"{k}\":{v}")).collect();
+            let body = format!(r#"{{"code":0,"message":"ok","data":{{{}}}}}"#, members.join(","));
+            prop_assert!(agrees(body.as_bytes())?, "not read: {}", body);
+        }
+    }
+}
