@@ -87,10 +87,9 @@ impl Activity {
     }
 
     pub fn begin(self: &Arc<Self>) -> Busy {
-        let mut s = self.lock();
-        s.active += 1;
-        s.since = Instant::now();
-        drop(s);
+        // `since` is left as it is: no deadline counts from it while a
+        // request is in progress, and the request's end sets it.
+        self.lock().active += 1;
         self.changed.notify_waiters();
         Busy(self.clone())
     }
