@@ -128,16 +128,16 @@ fn spawn_upkeep(handle: PrometheusHandle, process: metrics_process::Collector) {
     let spawned = std::thread::Builder::new()
         .name("metrics-upkeep".into())
         .spawn(move || {
-            let (mut looks, mut since_drain) = (0u32, 0u32);
+            let (mut looks, mut looks_since_drain) = (0u32, 0u32);
             loop {
                 std::thread::sleep(LOOK_EVERY);
                 looks = (looks + 1) % PROCESS_EVERY;
-                since_drain += 1;
-                if since_drain >= DRAIN_AT_LEAST_EVERY
+                looks_since_drain += 1;
+                if looks_since_drain >= DRAIN_AT_LEAST_EVERY
                     || SINCE_DRAIN.load(Ordering::Relaxed) >= DRAIN_AFTER
                 {
                     SINCE_DRAIN.store(0, Ordering::Relaxed);
-                    since_drain = 0;
+                    looks_since_drain = 0;
                     handle.run_upkeep();
                 }
                 if looks == 0 {
