@@ -67,7 +67,8 @@ pub fn run_answer(body: &[u8]) -> Option<RunAnswer<'_>> {
 }
 
 /// The record's fields V1 keeps, as V2 writes their keys (compact), in
-/// the order it writes them.
+/// the order of V2's published run record (the sandbox's too). Another
+/// order costs a search of this list a key, not a wrong reading.
 const RUN_KEYS: [&[u8]; 13] = [
     b"\"slug\":",
     b"\"scraper_slug\":",
