@@ -33,7 +33,7 @@ pub use access::TARGET as ACCESS_LOG_TARGET;
 use crate::answer::AnswerBytes;
 use crate::config::Config;
 use crate::dialect::Dialect;
-use crate::error::GatewayError;
+use crate::error::{GatewayError, Rendered};
 use crate::gateway::Gateway;
 use crate::ops::{self, V1Request};
 use crate::reload::Live;
@@ -110,11 +110,14 @@ pub struct V1Response {
     pub body: AnswerBytes,
 }
 
+/// Room for an answer's headers (its type and the diagnostics added to it),
+/// so none of them grows a map made for it.
+const ANSWER_HEADERS: usize = 6;
+
 impl V1Response {
     /// A JSON answer with no diagnostics.
     pub fn json(status: StatusCode, body: impl Into<AnswerBytes>) -> V1Response {
-        // Room for the diagnostics added to it, so none of them grows the map.
-        V1Response::json_in(HeaderMap::with_capacity(6), status, body)
+        V1Response::json_in(HeaderMap::with_capacity(ANSWER_HEADERS), status, body)
     }
 
     /// [`V1Response::json`] in `room`, cleared: a map made before (the
@@ -273,7 +276,6 @@ impl Pipeline {
     /// [`Pipeline::answer`] through any handle on the pipeline: the server
     /// hands over an `Arc`, so that the future owns it. Not an `async fn`,
     /// which would hold the request twice (see [`Pipeline::admit`]).
-    // Deliberately not an `async fn`: see above.
     #[allow(clippy::manual_async_fn)]
     pub fn answer_by<P, B>(pipeline: P, req: RawV1Request<B>) -> impl Future<Output = V1Response>
     where
@@ -299,7 +301,6 @@ impl Pipeline {
     /// The request is moved into the future once: an `async fn` would hold
     /// it twice (as its argument and as the body's local), in every request's
     /// future.
-    // Deliberately not an `async fn`: see above.
     #[allow(clippy::manual_async_fn)]
     pub fn admit<'a, B>(
         &'a self,
@@ -334,23 +335,14 @@ impl Pipeline {
                     Err(GatewayError::UnknownRoute),
                     0,
                     self.metrics(),
-                    HeaderMap::new(),
+                    None,
                 ));
             };
             if let Some(span) = &span {
                 span.record("operation", op.name());
             }
             cx.op = Some(op);
-            let refuse = |err| {
-                finish(
-                    &cx,
-                    &id_header,
-                    Err(err),
-                    0,
-                    self.metrics(),
-                    HeaderMap::new(),
-                )
-            };
+            let refuse = |err| finish(&cx, &id_header, Err(err), 0, self.metrics(), None);
             // The body is read as JSON whatever its `Content-Type` says, as V1
             // did (`curl -d` sends `application/x-www-form-urlencoded`); a body
             // that is not JSON is still refused, naming the problem.
@@ -416,7 +408,7 @@ impl Pipeline {
                 result,
                 calls.load(Ordering::Relaxed),
                 self.metrics(),
-                room,
+                Some(room),
             )
         }
     }
@@ -464,7 +456,7 @@ impl Pipeline {
             Err(err),
             0,
             self.metrics(),
-            HeaderMap::new(),
+            None,
         )
     }
 }
@@ -567,7 +559,6 @@ fn client_key(headers: &HeaderMap) -> Result<Option<ApiKey>, GatewayError> {
     Ok(None)
 }
 
-/// Renders an operation's outcome and records the request's metrics.
 /// Renders an outcome as the V1 answer, counts it and writes its access
 /// line. `calls` is the number of V2 calls made (an answer carries its own).
 fn finish(
@@ -576,9 +567,12 @@ fn finish(
     result: Result<ops::Translated, GatewayError>,
     calls: u32,
     metrics: &RequestMetrics,
-    room: HeaderMap,
+    room: Option<HeaderMap>,
 ) -> V1Response {
     let name = cx.op.map_or("unknown", Operation::name);
+    // The request's own header map where the caller has it (see
+    // [`V1Response::json_in`]), else a new one.
+    let room = room.unwrap_or_else(|| HeaderMap::with_capacity(ANSWER_HEADERS));
     let (mut response, calls) = match result {
         Ok(answer) => {
             let mut resp = V1Response::json_in(room, StatusCode::OK, answer.data.into_envelope());
@@ -602,8 +596,8 @@ fn finish(
             (resp, answer.upstream_calls)
         }
         Err(err) => {
-            let resp = error_response(&err, &cx.dialect);
             let rendered = err.render_in(&cx.dialect);
+            let resp = error_response_in(room, &err, &rendered);
             let v2_request_id = match &err {
                 GatewayError::Refused { v2_request_id, .. } => v2_request_id.as_deref(),
                 _ => None,
@@ -674,8 +668,17 @@ fn status_label(status: StatusCode) -> metrics::SharedString {
 /// A V1 error envelope (in `dialect`) with its diagnostic headers; nothing
 /// is recorded.
 pub fn error_response(err: &GatewayError, dialect: &Dialect) -> V1Response {
-    let rendered = err.render_in(dialect);
-    let mut resp = V1Response::json(rendered.status, rendered.envelope.to_bytes());
+    error_response_in(
+        HeaderMap::with_capacity(ANSWER_HEADERS),
+        err,
+        &err.render_in(dialect),
+    )
+}
+
+/// [`error_response`] of an error already `rendered`, in `room` (see
+/// [`V1Response::json_in`]).
+fn error_response_in(room: HeaderMap, err: &GatewayError, rendered: &Rendered) -> V1Response {
+    let mut resp = V1Response::json_in(room, rendered.status, rendered.envelope.to_bytes());
     let h = &mut resp.headers;
     h.insert(
         ERROR_ORIGIN,

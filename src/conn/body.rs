@@ -85,7 +85,6 @@ impl BodyReader {
 
     /// Reads the whole body, at most the reader's limit. Not an `async fn`,
     /// which would hold the reader and the body twice.
-    // Deliberately not an `async fn`: see above.
     #[allow(clippy::manual_async_fn)]
     pub fn read(self, mut body: Incoming) -> impl Future<Output = Result<Bytes, BodyError>> {
         async move {

@@ -65,8 +65,9 @@ pub struct UpstreamSettings {
     /// concurrent calls than this opens and closes connections on every
     /// request (at 256 client connections and 64 kept, a quarter of all
     /// requests paid a TCP handshake and left a socket in TIME_WAIT).
-    /// The default is `limits.max_in_flight`'s; connections idle longer
-    /// than `pool_idle_timeout` close anyway.
+    /// The default, 1,024, is as many as `limits.max_in_flight` admits by
+    /// default (set apart: raising one does not raise the other).
+    /// Connections idle longer than `pool_idle_timeout` close anyway.
     pub pool_max_idle_per_host: usize,
     /// Larger answers fail with [`UpstreamFailure::TooLarge`].
     pub max_response_bytes: usize,
@@ -293,7 +294,8 @@ fn request_id_header(request_id: &str) -> Option<HeaderValue> {
 struct CallHeaders {
     without_body: HeaderMap,
     with_body: HeaderMap,
-    auth_style: AuthStyle,
+    /// The header the key travels in.
+    auth: HeaderName,
 }
 
 impl CallHeaders {
@@ -315,7 +317,7 @@ impl CallHeaders {
         CallHeaders {
             without_body: map(false),
             with_body: map(true),
-            auth_style,
+            auth: auth_name(auth_style),
         }
     }
 
@@ -327,7 +329,6 @@ impl CallHeaders {
         } else {
             self.without_body.clone()
         };
-        let auth = auth_name(self.auth_style);
         let (mut has_id, mut has_key) = (false, false);
         for (name, value) in headers.iter_mut() {
             if *name == X_REQUEST_ID {
@@ -335,7 +336,7 @@ impl CallHeaders {
                     *value = id.clone();
                     has_id = true;
                 }
-            } else if *name == auth {
+            } else if *name == self.auth {
                 if let Some(key) = &parts.key {
                     *value = key.clone();
                     has_key = true;
@@ -346,7 +347,7 @@ impl CallHeaders {
             headers.remove(&X_REQUEST_ID);
         }
         if !has_key {
-            headers.remove(auth);
+            headers.remove(&self.auth);
         }
         headers
     }
@@ -460,7 +461,6 @@ impl Inner {
 
     /// The attempts of one prepared call, retried as `policy` and the retry
     /// settings allow. Not an `async fn`, which would hold `prepared` twice.
-    // Deliberately not an `async fn`: see above.
     #[allow(clippy::manual_async_fn)]
     fn run(
         &self,
@@ -763,13 +763,11 @@ mod tests {
             timeout: Duration::from_secs(1),
             route: "/api/v2/store",
         };
-        let call_headers =
-            |parts: &Prepared, (host, ua), style| CallHeaders::new(host, ua, style).of(parts);
-        let h = call_headers(
-            &prepared(false, "req-1", AuthStyle::Bearer),
-            (&host, &ua),
-            AuthStyle::Bearer,
-        );
+        // The headers of a call prepared, and sent, in one key style.
+        let call_headers = |has_body, request_id, style| {
+            CallHeaders::new(&host, &ua, style).of(&prepared(has_body, request_id, style))
+        };
+        let h = call_headers(false, "req-1", AuthStyle::Bearer);
         let names: Vec<_> = h.keys().map(HeaderName::as_str).collect();
         assert_eq!(
             names,
@@ -788,11 +786,7 @@ mod tests {
         assert!(h[AUTHORIZATION].is_sensitive());
         assert_eq!(h["x-request-id"], "req-1");
         assert!(h.get(CONTENT_TYPE).is_none());
-        let h = call_headers(
-            &prepared(true, "bad\nid", AuthStyle::ApiKeyHeader),
-            (&host, &ua),
-            AuthStyle::ApiKeyHeader,
-        );
+        let h = call_headers(true, "bad\nid", AuthStyle::ApiKeyHeader);
         assert_eq!(h["api-key"], "k-123");
         assert!(h["api-key"].is_sensitive());
         assert!(h.get(AUTHORIZATION).is_none());
@@ -803,19 +797,15 @@ mod tests {
             names,
             ["host", "accept", "user-agent", "content-type", "api-key"]
         );
-        assert!(call_headers(
-            &prepared(false, "", AuthStyle::Bearer),
-            (&host, &ua),
-            AuthStyle::Bearer
-        )
-        .get("x-request-id")
-        .is_none());
+        assert!(call_headers(false, "", AuthStyle::Bearer)
+            .get("x-request-id")
+            .is_none());
         // Without a key, no key header, in either style; nothing is sent
         // with the empty value the headers are made with.
         for style in [AuthStyle::Bearer, AuthStyle::ApiKeyHeader] {
             let mut keyless = prepared(true, "", style);
             keyless.key = None;
-            let h = call_headers(&keyless, (&host, &ua), style);
+            let h = CallHeaders::new(&host, &ua, style).of(&keyless);
             assert!(h.get(AUTHORIZATION).is_none() && h.get("api-key").is_none());
             assert_eq!(h.len(), 4);
             assert!(h.values().all(|v| !v.is_empty()));

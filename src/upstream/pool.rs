@@ -275,7 +275,6 @@ impl Pool {
     /// Connect failures (TCP, proxy, TLS) are `Unreachable`; failures after
     /// are `Broken`.
     /// Not an `async fn`, which would hold the request twice.
-    // Deliberately not an `async fn`: see above.
     #[allow(clippy::manual_async_fn)]
     pub(crate) fn send(
         &self,

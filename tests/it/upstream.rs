@@ -515,6 +515,39 @@ async fn connections_are_reused_across_calls() {
     assert_eq!(server.connections.load(Ordering::SeqCst), 1);
 }
 
+/// A burst of more calls at once than the pool once kept (64) leaves every
+/// connection it opened idle for the next burst: the default keeps 1,024, so
+/// a second burst as large opens none (with 64 kept, it opened 36 more, and
+/// at 256 client connections a quarter of all requests paid a handshake).
+#[tokio::test]
+async fn a_burst_of_calls_keeps_its_connections_for_the_next() {
+    const BURST: usize = 100;
+    // Every answer waits until the whole burst has arrived, so each call of
+    // a burst holds its own connection at once.
+    let barrier = Arc::new(tokio::sync::Barrier::new(BURST));
+    let server = serve(move |_| {
+        let barrier = barrier.clone();
+        async move {
+            barrier.wait().await;
+            reply(StatusCode::OK, OK_BODY)
+        }
+    })
+    .await;
+    let up = HttpUpstream::new(settings(server.url())).unwrap();
+    for burst in 1..=2 {
+        let calls = (0..BURST).map(|_| up.call(V2Call::get(store_path()), "req"));
+        for reply in futures_util::future::join_all(calls).await {
+            assert_eq!(reply.unwrap().status, StatusCode::OK);
+        }
+        assert_eq!(server.hits(), BURST * burst);
+        assert_eq!(
+            server.connections.load(Ordering::SeqCst),
+            BURST,
+            "burst {burst}"
+        );
+    }
+}
+
 /// No call comes after the first: only the pool's own sweep can close the
 /// connection, and the server sees it end.
 #[tokio::test]

@@ -69,9 +69,22 @@ impl<'a> HeadReader<'a> {
         self.seen |= bit;
     }
 
-    /// An envelope member other than `data`: `key` and its value's text
-    /// (checked JSON).
-    pub(super) fn envelope_member(&mut self, key: &[u8], v: &'a [u8]) {
+    /// An envelope member other than `data`, `key`, whose value is at `i`:
+    /// checked as JSON, read if the head keeps it; where it ends.
+    pub(super) fn envelope_member(
+        &mut self,
+        b: &'a [u8],
+        key: &[u8],
+        i: usize,
+        stack: &mut Vec<u8>,
+    ) -> At {
+        let end = value(b, i, stack)?;
+        self.envelope_value(key, &b[i..end]);
+        Some(end)
+    }
+
+    /// [`HeadReader::envelope_member`]'s reading of the value's text `v`.
+    fn envelope_value(&mut self, key: &[u8], v: &'a [u8]) {
         match key {
             b"code" => {
                 self.meet(CODE);

@@ -292,9 +292,7 @@ pub fn scan(body: &[u8], summarise: Range<usize>) -> Option<Scan<'_>> {
     let mut head = HeadReader::new();
     let end = s.object(ws(body, 0), &ENVELOPE_KEYS, |s, i, key| {
         if key != b"data" {
-            let end = value(body, i, &mut s.stack)?;
-            head.envelope_member(key, &body[i..end]);
-            return Some(end);
+            return head.envelope_member(body, key, i, &mut s.stack);
         }
         // A second `data`, or one that is not an object, is not for here.
         if s.list.is_some() || body.get(i) != Some(&b'{') {

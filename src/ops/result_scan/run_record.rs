@@ -43,9 +43,7 @@ pub fn run_answer(body: &[u8]) -> Option<RunAnswer<'_>> {
     let mut run = None;
     let end = object(body, ws(body, 0), &ENVELOPE_KEYS, |i, key| {
         if key != b"data" {
-            let end = value(body, i, &mut stack)?;
-            head.envelope_member(key, &body[i..end]);
-            return Some(end);
+            return head.envelope_member(body, key, i, &mut stack);
         }
         // A second `data` is refused by the typed reading.
         if run.is_some() {
@@ -105,7 +103,7 @@ fn record<'a>(text: &'a str, i: usize, stack: &mut Vec<u8>) -> Option<(V2Run<'a>
         Some((&token[1..token.len() - 2], ws(b, i + token.len())))
     };
     let end = object_with(b, i, in_order, |at, key| {
-        let Some((field, bit)) = field_of(key) else {
+        let Some((slot, bit)) = slot(&mut run, key) else {
             // A field V1 does not have: checked and skipped.
             return value(b, at, stack);
         };
@@ -114,10 +112,10 @@ fn record<'a>(text: &'a str, i: usize, stack: &mut Vec<u8>) -> Option<(V2Run<'a>
         }
         seen |= 1 << bit;
         let (v, end) = plain(text, at)?;
-        match field {
-            Field::Status => run.status = v.status(),
-            Field::Text(slot) => *slot.of(&mut run) = v.text()?,
-            Field::Integer(slot) => *slot.of(&mut run) = v.integer()?,
+        match slot {
+            Slot::Status(field) => *field = v.status(),
+            Slot::Text(field) => *field = v.text()?,
+            Slot::Integer(field) => *field = v.integer()?,
         }
         Some(end)
     })?;
@@ -179,76 +177,30 @@ impl<'a> Plain<'a> {
     }
 }
 
-/// What a record field is read as, and where it goes.
-enum Field {
-    Status,
-    Text(TextSlot),
-    Integer(IntSlot),
+/// A record field, as what it is read as.
+enum Slot<'r, 'a> {
+    Status(&'r mut StatusField<'a>),
+    Text(&'r mut StrOrNum<'a>),
+    Integer(&'r mut IntLike),
 }
 
-#[derive(Clone, Copy)]
-enum TextSlot {
-    ErrMsg,
-    Slug,
-    ScraperTitle,
-    ScraperSlug,
-    Usage,
-    Origin,
-    Version,
-}
-
-impl TextSlot {
-    fn of<'r, 'a>(self, run: &'r mut V2Run<'a>) -> &'r mut StrOrNum<'a> {
-        match self {
-            TextSlot::ErrMsg => &mut run.err_msg,
-            TextSlot::Slug => &mut run.slug,
-            TextSlot::ScraperTitle => &mut run.scraper_title,
-            TextSlot::ScraperSlug => &mut run.scraper_slug,
-            TextSlot::Usage => &mut run.usage,
-            TextSlot::Origin => &mut run.origin,
-            TextSlot::Version => &mut run.version,
-        }
-    }
-}
-
-#[derive(Clone, Copy)]
-enum IntSlot {
-    Results,
-    StartedAt,
-    FinishedAt,
-    Duration,
-    Traffic,
-}
-
-impl IntSlot {
-    fn of<'r>(self, run: &'r mut V2Run<'_>) -> &'r mut IntLike {
-        match self {
-            IntSlot::Results => &mut run.results,
-            IntSlot::StartedAt => &mut run.started_at,
-            IntSlot::FinishedAt => &mut run.finished_at,
-            IntSlot::Duration => &mut run.duration,
-            IntSlot::Traffic => &mut run.traffic,
-        }
-    }
-}
-
-/// A record field by its key, and its bit for [`record`]'s `seen`.
-fn field_of(key: &[u8]) -> Option<(Field, u16)> {
-    use Field::{Integer, Status, Text};
+/// The field of `run` a key names, and its bit for [`record`]'s `seen`.
+fn slot<'r, 'a>(run: &'r mut V2Run<'a>, key: &[u8]) -> Option<(Slot<'r, 'a>, u16)> {
+    use Slot::{Integer, Status, Text};
     Some(match key {
-        b"status" => (Status, 0),
-        b"err_msg" => (Text(TextSlot::ErrMsg), 1),
-        b"slug" => (Text(TextSlot::Slug), 2),
-        b"scraper_title" => (Text(TextSlot::ScraperTitle), 3),
-        b"scraper_slug" => (Text(TextSlot::ScraperSlug), 4),
-        b"results" => (Integer(IntSlot::Results), 5),
-        b"usage" => (Text(TextSlot::Usage), 6),
-        b"started_at" => (Integer(IntSlot::StartedAt), 7),
-        b"finished_at" => (Integer(IntSlot::FinishedAt), 8),
-        b"duration" => (Integer(IntSlot::Duration), 9),
-        b"origin" => (Text(TextSlot::Origin), 10),
-        b"traffic" => (Integer(IntSlot::Traffic), 11),
-        b"version" => (Text(TextSlot::Version), 12),
+        b"status" => (Status(&mut run.status), 0),
+        b"err_msg" => (Text(&mut run.err_msg), 1),
+        b"slug" => (Text(&mut run.slug), 2),
+        b"scraper_title" => (Text(&mut run.scraper_title), 3),
+        b"scraper_slug" => (Text(&mut run.scraper_slug), 4),
+        b"results" => (Integer(&mut run.results), 5),
+        b"usage" => (Text(&mut run.usage), 6),
+        b"started_at" => (Integer(&mut run.started_at), 7),
+        b"finished_at" => (Integer(&mut run.finished_at), 8),
+        b"duration" => (Integer(&mut run.duration), 9),
+        b"origin" => (Text(&mut run.origin), 10),
+        b"traffic" => (Integer(&mut run.traffic), 11),
+        b"version" => (Text(&mut run.version), 12),
         _ => return None,
     })
 }
