@@ -6,8 +6,8 @@
 //! ```text
 //! V1 client ─▶ conn      accept loop, connection cap, HTTP/1+2 settings,
 //!                        head/body deadlines, drain on shutdown
-//!           ─▶ server    HTTP in: tower stack (request id, sensitive headers,
-//!                        trace, catch-panic), body read off the socket
+//!           ─▶ server    HTTP in: the front (keys marked sensitive, request
+//!                        id, span, a panic's answer), body read off the socket
 //!           ─▶ pipeline  one raw V1 request → one V1 answer, on the gateway
 //!                        snapshot it was admitted with (config + translator):
 //!              admit       route (unknown → V1 404), key header, body (size,

@@ -64,10 +64,9 @@ pub enum BodyError {
 /// reader (the socket, in `server`) runs only once the request is routed and
 /// its headers checked; in-process callers hand over ready bytes.
 pub struct RawV1Request<B> {
-    /// The id the server's request-id layer settled on (the client's
-    /// `x-request-id` if usable, else a new one), already checked, and
-    /// already in the request's span with the operation; `None` when no
-    /// such layer ran, and admission finds or makes one itself and records
+    /// The id the server's front settled on (the client's `x-request-id`
+    /// if usable, else a new one), already checked, and already in the
+    /// request's span with the operation; `None` when no front ran, and admission finds or makes one itself and records
     /// both into the current span.
     pub request_id: Option<HeaderValue>,
     pub method: Method,
@@ -435,14 +434,16 @@ impl Pipeline {
         let name = req.op.name();
         metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status_label(status))
             .increment(1);
+        let elapsed = req.started.elapsed();
         metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name)
-            .record(req.started.elapsed().as_secs_f64());
+            .record(elapsed.as_secs_f64());
         let outcome = access::Outcome {
             status,
             code: None,
             upstream_calls: 0,
             v2_request_id: None,
             error: None,
+            elapsed,
         };
         access::log(&self.context(&req), &outcome);
         V1Response::json(status, body)
@@ -502,7 +503,7 @@ fn dispatch_counting<'a>(
 }
 
 /// A request's id as text (logs, V2) and as the header value its answer
-/// echoes: the one the server's layers settled on, else the client's if
+/// echoes: the one the server's front settled on, else the client's if
 /// usable, else a new ULID.
 fn request_ident(settled: Option<HeaderValue>, headers: &HeaderMap) -> (Arc<str>, HeaderValue) {
     // The layers checked it already (printable ASCII): it is UTF-8.
@@ -573,6 +574,8 @@ fn finish(
     // The request's own header map where the caller has it (see
     // [`V1Response::json_in`]), else a new one.
     let room = room.unwrap_or_else(|| HeaderMap::with_capacity(ANSWER_HEADERS));
+    // Read once, for the access line and the duration histogram.
+    let elapsed = cx.started.elapsed();
     let (mut response, calls) = match result {
         Ok(answer) => {
             let mut resp = V1Response::json_in(room, StatusCode::OK, answer.data.into_envelope());
@@ -583,6 +586,7 @@ fn finish(
                 upstream_calls: answer.upstream_calls,
                 v2_request_id: Some(v2_ids.as_str()).filter(|s| !s.is_empty()),
                 error: None,
+                elapsed,
             };
             access::log(cx, &outcome);
             // The ids' own buffer becomes the header's value.
@@ -608,6 +612,7 @@ fn finish(
                 upstream_calls: calls,
                 v2_request_id,
                 error: Some((&err, &rendered)),
+                elapsed,
             };
             access::log(cx, &outcome);
             metrics::counter!(telemetry::ERRORS, "operation" => name, "origin" => rendered.origin.as_str(), "cause" => rendered.cause).increment(1);
@@ -617,7 +622,7 @@ fn finish(
     response.headers.insert(REQUEST_ID, id_header.clone());
     // The series every answered request touches come from handles resolved
     // once; the rarer ones (another status, an unknown route) by label.
-    let elapsed = cx.started.elapsed().as_secs_f64();
+    let elapsed = elapsed.as_secs_f64();
     let handles = cx.op.map(|op| metrics.operation(op));
     match handles {
         Some(op) if response.status == StatusCode::OK => op.answered_ok.increment(1),

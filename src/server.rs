@@ -1,50 +1,33 @@
-//! HTTP in and out: the public listener and the tower stack in front of the
-//! [`pipeline`](crate::pipeline) (sensitive headers, request id, span,
-//! catch-panic). It reads a V1 request off the socket, hands
+//! HTTP in and out: the public listener and its front ([`front`]: keys
+//! marked sensitive, the request id, the span, a panic's answer) before the
+//! [`pipeline`](crate::pipeline). It reads a V1 request off the socket, hands
 //! it to the pipeline (or to the shadow mirror wrapped around it) and writes
 //! the answer back. The admin listener (`/healthz`, `/readyz`, `/metrics`,
 //! `/openapi.json`) is [`admin`]. Connections, their deadlines and the drain
 //! on shutdown belong to the connection layer ([`crate::conn`]).
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::future::Either;
 use futures_util::FutureExt;
-use http::{header, HeaderValue, Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
-use tower::ServiceBuilder;
-use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::{MakeRequestId, RequestId, SetRequestIdLayer};
-use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
-use tower_http::trace::TraceLayer;
 
 use crate::answer::{AnswerBody, AnswerBytes};
 use crate::conn::{self, BodyReader, Drain};
 use crate::dialect::Dialect;
 use crate::error::GatewayError;
-use crate::pipeline::{
-    self, request_id_of, BodyError, Pipeline, RawV1Request, V1Response, API_KEY, REQUEST_ID,
-};
-use crate::route::{self, Operation};
+use crate::pipeline::{self, BodyError, Pipeline, RawV1Request, V1Response, REQUEST_ID};
 use crate::shadow::Mirror;
 
 pub mod admin;
+mod front;
 pub use admin::serve_admin;
-
-/// Request ids are ULIDs unless the client sent a usable one.
-#[derive(Clone, Copy, Default)]
-struct MakeUlid;
-
-impl MakeRequestId for MakeUlid {
-    fn make_request_id<B>(&mut self, _request: &Request<B>) -> Option<RequestId> {
-        Some(RequestId::new(pipeline::new_request_id()))
-    }
-}
 
 /// The shared state of the public listener.
 struct Public {
@@ -93,89 +76,59 @@ pub async fn serve_public(
             protocol: Some(protocol_refusal),
         },
     };
-    let dialect = pipeline.dialect();
     let state = Arc::new(Public { pipeline, shadow });
-    // The stack, outermost first. Each layer's reason:
-    let service = ServiceBuilder::new()
-        // Keys never reach a log line, even at trace level.
-        .layer(SetSensitiveRequestHeadersLayer::new([
-            header::AUTHORIZATION,
-            API_KEY,
-        ]))
-        // Every request has an id: the client's if usable, else a new ULID.
-        // An unusable client id is dropped first, so the id echoed to the
-        // client is the one used in logs and sent upstream.
-        .map_request(|mut req: Request<Incoming>| {
-            if request_id_of(req.headers()).is_none() {
-                req.headers_mut().remove(&REQUEST_ID);
-            }
-            req
-        })
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeUlid))
-        // One span per request; the path is logged without its query.
-        // Its failure log is off: the pipeline's access line is the one
-        // line a failure gets (a 5xx here would be logged a second time).
-        // The id settled above and the operation are known here, so they are
-        // written with the span rather than recorded into it later (each
-        // record costs a lookup and a lock of the span's data).
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(|req: &Request<Incoming>| {
-                    // The values are worked out only when the span is on.
-                    // A callback token is a capability: its path is logged
-                    // as its prefix only.
-                    tracing::info_span!(
-                        "request",
-                        method = req.method().as_str(),
-                        path = crate::callbacks::loggable_path(req.uri().path()),
-                        request_id = req.headers().get(&REQUEST_ID).and_then(|v| v.to_str().ok()),
-                        operation =
-                            route::route(req.method(), req.uri().path()).map(Operation::name)
-                    )
-                })
-                .on_failure(()),
-        )
-        // A panic in an operation becomes a V1 500 envelope, not a reset.
-        .layer(CatchPanicLayer::custom(move |_| {
-            tracing::error!("operation panicked");
-            to_http(pipeline::error_response(
-                &GatewayError::Internal("panic".into()),
-                &dialect,
-            ))
-        }))
-        .service_fn(move |req| handle_v1(&state, req));
+    // In front of every request: keys marked sensitive, its id settled, its
+    // span, a panic answered with a 500 envelope ([`front`]).
+    let service = tower::service_fn(move |req| handle_v1(&state, req));
     conn::serve(listener, service, listener_conf, drain).await
 }
 
-/// The answer to one request, on the heap: each layer above wraps (and the
-/// connection layer moves) a pointer, not the request's whole future, which
-/// is over a kilobyte.
-type V1Future = Pin<Box<dyn Future<Output = Result<Response<AnswerBody>, Infallible>> + Send>>;
+/// HTTP in, HTTP out: the front ([`front`]) first, then the pipeline (or
+/// the mirror around it) does the rest. The answer is on the heap: the connection layer holds (and moves) a
+/// pointer, not the request's whole future, which is over a kilobyte.
+fn handle_v1(
+    state: &Arc<Public>,
+    mut req: Request<Incoming>,
+) -> Pin<Box<front::Guarded<impl Future<Output = Response<AnswerBody>> + Send>>> {
+    front::mark_sensitive(req.headers_mut());
+    let (request_id, new_id) = front::settle_request_id(req.headers_mut());
+    let span = front::span_of(&req, &request_id);
+    front::guarded(span, &state.pipeline, || {
+        route_v1(state, req, request_id, new_id)
+    })
+}
 
-/// HTTP in, HTTP out: the pipeline (or the mirror around it) does the rest.
-/// The request is taken apart here, before any future exists, and each way
-/// through (callback relay, mirror, pipeline) is a future of its own: one
-/// future holding the request whole, its parts and each way's state would be
-/// the size of all of them, copied as a whole when it is boxed.
-fn handle_v1(state: &Arc<Public>, req: Request<Incoming>) -> V1Future {
+/// The ways other than the pipeline's alone (the callback relay, the
+/// mirror), on the heap of their own: they are not what most requests take.
+type Detour = Pin<Box<dyn Future<Output = Response<AnswerBody>> + Send>>;
+
+/// The future of one request's way through. The request is taken apart
+/// here, before any future exists, and each way (callback relay, mirror,
+/// pipeline) is a future of its own: one future holding the request whole,
+/// its parts and each way's state would be the size of all of them, copied
+/// as a whole when it is boxed.
+fn route_v1(
+    state: &Arc<Public>,
+    req: Request<Incoming>,
+    request_id: HeaderValue,
+    new_id: bool,
+) -> impl Future<Output = Response<AnswerBody>> + Send {
     // Callback relay: V2's callbacks arrive on the public listener.
     let gateway = state.pipeline.gateway();
     if let Some(relay) = gateway.callbacks() {
         if crate::callbacks::token_of(req.uri().path()).is_some() {
             let relay = relay.clone();
-            return Box::pin(async move { Ok(relay.receive(req).await.map(AnswerBody::from)) });
+            let relayed: Detour =
+                Box::pin(async move { relay.receive(req).await.map(AnswerBody::from) });
+            return Either::Left(relayed);
         }
     }
-    let (mut parts, body) = req.into_parts();
+    let (parts, body) = req.into_parts();
     let config = &gateway.config;
     let limit = config.limits.max_body_bytes;
     let reader = BodyReader::new(&parts, &body, limit, &config.connections);
-    let raw = RawV1Request {
-        // Settled by the request-id layer above, which put it here too.
-        request_id: parts
-            .extensions
-            .remove::<RequestId>()
-            .map(RequestId::into_header_value),
+    let mut raw = RawV1Request {
+        request_id: Some(request_id),
         method: parts.method,
         path: parts.uri.path().to_owned(),
         query: parts.uri.query().map(str::to_owned),
@@ -186,10 +139,18 @@ fn handle_v1(state: &Arc<Public>, req: Request<Incoming>) -> V1Future {
     };
     let pipeline = state.pipeline.clone();
     match state.shadow.clone() {
-        Some(mirror) => Box::pin(async move { Ok(to_http(mirror.answer(&pipeline, raw).await)) }),
+        Some(mirror) => {
+            // The copy sent to legacy carries the id the client sees.
+            if let (true, Some(id)) = (new_id, raw.request_id.clone()) {
+                raw.headers.insert(REQUEST_ID, id);
+            }
+            let mirrored: Detour =
+                Box::pin(async move { to_http(mirror.answer(&pipeline, raw).await) });
+            Either::Left(mirrored)
+        }
         // Mapped, not awaited in a future of its own, which would hold the
         // request once more.
-        None => Box::pin(Pipeline::answer_by(pipeline, raw).map(|answer| Ok(to_http(answer)))),
+        None => Either::Right(Pipeline::answer_by(pipeline, raw).map(to_http)),
     }
 }
 

@@ -9,7 +9,7 @@
 //! Keys never reach it: it is built from the rendered outcome, not from
 //! headers.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::{Method, StatusCode};
 
@@ -39,6 +39,9 @@ pub(super) struct Outcome<'a> {
     pub upstream_calls: u32,
     pub v2_request_id: Option<&'a str>,
     pub error: Option<(&'a GatewayError, &'a Rendered)>,
+    /// From the request's arrival to its answer, read once for this line
+    /// and the request's metrics.
+    pub elapsed: Duration,
 }
 
 /// Writes the access line of one request.
@@ -48,7 +51,7 @@ pub(super) fn log(cx: &Context<'_>, out: &Outcome<'_>) {
         return;
     }
     let operation = cx.op.map_or("unknown", Operation::name);
-    let duration_ms = (cx.started.elapsed().as_secs_f64() * 1e6).round() / 1e3;
+    let duration_ms = (out.elapsed.as_secs_f64() * 1e6).round() / 1e3;
     let origin = out.error.map(|(_, r)| r.origin.as_str());
     let cause = out.error.map(|(_, r)| r.cause);
     let error = out.error.map(|(e, _)| tracing::field::display(e));

@@ -1,0 +1,267 @@
+//! The public listener's front, between the connection layer
+//! ([`crate::conn`]) and the ways a V1 request can go (the pipeline, the
+//! shadow mirror around it, the callback relay): before any of them runs,
+//! the request's keys are marked sensitive, its id is settled and its span
+//! made; while its answer is worked out, the span is entered and a panic
+//! becomes a V1 500 envelope instead of a reset connection.
+//!
+//! One function and one future in place of the four tower-http layers that
+//! did this (sensitive headers, request id, trace, catch-panic). Together
+//! they cost a translated run detail about 3,000 instructions, a twentieth
+//! of it: an extension map allocated for the id the pipeline then took
+//! back out, a hash lookup per sensitive name, four clock readings for
+//! latencies only a debug log line used, and each answer's body boxed so a
+//! panic's answer could share its type. The access log line
+//! ([`crate::pipeline`]) is the request's record; the layers' debug lines
+//! ("started/finished processing request") are gone with them.
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{header, HeaderMap, HeaderValue, Request, Response};
+use tracing::Span;
+
+use crate::answer::AnswerBody;
+use crate::error::GatewayError;
+use crate::pipeline::{self, request_id_of, Pipeline, API_KEY, REQUEST_ID};
+use crate::route::{self, Operation};
+
+/// Marks the headers a key can travel in as sensitive, so that no log line
+/// or debug output shows them, even at trace level. A walk over the few
+/// headers a request has, comparing names, rather than a hashed lookup per
+/// sensitive name.
+pub(super) fn mark_sensitive(headers: &mut HeaderMap) {
+    for (name, value) in headers.iter_mut() {
+        if name == header::AUTHORIZATION || name == API_KEY {
+            value.set_sensitive(true);
+        }
+    }
+}
+
+/// The request's id: the client's `x-request-id` if usable (see
+/// [`request_id_of`]), else a new ULID. An unusable client id is removed
+/// from `headers`, so that nothing downstream can pick it up. Also says
+/// whether the id is new (and so not in `headers`).
+pub(super) fn settle_request_id(headers: &mut HeaderMap) -> (HeaderValue, bool) {
+    if request_id_of(headers).is_some() {
+        if let Some(id) = headers.get(&REQUEST_ID) {
+            return (id.clone(), false);
+        }
+    }
+    // Only looked up again when there is something to remove.
+    if headers.contains_key(&REQUEST_ID) {
+        headers.remove(&REQUEST_ID);
+    }
+    (pipeline::new_request_id(), true)
+}
+
+/// The request's span. The path is logged without its query, and a
+/// callback token, a capability, as its prefix only. The fields are worked
+/// out only when the span is on.
+pub(super) fn span_of<B>(req: &Request<B>, request_id: &HeaderValue) -> Span {
+    tracing::info_span!(
+        "request",
+        method = req.method().as_str(),
+        path = crate::callbacks::loggable_path(req.uri().path()),
+        request_id = request_id.to_str().ok(),
+        operation = route::route(req.method(), req.uri().path()).map(Operation::name)
+    )
+}
+
+/// Runs `route` (the synchronous part of a request: taking it apart,
+/// choosing its way) inside `span`, and guards the future it returns; a
+/// panic in either is answered with a V1 500 envelope.
+pub(super) fn guarded<F>(
+    span: Span,
+    pipeline: &Arc<Pipeline>,
+    route: impl FnOnce() -> F,
+) -> Pin<Box<Guarded<F>>>
+where
+    F: Future<Output = Response<AnswerBody>>,
+{
+    let routed = {
+        let _entered = span.enter();
+        std::panic::catch_unwind(AssertUnwindSafe(route))
+    };
+    let inner = match routed {
+        Ok(future) => Some(future),
+        Err(panic) => {
+            let _entered = span.enter();
+            log_panic(&*panic);
+            None
+        }
+    };
+    Box::pin(Guarded {
+        inner,
+        span,
+        pipeline: Arc::clone(pipeline),
+    })
+}
+
+pin_project_lite::pin_project! {
+    /// A request's answer, worked out inside its span; a panic while it is
+    /// (or while the request was routed: `inner` is then `None`) is the V1
+    /// 500 envelope, in the dialect configured at that moment.
+    pub(super) struct Guarded<F> {
+        #[pin]
+        inner: Option<F>,
+        span: Span,
+        pipeline: Arc<Pipeline>,
+    }
+}
+
+impl<F> Future for Guarded<F>
+where
+    F: Future<Output = Response<AnswerBody>>,
+{
+    type Output = Result<Response<AnswerBody>, std::convert::Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let _entered = this.span.enter();
+        let polled = match this.inner.as_pin_mut() {
+            // A future that panicked is never polled again: its answer is
+            // the one below, and hyper polls a finished future no more.
+            Some(inner) => std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))),
+            None => return Poll::Ready(Ok(panic_answer(this.pipeline))),
+        };
+        match polled {
+            Ok(Poll::Ready(answer)) => Poll::Ready(Ok(answer)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(panic) => {
+                log_panic(&*panic);
+                Poll::Ready(Ok(panic_answer(this.pipeline)))
+            }
+        }
+    }
+}
+
+/// One error line for a panic, with its message when it has one (a panic
+/// message names code, never a request's key or body).
+fn log_panic(panic: &(dyn Any + Send)) {
+    let message = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    tracing::error!(panic = message, "operation panicked");
+}
+
+fn panic_answer(pipeline: &Pipeline) -> Response<AnswerBody> {
+    super::to_http(pipeline::error_response(
+        &GatewayError::Internal("panic".into()),
+        &pipeline.dialect(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(
+                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        map
+    }
+
+    #[test]
+    fn keys_are_marked_sensitive_and_nothing_else() {
+        let mut map = headers(&[
+            ("api-key", "k1"),
+            ("authorization", "Bearer k2"),
+            ("authorization", "Bearer k3"),
+            ("content-type", "application/json"),
+            ("x-api-key-hint", "not a key header"),
+        ]);
+        mark_sensitive(&mut map);
+        for (name, value) in &map {
+            let key = name == header::AUTHORIZATION || name == API_KEY;
+            assert_eq!(value.is_sensitive(), key, "{name}");
+        }
+        assert!(format!("{map:?}").contains("Sensitive"));
+        assert!(!format!("{map:?}").contains("k2"));
+    }
+
+    #[test]
+    fn a_usable_client_id_is_kept_and_any_other_replaced() {
+        let mut kept = headers(&[("x-request-id", "client-id-1")]);
+        assert_eq!(
+            settle_request_id(&mut kept),
+            (HeaderValue::from_static("client-id-1"), false)
+        );
+        assert_eq!(kept.get(&REQUEST_ID).unwrap(), "client-id-1");
+
+        for bad in ["has space", "semi;colon", &"x".repeat(129)] {
+            let mut map = headers(&[("x-request-id", bad)]);
+            let (id, new) = settle_request_id(&mut map);
+            assert!(new);
+            assert_eq!(id.len(), ulid::ULID_LEN, "{bad}");
+            assert!(map.get(&REQUEST_ID).is_none(), "{bad} left in the request");
+        }
+        let (id, new) = settle_request_id(&mut HeaderMap::new());
+        assert!(new && id.len() == ulid::ULID_LEN);
+    }
+
+    fn pipeline() -> Arc<Pipeline> {
+        let cfg = crate::config::load(
+            "[upstream]\nbase_url = \"http://127.0.0.1:9\"\n",
+            Vec::new(),
+        )
+        .unwrap();
+        let upstream = Arc::new(crate::upstream::HttpUpstream::new(cfg.upstream.clone()).unwrap());
+        Arc::new(Pipeline::new(Arc::new(crate::gateway::Gateway::new(
+            upstream,
+            Arc::new(cfg),
+        ))))
+    }
+
+    async fn answer_of<F>(guarded: Pin<Box<Guarded<F>>>) -> (http::StatusCode, serde_json::Value)
+    where
+        F: Future<Output = Response<AnswerBody>>,
+    {
+        use http_body_util::BodyExt;
+        let resp = guarded.await.unwrap();
+        let status = resp.status();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice(&body).unwrap())
+    }
+
+    fn ok_answer() -> Response<AnswerBody> {
+        let body = http_body_util::Full::new(bytes::Bytes::from_static(b"{\"code\":0}"));
+        Response::new(AnswerBody::from(body))
+    }
+
+    #[tokio::test]
+    async fn a_panic_while_routing_or_answering_is_a_v1_500_envelope() {
+        let pipeline = pipeline();
+        let in_routing = guarded(Span::none(), &pipeline, || -> std::future::Ready<_> {
+            panic!("routing failed")
+        });
+        let in_answer = guarded(Span::none(), &pipeline, || async {
+            tokio::task::yield_now().await;
+            panic!("answer failed");
+            #[allow(unreachable_code)]
+            ok_answer()
+        });
+        for (status, body) in [answer_of(in_routing).await, answer_of(in_answer).await] {
+            assert_eq!(status, http::StatusCode::INTERNAL_SERVER_ERROR);
+            assert_ne!(body["code"], 0, "{body}");
+            assert!(body["message"].is_string(), "{body}");
+        }
+        // An answer without a panic passes unchanged.
+        let fine = guarded(Span::none(), &pipeline, || std::future::ready(ok_answer()));
+        assert_eq!(
+            answer_of(fine).await,
+            (http::StatusCode::OK, serde_json::json!({"code": 0}))
+        );
+    }
+}
