@@ -1,7 +1,7 @@
 //! The floor of v1compat's HTTP stack, for `deploy/bench/instructions.sh`:
-//! the least a proxy built on the same crates (tokio's multi-threaded
-//! runtime, hyper's HTTP/1.1 server and client connections) spends per
-//! request. It forwards each request unchanged to one upstream over a
+//! the least a proxy built on the same crates (the tokio runtime v1compat
+//! would choose on the same CPUs, hyper's HTTP/1.1 server and client
+//! connections) spends per request. It forwards each request unchanged to one upstream over a
 //! single kept-alive connection and copies the answer back: no routing, no
 //! translation, no limits, deadlines, logs or metrics. It is not part of
 //! the gateway; it tells how much of v1compat's cost is the stack itself
@@ -27,8 +27,12 @@ use tokio::sync::Mutex;
 
 type Upstream = Arc<Mutex<Option<SendRequest<Full<Bytes>>>>>;
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    let runtime = v1compat::runtime::build(0).expect("runtime");
+    runtime.block_on(proxy());
+}
+
+async fn proxy() {
     let mut args = std::env::args().skip(1);
     let (Some(listen), Some(upstream)) = (args.next(), args.next()) else {
         eprintln!("usage: bare_proxy LISTEN_ADDR UPSTREAM_URL (http://host:port)");

@@ -73,6 +73,7 @@ pub mod probe;
 pub mod quickstart;
 pub mod reload;
 pub mod route;
+pub mod runtime;
 pub mod sandbox;
 pub mod server;
 pub mod shadow;

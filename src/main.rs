@@ -161,7 +161,8 @@ fn main() -> ExitCode {
                 Ok(loaded) => loaded,
                 Err(problems) => return bad_config("invalid configuration:", &problems),
             };
-            match runtime().block_on(serve(loaded, config)) {
+            let threads = loaded.config.runtime.threads;
+            match runtime_with(threads).block_on(serve(loaded, config)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("v1compat: {e}");
@@ -216,10 +217,15 @@ fn exit_code(command: &str, outcome: Result<bool, String>) -> ExitCode {
     }
 }
 
+/// The runtime of a command without a configuration of its own: one
+/// thread per CPU (see [`runtime_with`]).
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+    runtime_with(0)
+}
+
+/// The runtime `runtime.threads` asks for ([`v1compat::runtime`]).
+fn runtime_with(threads: usize) -> tokio::runtime::Runtime {
+    v1compat::runtime::build(threads)
         .unwrap_or_else(|e| panic!("cannot start the async runtime: {e}"))
 }
 
@@ -255,6 +261,8 @@ async fn serve(loaded: config::Loaded, path: Option<PathBuf>) -> Result<(), Stri
         upstream = %cfg.upstream.base_url,
         config = %source,
         access_log = cfg.log.access,
+        // 1: the single-threaded runtime.
+        threads = tokio::runtime::Handle::current().metrics().num_workers(),
         "v1compat listening"
     );
     v1compat::run_reloading(public, admin, reloader, stop)

@@ -344,6 +344,7 @@ fn keep_restart_only(old: &Config, mut new: Config) -> (Config, Vec<&'static str
         "connections",
         format!("{:?}", old.connections) != format!("{:?}", new.connections),
     );
+    keep("runtime.threads", old.runtime != new.runtime);
     keep(
         "shadow",
         format!("{:?}", old.shadow) != format!("{:?}", new.shadow),
@@ -357,6 +358,7 @@ fn keep_restart_only(old: &Config, mut new: Config) -> (Config, Vec<&'static str
     new.grace_period = old.grace_period;
     new.drain_delay = old.drain_delay;
     new.connections = old.connections.clone();
+    new.runtime = old.runtime.clone();
     new.callbacks = old.callbacks.clone();
     new.shadow = old.shadow.clone();
     (new, differ)
@@ -376,7 +378,7 @@ mod tests {
         let new = load(
             "[listen]\npublic = \"127.0.0.1:1\"\n[limits]\nmax_in_flight = 3\nmax_page_size = 50\n\
              [connections]\nmax_connections = 9\n[shutdown]\ngrace_period_secs = 1\n\
-             [log]\nlevel = \"debug\"\n",
+             [log]\nlevel = \"debug\"\n[runtime]\nthreads = 3\n",
         );
         let (kept, named) = keep_restart_only(&old, new);
         assert_eq!(
@@ -386,9 +388,11 @@ mod tests {
                 "limits.max_in_flight",
                 "log",
                 "shutdown",
-                "connections"
+                "connections",
+                "runtime.threads"
             ]
         );
+        assert_eq!(kept.runtime.threads, 0);
         assert_eq!(kept.public_addr, old.public_addr);
         assert_eq!(kept.limits.max_in_flight, old.limits.max_in_flight);
         assert_eq!(kept.grace_period, old.grace_period);

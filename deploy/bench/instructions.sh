@@ -64,6 +64,7 @@ command -v strace >/dev/null || need_pkgs+=(strace)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need_pkgs+=(nginx-light)
 command -v curl >/dev/null || need_pkgs+=(curl)
 command -v python3 >/dev/null || need_pkgs+=(python3)
+command -v taskset >/dev/null || need_pkgs+=(util-linux)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   [ "$INSTALL" = 1 ] || die "missing: ${need_pkgs[*]} (run without --no-install, or install them)"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
@@ -156,6 +157,11 @@ RESULTS="$WORK/results.jsonl"   # one line per proxy, tool and workload
 : >"$RESULTS"
 [ -n "$PROFILE" ] && mkdir -p "$PROFILE"
 
+# Each proxy may use one CPU, as in run.sh: nginx runs one worker, and
+# v1compat (and the floor) choose their runtime by the CPUs they may use.
+PROXY_CPU=$(( $(nproc) > 1 ? 1 : 0 ))
+PIN=(taskset -c "$PROXY_CPU")
+
 # Names uncompressed: each saved dump reads on its own (callgrind_annotate).
 VALGRIND=(valgrind --tool=callgrind --dump-instr=no --compress-strings=no --compress-pos=no
   --callgrind-out-file="$WORK/cg.%p")
@@ -199,7 +205,7 @@ http {
   }
 }
 EOF
-  local pre=(); [ "$1" = callgrind ] && pre=("${VALGRIND[@]}")
+  local pre=("${PIN[@]}"); [ "$1" = callgrind ] && pre+=("${VALGRIND[@]}")
   "${pre[@]}" "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -e "$WORK/nginx/error.log" \
     >"$WORK/nginx-$1.log" 2>&1 &
   PROXY_PID=$!; PIDS+=("$PROXY_PID"); PROXY_PORT=$port
@@ -208,7 +214,7 @@ EOF
 
 start_floor() { # tool -> sets PROXY_PID, PROXY_PORT
   local port; port=$(free_port)
-  local pre=(); [ "$1" = callgrind ] && pre=("${VALGRIND[@]}")
+  local pre=("${PIN[@]}"); [ "$1" = callgrind ] && pre+=("${VALGRIND[@]}")
   "${pre[@]}" "$FLOOR" "127.0.0.1:$port" "$V2" >"$WORK/floor-$1.log" 2>&1 &
   PROXY_PID=$!; PIDS+=("$PROXY_PID"); PROXY_PORT=$port
   wait_http "http://127.0.0.1:$port/__sandbox/healthz" "bare proxy ($1)" "$PROXY_PID"
@@ -216,7 +222,7 @@ start_floor() { # tool -> sets PROXY_PID, PROXY_PORT
 
 start_v1compat() { # tool -> sets PROXY_PID, PROXY_PORT
   local port admin; port=$(free_port); admin=$(free_port)
-  local pre=(); [ "$1" = callgrind ] && pre=("${VALGRIND[@]}")
+  local pre=("${PIN[@]}"); [ "$1" = callgrind ] && pre+=("${VALGRIND[@]}")
   V1COMPAT_UPSTREAM__BASE_URL="$V2" V1COMPAT_UPSTREAM__SERVICE_KEY="$KEY" \
   V1COMPAT_LISTEN__PUBLIC="127.0.0.1:$port" V1COMPAT_LISTEN__ADMIN="127.0.0.1:$admin" \
   V1COMPAT_LOG__LEVEL="$LOG_LEVEL" \
@@ -322,9 +328,10 @@ MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
   echo "| Machine | $(nproc) CPUs, ${MODEL:-unknown CPU}, Linux $(uname -r) |"
   echo "| Versions | $("$BIN" --version), $("$NGINX" -v 2>&1 | sed 's/.*: //'), $(valgrind --version), $(strace -V | head -1 | sed 's/ -- version / /'), $(rustc --version 2>/dev/null | awk '{print "rustc " $2}') |"
   echo "| Requests | one keep-alive connection per workload and tool; $WARMUP warm-up then $REQUESTS counted requests through nginx; through v1compat the same for run detail and 100 rows, $WARMUP_1000 then $REQUESTS_1000 for 1,000 rows |"
-  echo "| v1compat | \`serve\`, release build, log level \`$LOG_LEVEL\`, metrics recorder on, no shadow mirror |"
+  echo "| Pinning | each proxy on cpu $PROXY_CPU (\`taskset\`), the V2 sandbox unpinned |"
+  echo "| v1compat | \`serve\`, release build, log level \`$LOG_LEVEL\`, metrics recorder on, no shadow mirror; on one CPU, tokio's single-threaded runtime (\`runtime.threads = 0\`) |"
   echo "| nginx | one process (\`master_process off\`), keep-alive upstream, access log off |"
-  echo "| floor | \`examples/bare_proxy.rs\`, release build: tokio's multi-threaded runtime, hyper's HTTP/1.1 server and one kept-alive client connection, the V2 request forwarded unchanged; nothing else |"
+  echo "| floor | \`examples/bare_proxy.rs\`, release build: the runtime v1compat would choose, hyper's HTTP/1.1 server and one kept-alive client connection, the V2 request forwarded unchanged; nothing else |"
   echo
   echo "Instructions: callgrind's count of user-space instructions of the proxy process (every"
   echo "thread) between zeroing (\`callgrind_control -z\`) after the warm-up and the dump"

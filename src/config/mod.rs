@@ -49,6 +49,7 @@ pub struct Config {
     pub grace_period: Duration,
     pub drain_delay: Duration,
     pub connections: crate::conn::ConnSettings,
+    pub runtime: RuntimeSection,
     pub shadow: crate::shadow::ShadowConfig,
     pub callbacks: crate::callbacks::CallbacksConfig,
 }
@@ -262,6 +263,15 @@ mod tests {
         assert_eq!(c.upstream.base_url.as_str(), "http://b.example:81/");
         assert_eq!(c.limits.fanout_concurrency, 4);
         assert!(!c.compat.extra_export_formats);
+    }
+
+    #[test]
+    fn runtime_threads_default_to_one_per_cpu_and_are_bounded() {
+        assert_eq!(load("", env(&[])).unwrap().runtime.threads, 0);
+        let c = load("", env(&[("V1COMPAT_RUNTIME__THREADS", "1")])).unwrap();
+        assert_eq!(c.runtime.threads, 1);
+        let err = load("[runtime]\nthreads = 5000\n", env(&[])).unwrap_err();
+        assert!(err.to_string().contains("runtime.threads: 5000"), "{err}");
     }
 
     #[test]

@@ -25,9 +25,20 @@ pub struct RawConfig {
     pub log: LogSection,
     pub shutdown: ShutdownSection,
     pub connections: crate::conn::ConnectionSection,
+    pub runtime: RuntimeSection,
     pub shadow: crate::shadow::ShadowSection,
     /// The callback relay (issue 9); checked in `callbacks::config`.
     pub callbacks: crate::callbacks::CallbacksSection,
+}
+
+/// The async runtime, read once at start-up (see [`crate::runtime`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeSection {
+    /// Threads that serve requests: 0 for one per CPU the process may use
+    /// (its CPU affinity and cgroup quota), a single-threaded runtime when
+    /// that is one CPU; 1 for a single-threaded runtime; more for that many.
+    pub threads: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

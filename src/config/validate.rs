@@ -193,6 +193,13 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     let extra_root_pem = read_ca_file(&u.ca_file, &mut p);
     let callbacks = crate::callbacks::config::validate(&raw.callbacks, &mut p);
     let connections = crate::conn::settings::validate(&raw.connections, &mut p);
+    if raw.runtime.threads > crate::runtime::MAX_THREADS {
+        p.push(format!(
+            "runtime.threads: {} is more than {} (0 = one per CPU)",
+            raw.runtime.threads,
+            crate::runtime::MAX_THREADS
+        ));
+    }
 
     let (Some(base_url), true) = (base_url, p.is_empty()) else {
         return Err(ConfigErrors(p));
@@ -232,6 +239,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         grace_period: Duration::from_secs(raw.shutdown.grace_period_secs),
         drain_delay: Duration::from_millis(raw.shutdown.drain_delay_ms),
         connections,
+        runtime: raw.runtime,
         shadow,
         callbacks,
     })
