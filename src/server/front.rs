@@ -6,12 +6,12 @@
 //! becomes a V1 500 envelope instead of a reset connection.
 //!
 //! One function and one future in place of the four tower-http layers that
-//! did this (sensitive headers, request id, trace, catch-panic). Together
-//! they cost a translated run detail about 3,000 instructions, a twentieth
-//! of it: an extension map allocated for the id the pipeline then took
-//! back out, a hash lookup per sensitive name, four clock readings for
-//! latencies only a debug log line used, and each answer's body boxed so a
-//! panic's answer could share its type. The access log line
+//! did this (sensitive headers, request id, trace, catch-panic): a
+//! translated run detail costs about 1,500 instructions less (59.7 k to
+//! 58.1 k). The layers allocated an extension map for the id the pipeline
+//! then took back out, hashed each sensitive name, read the clock for
+//! latencies only their debug lines used, and boxed each answer's body so
+//! a panic's answer could share its type. The access log line
 //! ([`crate::pipeline`]) is the request's record; the layers' debug lines
 //! ("started/finished processing request") are gone with them.
 

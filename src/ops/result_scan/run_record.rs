@@ -16,6 +16,7 @@
 //! and skipped.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 
 use super::head::{integer, HeadReader};
 use super::values::{literal, number, object, object_with, string, value, ws};
@@ -66,7 +67,9 @@ pub fn run_answer(body: &[u8]) -> Option<RunAnswer<'_>> {
 
 /// The record's fields V1 keeps, as V2 writes their keys (compact), in
 /// the order of V2's published run record (the sandbox's too). Another
-/// order costs a search of this list a key, not a wrong reading.
+/// order costs a search of this list a key, not a wrong reading. [`slot`]
+/// names each one's field by its index here, which is also its bit in
+/// [`record`]'s `seen`.
 const RUN_KEYS: [&[u8]; 13] = [
     b"\"slug\":",
     b"\"scraper_slug\":",
@@ -90,29 +93,37 @@ fn record<'a>(text: &'a str, i: usize, stack: &mut Vec<u8>) -> Option<(V2Run<'a>
     // One bit a field, to refuse one given twice as the derived reader does.
     let mut seen: u16 = 0;
     // V2 writes the fields in one order: the key after the last one found
-    // is tried first.
+    // is tried first. Which one was found is kept for the member step, so
+    // its field is known without comparing the key again.
     let mut next = 0;
+    let found = Cell::new(None);
     let in_order = |i: usize| {
         let here = |t: &&[u8]| b.get(i..i + t.len()) == Some(*t);
         let at = match RUN_KEYS.get(next) {
-            Some(t) if here(t) => next,
-            _ => RUN_KEYS.iter().position(here)?,
+            Some(t) if here(t) => Some(next),
+            _ => RUN_KEYS.iter().position(here),
         };
+        found.set(at);
+        let at = at?;
         next = at + 1;
         let token = RUN_KEYS[at];
         Some((&token[1..token.len() - 2], ws(b, i + token.len())))
     };
     let end = object_with(b, i, in_order, |at, key| {
-        let Some((slot, bit)) = slot(&mut run, key) else {
+        // A key not written as V2 writes it (spaced, say) is looked up.
+        let index = found
+            .take()
+            .or_else(|| RUN_KEYS.iter().position(|t| &t[1..t.len() - 2] == key));
+        let Some(index) = index else {
             // A field V1 does not have: checked and skipped.
             return value(b, at, stack);
         };
-        if seen & (1 << bit) != 0 {
+        if seen & (1 << index) != 0 {
             return None;
         }
-        seen |= 1 << bit;
+        seen |= 1 << index;
         let (v, end) = plain(text, at)?;
-        match slot {
+        match slot(&mut run, index) {
             Slot::Status(field) => *field = v.status(),
             Slot::Text(field) => *field = v.text()?,
             Slot::Integer(field) => *field = v.integer()?,
@@ -184,25 +195,24 @@ enum Slot<'r, 'a> {
     Integer(&'r mut IntLike),
 }
 
-/// The field of `run` a key names, and its bit for [`record`]'s `seen`.
-fn slot<'r, 'a>(run: &'r mut V2Run<'a>, key: &[u8]) -> Option<(Slot<'r, 'a>, u16)> {
+/// The field of `run` whose key is `RUN_KEYS[index]`.
+fn slot<'r, 'a>(run: &'r mut V2Run<'a>, index: usize) -> Slot<'r, 'a> {
     use Slot::{Integer, Status, Text};
-    Some(match key {
-        b"status" => (Status(&mut run.status), 0),
-        b"err_msg" => (Text(&mut run.err_msg), 1),
-        b"slug" => (Text(&mut run.slug), 2),
-        b"scraper_title" => (Text(&mut run.scraper_title), 3),
-        b"scraper_slug" => (Text(&mut run.scraper_slug), 4),
-        b"results" => (Integer(&mut run.results), 5),
-        b"usage" => (Text(&mut run.usage), 6),
-        b"started_at" => (Integer(&mut run.started_at), 7),
-        b"finished_at" => (Integer(&mut run.finished_at), 8),
-        b"duration" => (Integer(&mut run.duration), 9),
-        b"origin" => (Text(&mut run.origin), 10),
-        b"traffic" => (Integer(&mut run.traffic), 11),
-        b"version" => (Text(&mut run.version), 12),
-        _ => return None,
-    })
+    match index {
+        0 => Text(&mut run.slug),
+        1 => Text(&mut run.scraper_slug),
+        2 => Text(&mut run.scraper_title),
+        3 => Text(&mut run.version),
+        4 => Status(&mut run.status),
+        5 => Integer(&mut run.results),
+        6 => Text(&mut run.usage),
+        7 => Integer(&mut run.traffic),
+        8 => Text(&mut run.origin),
+        9 => Integer(&mut run.started_at),
+        10 => Integer(&mut run.finished_at),
+        11 => Integer(&mut run.duration),
+        _ => Text(&mut run.err_msg),
+    }
 }
 
 #[cfg(test)]
