@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use v1compat::ops::logs::V2Log;
 use v1compat::ops::result_scan;
 use v1compat::ops::results::ResultPage;
+use v1compat::ops::run_records::Texts;
 use v1compat::ops::wire::{Object, OrDefault};
 use v1compat::ops::{logs, results, run_records, Compat, Read};
 use v1compat::paging::Window;
@@ -82,18 +83,20 @@ fn bench(c: &mut Criterion) {
     c.bench_function("run_record", |b| {
         b.iter(|| {
             let body = black_box(&record);
-            let read = match result_scan::run_answer(body) {
-                Some(answer) => Read::Typed(Some(Object(answer.run))),
-                None => typed(body),
+            let (read, texts) = match result_scan::run_answer(body) {
+                Some(answer) => (Read::Typed(Some(Object(answer.run))), Texts::Plain),
+                None => (typed(body), Texts::Unchecked),
             };
-            let v1 = run_records::detail_answer(read, &compat).unwrap();
+            let v1 = run_records::detail_answer(read, texts, &compat).unwrap();
             v1.into_envelope()
         })
     });
     // serde's typed reading alone, as before the one-pass reader.
     c.bench_function("run_record_serde", |b| {
         b.iter(|| {
-            let v1 = run_records::detail_answer(typed(black_box(&record)), &compat).unwrap();
+            let v1 =
+                run_records::detail_answer(typed(black_box(&record)), Texts::Unchecked, &compat)
+                    .unwrap();
             v1.into_envelope()
         })
     });

@@ -193,12 +193,25 @@ pub struct V1Run<'a> {
     pub version: &'a str,
 }
 
+/// What is known of the text fields a V1 record takes from V2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Texts {
+    /// Read by the one-pass reader (`result_scan::run_answer`), which takes
+    /// only strings without escapes, quotes or control characters: nothing
+    /// in them needs escaping again.
+    Plain,
+    /// From anywhere else (a `Value`, serde's unescaped strings): each is
+    /// looked at, and escaped where it must be.
+    Unchecked,
+}
+
 impl V1Run<'_> {
     /// The record as V1's JSON object, appended to `out`: the bytes serde
     /// writes for it (a test compares the two), in a fraction of the
     /// instructions, since the keys are written already quoted and a value
-    /// that needs no escaping is copied as it is.
-    pub fn write_json(&self, out: &mut Vec<u8>) {
+    /// that needs no escaping is copied as it is. `origin` is always looked
+    /// at: `compat.origin_rename` may have put a configured name there.
+    pub fn write_json(&self, out: &mut Vec<u8>, texts: Texts) {
         // Inlined at each field, so its key is copied as a constant of known
         // length rather than by a call.
         #[inline(always)]
@@ -206,11 +219,17 @@ impl V1Run<'_> {
             out.extend_from_slice(key);
             out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
         }
-        #[inline(always)]
-        fn text(out: &mut Vec<u8>, key: &[u8], s: &str) {
+        let text = |out: &mut Vec<u8>, key: &[u8], s: &str| {
             out.extend_from_slice(key);
-            json_string(out, s);
-        }
+            match texts {
+                Texts::Plain => {
+                    out.push(b'"');
+                    out.extend_from_slice(s.as_bytes());
+                    out.push(b'"');
+                }
+                Texts::Unchecked => json_string(out, s),
+            }
+        };
         int(out, b"{\"status\":", self.status);
         text(out, b",\"err_msg\":", self.err_msg);
         text(out, b",\"slug\":", self.slug);
@@ -221,7 +240,8 @@ impl V1Run<'_> {
         int(out, b",\"started_at\":", self.started_at);
         int(out, b",\"finished_at\":", self.finished_at);
         int(out, b",\"duration\":", self.duration);
-        text(out, b",\"origin\":", self.origin);
+        out.extend_from_slice(b",\"origin\":");
+        json_string(out, self.origin);
         int(out, b",\"traffic\":", self.traffic);
         text(out, b",\"version\":", self.version);
         out.push(b'}');
@@ -279,22 +299,28 @@ pub fn detail_call(run: &Segment) -> V2Call {
     V2Call::get(V2Path::new(&[Part::Lit("worker-runs"), Part::Id(run)]))
 }
 
-/// The V1 run record (`data`) of a V2 run-detail answer.
-pub fn detail_answer(read: Read<Object<V2Run<'_>>>, compat: &Compat) -> Result<Json, GatewayError> {
+/// The V1 run record (`data`) of a V2 run-detail answer; `texts` says how
+/// a typed record's strings were read.
+pub fn detail_answer(
+    read: Read<Object<V2Run<'_>>>,
+    texts: Texts,
+    compat: &Compat,
+) -> Result<Json, GatewayError> {
     let garbled = || GatewayError::Garbled("run detail without a record".into());
     match read {
-        Read::Typed(Some(Object(run))) => Ok(record_json(&v1_run(&run, compat))),
+        Read::Typed(Some(Object(run))) => Ok(record_json(&v1_run(&run, compat), texts)),
         Read::Typed(None) => Err(garbled()),
-        Read::Untyped(data) if data.is_object() => {
-            Ok(record_json(&v1_run(&V2Run::of_value(&data), compat)))
-        }
+        Read::Untyped(data) if data.is_object() => Ok(record_json(
+            &v1_run(&V2Run::of_value(&data), compat),
+            Texts::Unchecked,
+        )),
         Read::Untyped(_) => Err(garbled()),
     }
 }
 
 /// One V1 record as the answer's `data`.
-fn record_json(run: &V1Run) -> Json {
-    Json::write_direct(run.json_len(), |out| run.write_json(out))
+fn record_json(run: &V1Run, texts: Texts) -> Json {
+    Json::write_direct(run.json_len(), |out| run.write_json(out, texts))
 }
 
 pub async fn run_detail(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
@@ -306,17 +332,20 @@ pub async fn run_detail(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayE
         )
         .await?;
     // Read in one pass where the answer is plain; serde reads the rest.
-    let read = match result_scan::run_answer(fetched.body()) {
-        Some(answer) => ex.read_parts(
-            &fetched,
-            answer.code,
-            answer.request_id,
-            Some(Object(answer.run)),
-            Subject::Run,
-        )?,
-        None => ex.read(&fetched, Subject::Run)?,
+    let (read, texts) = match result_scan::run_answer(fetched.body()) {
+        Some(answer) => (
+            ex.read_parts(
+                &fetched,
+                answer.code,
+                answer.request_id,
+                Some(Object(answer.run)),
+                Subject::Run,
+            )?,
+            Texts::Plain,
+        ),
+        None => (ex.read(&fetched, Subject::Run)?, Texts::Unchecked),
     };
-    detail_answer(read, &ex.settings().compat)
+    detail_answer(read, texts, &ex.settings().compat)
 }
 
 /// The V2 run-list filters of a V1 run-list body.
@@ -358,7 +387,7 @@ pub fn v1_run_list(plan: &Plan, pages: Vec<Value>, compat: &Compat) -> Result<Js
             if i > 0 {
                 out.push(b',');
             }
-            record.write_json(out);
+            record.write_json(out, Texts::Unchecked);
         }
         out.extend_from_slice(b"]}");
     }))
@@ -426,11 +455,18 @@ mod tests {
                 version: &s[6],
             };
             let mut direct = Vec::new();
-            run.write_json(&mut direct);
-            prop_assert_eq!(
-                String::from_utf8(direct).unwrap(),
-                serde_json::to_string(&run).unwrap()
-            );
+            run.write_json(&mut direct, Texts::Unchecked);
+            let serde = serde_json::to_string(&run).unwrap();
+            prop_assert_eq!(String::from_utf8(direct).unwrap(), serde.as_str());
+            // Texts known plain are copied as they are, to the same bytes
+            // when they are (the origin, which may be a configured name, is
+            // looked at either way).
+            let needs_escape = |t: &str| t.bytes().any(|c| c < 0x20 || c == b'"' || c == b'\\');
+            if s.iter().enumerate().all(|(i, t)| i == 5 || !needs_escape(t)) {
+                let mut plain = Vec::new();
+                run.write_json(&mut plain, Texts::Plain);
+                prop_assert_eq!(String::from_utf8(plain).unwrap(), serde);
+            }
         }
     }
 
