@@ -219,31 +219,33 @@ impl V1Run<'_> {
             out.extend_from_slice(key);
             out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
         }
-        let text = |out: &mut Vec<u8>, key: &[u8], s: &str| {
+        #[inline(always)]
+        fn text(out: &mut Vec<u8>, key: &[u8], s: &str, texts: Texts) {
             out.extend_from_slice(key);
             match texts {
                 Texts::Plain => {
+                    debug_assert!(crate::json_escape::first_special(s.as_bytes()).is_none());
                     out.push(b'"');
                     out.extend_from_slice(s.as_bytes());
                     out.push(b'"');
                 }
                 Texts::Unchecked => json_string(out, s),
             }
-        };
+        }
         int(out, b"{\"status\":", self.status);
-        text(out, b",\"err_msg\":", self.err_msg);
-        text(out, b",\"slug\":", self.slug);
-        text(out, b",\"scraper_title\":", self.scraper_title);
-        text(out, b",\"scraper_slug\":", self.scraper_slug);
+        text(out, b",\"err_msg\":", self.err_msg, texts);
+        text(out, b",\"slug\":", self.slug, texts);
+        text(out, b",\"scraper_title\":", self.scraper_title, texts);
+        text(out, b",\"scraper_slug\":", self.scraper_slug, texts);
         int(out, b",\"results\":", self.results);
-        text(out, b",\"usage\":", self.usage);
+        text(out, b",\"usage\":", self.usage, texts);
         int(out, b",\"started_at\":", self.started_at);
         int(out, b",\"finished_at\":", self.finished_at);
         int(out, b",\"duration\":", self.duration);
         out.extend_from_slice(b",\"origin\":");
         json_string(out, self.origin);
         int(out, b",\"traffic\":", self.traffic);
-        text(out, b",\"version\":", self.version);
+        text(out, b",\"version\":", self.version, texts);
         out.push(b'}');
     }
 

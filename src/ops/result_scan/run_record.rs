@@ -18,8 +18,8 @@
 use std::borrow::Cow;
 use std::cell::Cell;
 
-use super::head::{integer, HeadReader};
-use super::values::{literal, number, object, object_with, string, value, ws};
+use super::head::HeadReader;
+use super::values::{literal, object, object_with, string, value, ws};
 use super::ENVELOPE_KEYS;
 use crate::ops::run_records::{StatusField, V2Run};
 use crate::ops::wire::{IntLike, StrOrNum};
@@ -123,7 +123,7 @@ fn record<'a>(text: &'a str, i: usize, stack: &mut Vec<u8>) -> Option<(V2Run<'a>
         }
         seen |= 1 << index;
         let (v, end) = plain(text, at)?;
-        match slot(&mut run, index) {
+        match slot(&mut run, index)? {
             Slot::Status(field) => *field = v.status(),
             Slot::Text(field) => *field = v.text()?,
             Slot::Integer(field) => *field = v.integer()?,
@@ -150,10 +150,37 @@ fn plain(text: &str, i: usize) -> Option<(Plain<'_>, usize)> {
         },
         b'n' => Some((Plain::Null, literal(b, i, b"null")?)),
         b'-' | b'0'..=b'9' => {
-            let end = number(b, i)?;
-            Some((Plain::Integer(integer(&b[i..end])??), end))
+            let (n, end) = short_integer(b, i)?;
+            Some((Plain::Integer(n), end))
         }
         _ => None,
+    }
+}
+
+/// The integer at `i` (a minus sign, then one to 18 digits, no leading
+/// zero, not `-0`) and where it ends, read as it is found: the numbers
+/// [`head::integer`](super::head::integer) reads. `None` for any other
+/// number (a fraction, an exponent, more digits), which serde reads.
+fn short_integer(b: &[u8], i: usize) -> Option<(i64, usize)> {
+    let negative = b.get(i) == Some(&b'-');
+    let start = i + usize::from(negative);
+    let mut end = start;
+    let mut n: i64 = 0;
+    while let Some(d) = b.get(end).filter(|d| d.is_ascii_digit()) {
+        if end - start == 18 {
+            return None;
+        }
+        n = n * 10 + i64::from(d - b'0');
+        end += 1;
+    }
+    let leading_zero = end - start > 1 && b[start] == b'0';
+    if end == start || leading_zero || matches!(b.get(end), Some(b'.' | b'e' | b'E')) {
+        return None;
+    }
+    match (negative, n) {
+        (true, 0) => None,
+        (true, n) => Some((-n, end)),
+        (false, n) => Some((n, end)),
     }
 }
 
@@ -196,9 +223,9 @@ enum Slot<'r, 'a> {
 }
 
 /// The field of `run` whose key is `RUN_KEYS[index]`.
-fn slot<'r, 'a>(run: &'r mut V2Run<'a>, index: usize) -> Slot<'r, 'a> {
+fn slot<'r, 'a>(run: &'r mut V2Run<'a>, index: usize) -> Option<Slot<'r, 'a>> {
     use Slot::{Integer, Status, Text};
-    match index {
+    Some(match index {
         0 => Text(&mut run.slug),
         1 => Text(&mut run.scraper_slug),
         2 => Text(&mut run.scraper_title),
@@ -211,8 +238,9 @@ fn slot<'r, 'a>(run: &'r mut V2Run<'a>, index: usize) -> Slot<'r, 'a> {
         9 => Integer(&mut run.started_at),
         10 => Integer(&mut run.finished_at),
         11 => Integer(&mut run.duration),
-        _ => Text(&mut run.err_msg),
-    }
+        12 => Text(&mut run.err_msg),
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
@@ -262,6 +290,65 @@ mod tests {
         assert_eq!(read.run.usage.or_default(), "0.0150");
         assert!(matches!(read.run.slug.0, Some(Cow::Borrowed(_))));
         assert!(agrees(SAMPLE.as_bytes()).unwrap());
+    }
+
+    #[test]
+    fn each_key_fills_its_own_field() {
+        // Every field, each with a value no other has, in V2's order (each
+        // found by its index) and reversed (each looked up by name).
+        let members = [
+            r#""slug":"s1""#,
+            r#""scraper_slug":"s2""#,
+            r#""scraper_title":"s3""#,
+            r#""version":"s4""#,
+            r#""status":"s5""#,
+            r#""results":11"#,
+            r#""usage":"s6""#,
+            r#""traffic":12"#,
+            r#""origin":"s7""#,
+            r#""started_at":13"#,
+            r#""finished_at":14"#,
+            r#""duration":15"#,
+            r#""err_msg":"s8""#,
+        ];
+        assert_eq!(members.len(), RUN_KEYS.len());
+        let body = |m: &[&str]| format!(r#"{{"code":0,"data":{{{}}}}}"#, m.join(","));
+        let in_order = body(&members);
+        let reversed: Vec<&str> = members.iter().rev().copied().collect();
+        for case in [in_order, body(&reversed)] {
+            assert!(agrees(case.as_bytes()).unwrap(), "{case}");
+            let run = run_answer(case.as_bytes()).unwrap().run;
+            assert_eq!(run.duration, IntLike(Some(15)));
+            assert_eq!(run.err_msg.or_default(), "s8");
+        }
+    }
+
+    #[test]
+    fn short_integers_are_read_as_found_and_others_left() {
+        let read = |t: &str| short_integer(t.as_bytes(), 0);
+        assert_eq!(read("0,"), Some((0, 1)));
+        assert_eq!(read("-7}"), Some((-7, 2)));
+        assert_eq!(
+            read("999999999999999999"),
+            Some((999_999_999_999_999_999, 18))
+        );
+        assert_eq!(
+            read("-999999999999999999 "),
+            Some((-999_999_999_999_999_999, 19))
+        );
+        for other in [
+            "1234567890123456789",
+            "01",
+            "-0",
+            "-",
+            "1.5",
+            "1e3",
+            "2E1",
+            "-x",
+            "",
+        ] {
+            assert_eq!(read(other), None, "{other}");
+        }
     }
 
     #[test]
