@@ -136,7 +136,7 @@ fn main() -> ExitCode {
             telemetry::init_logging("text", "warn");
             exit_code(
                 "replay",
-                runtime().block_on(cli::replay_command(*args, cfg)),
+                runtime_with(cfg.runtime.threads).block_on(cli::replay_command(*args, cfg)),
             )
         }
         Command::Report(args) => {

@@ -66,8 +66,9 @@ pub enum BodyError {
 pub struct RawV1Request<B> {
     /// The id the server's front settled on (the client's `x-request-id`
     /// if usable, else a new one), already checked, and already in the
-    /// request's span with the operation; `None` when no front ran, and admission finds or makes one itself and records
-    /// both into the current span.
+    /// request's span with the operation; `None` when no front ran, and
+    /// admission finds or makes one itself and records both into the
+    /// current span.
     pub request_id: Option<HeaderValue>,
     pub method: Method,
     /// `/api/v1/run/detail`, `/api/store`, … (no query).
@@ -506,7 +507,7 @@ fn dispatch_counting<'a>(
 /// echoes: the one the server's front settled on, else the client's if
 /// usable, else a new ULID.
 fn request_ident(settled: Option<HeaderValue>, headers: &HeaderMap) -> (Arc<str>, HeaderValue) {
-    // The layers checked it already (printable ASCII): it is UTF-8.
+    // The front checked it already (printable ASCII): it is UTF-8.
     if let Some(value) = settled {
         if let Ok(text) = std::str::from_utf8(value.as_bytes()) {
             return (Arc::from(text), value);

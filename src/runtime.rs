@@ -6,8 +6,9 @@
 //! multi-threaded one, with one worker, does the same work with more
 //! synchronisation around it. On a 2-core machine, with the gateway pinned
 //! to one CPU, a translated run detail cost 14.9 µs of CPU with the
-//! single-threaded runtime against 16.8 µs with the multi-threaded one
-//! (`deploy/bench/RESULTS.md`).
+//! single-threaded runtime against 17.0 µs with the multi-threaded one
+//! (`deploy/bench/RESULTS.md`, "One front in place of four layers, a
+//! single-threaded runtime on one CPU").
 
 use std::num::NonZeroUsize;
 
@@ -19,17 +20,19 @@ pub const MAX_THREADS: usize = 1024;
 pub enum Kind {
     /// Everything on the thread that starts it.
     SingleThreaded,
-    /// This many worker threads.
-    MultiThreaded(usize),
+    /// This many worker threads; `None` for tokio's own choice, one per
+    /// CPU the process may use unless `TOKIO_WORKER_THREADS` says otherwise.
+    MultiThreaded(Option<usize>),
 }
 
-/// The runtime `threads` asks for (0: one thread per CPU of `cpus`).
+/// The runtime `threads` asks for on `cpus` CPUs (0: single-threaded on
+/// one CPU, tokio's choice of workers on more).
 pub fn kind(threads: usize, cpus: NonZeroUsize) -> Kind {
     match threads {
         0 if cpus.get() == 1 => Kind::SingleThreaded,
-        0 => Kind::MultiThreaded(cpus.get()),
+        0 => Kind::MultiThreaded(None),
         1 => Kind::SingleThreaded,
-        n => Kind::MultiThreaded(n),
+        n => Kind::MultiThreaded(Some(n)),
     }
 }
 
@@ -45,7 +48,9 @@ pub fn build(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
         Kind::SingleThreaded => tokio::runtime::Builder::new_current_thread(),
         Kind::MultiThreaded(workers) => {
             let mut builder = tokio::runtime::Builder::new_multi_thread();
-            builder.worker_threads(workers);
+            if let Some(workers) = workers {
+                builder.worker_threads(workers);
+            }
             builder
         }
     };
@@ -64,8 +69,8 @@ mod tests {
     fn one_cpu_or_one_thread_is_single_threaded() {
         assert_eq!(kind(0, cpus(1)), Kind::SingleThreaded);
         assert_eq!(kind(1, cpus(8)), Kind::SingleThreaded);
-        assert_eq!(kind(0, cpus(4)), Kind::MultiThreaded(4));
-        assert_eq!(kind(3, cpus(1)), Kind::MultiThreaded(3));
+        assert_eq!(kind(0, cpus(4)), Kind::MultiThreaded(None));
+        assert_eq!(kind(3, cpus(1)), Kind::MultiThreaded(Some(3)));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! HTTP in and out: the public listener and its front ([`front`]: keys
+//! HTTP in and out: the public listener and its front (`front`: keys
 //! marked sensitive, the request id, the span, a panic's answer) before the
 //! [`pipeline`](crate::pipeline). It reads a V1 request off the socket, hands
 //! it to the pipeline (or to the shadow mirror wrapped around it) and writes
@@ -78,14 +78,15 @@ pub async fn serve_public(
     };
     let state = Arc::new(Public { pipeline, shadow });
     // In front of every request: keys marked sensitive, its id settled, its
-    // span, a panic answered with a 500 envelope ([`front`]).
+    // span, a panic answered with a 500 envelope (`front`).
     let service = tower::service_fn(move |req| handle_v1(&state, req));
     conn::serve(listener, service, listener_conf, drain).await
 }
 
-/// HTTP in, HTTP out: the front ([`front`]) first, then the pipeline (or
-/// the mirror around it) does the rest. The answer is on the heap: the connection layer holds (and moves) a
-/// pointer, not the request's whole future, which is over a kilobyte.
+/// HTTP in, HTTP out: the front (`front`) first, then the pipeline (or the
+/// mirror around it) does the rest. The answer is on the heap: the
+/// connection layer holds (and moves) a pointer, not the request's whole
+/// future, which is over a kilobyte.
 fn handle_v1(
     state: &Arc<Public>,
     mut req: Request<Incoming>,
@@ -118,8 +119,15 @@ fn route_v1(
     if let Some(relay) = gateway.callbacks() {
         if crate::callbacks::token_of(req.uri().path()).is_some() {
             let relay = relay.clone();
-            let relayed: Detour =
-                Box::pin(async move { relay.receive(req).await.map(AnswerBody::from) });
+            let relayed: Detour = Box::pin(async move {
+                let answer = relay.receive(req).await;
+                // The relay counts its outcomes; this is their log line.
+                tracing::debug!(
+                    status = answer.status().as_u16(),
+                    "callback request answered"
+                );
+                answer.map(AnswerBody::from)
+            });
             return Either::Left(relayed);
         }
     }

@@ -36,8 +36,9 @@ pub struct RawConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct RuntimeSection {
     /// Threads that serve requests: 0 for one per CPU the process may use
-    /// (its CPU affinity and cgroup quota), a single-threaded runtime when
-    /// that is one CPU; 1 for a single-threaded runtime; more for that many.
+    /// (its CPU affinity and cgroup quota; `TOKIO_WORKER_THREADS` if set),
+    /// a single-threaded runtime when that is one CPU; 1 for a
+    /// single-threaded runtime; more for that many.
     pub threads: usize,
 }
 

@@ -122,7 +122,7 @@ pub async fn handle_counting(
     // Each operation's future is boxed on its own: awaited in place, the
     // largest of them (a fan-out) would set the size of every request's
     // future, and that size is copied each time the request future moves
-    // (into the connection's task, through the service layers).
+    // (into the connection's task, through the front and the pipeline).
     let data = match req.op {
         Operation::StoreSearch => raw_json(&boxed(catalog::store_search(&ex, &query)).await?)?,
         Operation::WorkerDetail => raw_json(&boxed(catalog::worker_detail(&ex, &query)).await?)?,

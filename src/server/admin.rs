@@ -53,9 +53,10 @@ pub async fn serve_admin(
         },
     };
     let prometheus = telemetry::prometheus();
-    // tower-http's layers, as on the public listener: keys never reach a log
-    // line, one span per request (its failure log off, as there), a panic is
-    // a 500 rather than a reset.
+    // tower-http's layers, doing here what the public listener's front does
+    // (`server::front`): keys never reach a log line, one span per request
+    // (its failure log off), a panic is a 500 rather than a reset. The
+    // admin port's few requests do not need the front's economy.
     let layers = ServiceBuilder::new()
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,

@@ -11,11 +11,11 @@
 //! 58.1 k). The layers allocated an extension map for the id the pipeline
 //! then took back out, hashed each sensitive name, read the clock for
 //! latencies only their debug lines used, and boxed each answer's body so
-//! a panic's answer could share its type. The access log line
-//! ([`crate::pipeline`]) is the request's record; the layers' debug lines
-//! ("started/finished processing request") are gone with them.
+//! a panic's answer could share its type. Their debug lines ("started /
+//! finished processing request") are gone with them: a V1 request's record
+//! is its access line ([`crate::pipeline`]), a callback's a debug line of
+//! its own (`server`), a panic's its error line here.
 
-use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -89,9 +89,9 @@ where
     };
     let inner = match routed {
         Ok(future) => Some(future),
-        Err(panic) => {
+        Err(_) => {
             let _entered = span.enter();
-            log_panic(&*panic);
+            log_panic();
             None
         }
     };
@@ -121,34 +121,31 @@ where
     type Output = Result<Response<AnswerBody>, std::convert::Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
+        let mut this = self.project();
         let _entered = this.span.enter();
-        let polled = match this.inner.as_pin_mut() {
-            // A future that panicked is never polled again: its answer is
-            // the one below, and hyper polls a finished future no more.
+        let polled = match this.inner.as_mut().as_pin_mut() {
             Some(inner) => std::panic::catch_unwind(AssertUnwindSafe(|| inner.poll(cx))),
             None => return Poll::Ready(Ok(panic_answer(this.pipeline))),
         };
         match polled {
             Ok(Poll::Ready(answer)) => Poll::Ready(Ok(answer)),
             Ok(Poll::Pending) => Poll::Pending,
-            Err(panic) => {
-                log_panic(&*panic);
+            Err(_) => {
+                // Dropped here: what it held is freed now, and it cannot be
+                // polled again whoever polls this future.
+                this.inner.set(None);
+                log_panic();
                 Poll::Ready(Ok(panic_answer(this.pipeline)))
             }
         }
     }
 }
 
-/// One error line for a panic, with its message when it has one (a panic
-/// message names code, never a request's key or body).
-fn log_panic(panic: &(dyn Any + Send)) {
-    let message = panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)");
-    tracing::error!(panic = message, "operation panicked");
+/// One error line for a panic, in the request's span. Not its message: a
+/// panic's message can quote the value it failed on (a slice of a body, a
+/// header), and keys never reach a log line.
+fn log_panic() {
+    tracing::error!("operation panicked");
 }
 
 fn panic_answer(pipeline: &Pipeline) -> Response<AnswerBody> {

@@ -231,6 +231,52 @@ async fn serve_logs_one_access_line_per_request_and_one_line_per_failure() {
     assert!(messages[drain..].contains(&"drained; stopped"), "{log}");
 }
 
+/// `runtime.threads = 1`: the single-threaded runtime serves, and says so
+/// at start-up; a request's access line is written inside its span, which
+/// carries the settled request id and the operation.
+#[tokio::test]
+async fn serve_on_one_thread_answers_inside_the_request_span() {
+    let v2 = MockV2::start(|_| Reply::ok(json!({"slug": "R1", "status": "running"}))).await;
+    let mut served = Served::start_with(
+        &format!(
+            "[listen]\npublic = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[upstream]\nbase_url = \"{}\"\n[log]\nformat = \"json\"\nlevel = \"info\"\n",
+            v2.url()
+        ),
+        &[("V1COMPAT_RUNTIME__THREADS", "1")],
+    );
+    let started: Value =
+        serde_json::from_str(&served.line_with("v1compat listening").await).unwrap();
+    assert_eq!(started["threads"], 1, "{started}");
+    let public = addr(&started, "public");
+    let mut ids = Vec::new();
+    for sent_id in [None, Some("client-id-7")] {
+        let mut headers = vec![("content-type", "application/json"), ("api-key", KEY)];
+        headers.extend(sent_id.map(|id| ("x-request-id", id)));
+        let body = bytes::Bytes::from_static(b"{\"run_slug\":\"R1\"}");
+        let (status, answer, _) =
+            send(public, "POST", "/api/v1/run/detail", &headers, Some(body)).await;
+        assert_eq!(status, 200);
+        let id = answer["x-request-id"].to_str().unwrap().to_owned();
+        if let Some(sent) = sent_id {
+            assert_eq!(id, sent);
+        }
+        ids.push(id);
+    }
+    let (code, log) = served.stop();
+    assert_eq!(code, Some(0), "{log}");
+    let events = events(&log);
+    for id in &ids {
+        let line = events
+            .iter()
+            .find(|e| e["target"] == "v1compat::access" && e["request_id"] == id.as_str())
+            .unwrap_or_else(|| panic!("no access line for {id}:\n{log}"));
+        assert_eq!(line["span"]["name"], "request", "{line}");
+        assert_eq!(line["span"]["request_id"], id.as_str(), "{line}");
+        assert_eq!(line["span"]["operation"], "run_detail", "{line}");
+        assert_eq!(line["span"]["path"], "/api/v1/run/detail", "{line}");
+    }
+}
+
 /// `log.access = false`: answered and refused requests are quiet; a failure
 /// still gets its one line.
 #[tokio::test]

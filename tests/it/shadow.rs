@@ -20,7 +20,7 @@ use v1compat::shadow::replay::{replay, ReplayOptions, ReplayStats, TranslatedSid
 use v1compat::shadow::report::{quantile, Report};
 use v1compat::upstream::HttpUpstream;
 
-use crate::support::{local_metrics, metric, send, send_json, TestGateway};
+use crate::support::{local_metrics, metric, send, send_json, MockV2, Reply, TestGateway};
 
 const GOOGLE_MAPS: &str = "01KBHMS6A8H6A3K5FJY11MQ99Z";
 const AMAZON: &str = "coreclaw/amazon-product-by-asin";
@@ -409,6 +409,47 @@ async fn account_info(gw: &TestGateway, key: &str) {
 
 // The live mirror. Each test runs on a current-thread runtime with its own
 // metrics recorder, and waits on `Mirror::flush` for its copies to finish.
+
+/// The copy sent to legacy carries the id the client was answered with:
+/// its own when usable, else the one the gateway made for the request.
+#[tokio::test(flavor = "current_thread")]
+async fn mirror_sends_legacy_the_request_id_the_client_sees() {
+    let w = World::start().await;
+    let legacy = MockV2::start(|_| Reply::ok(json!({}))).await;
+    let gw = gateway(
+        &w,
+        &format!(
+            "[shadow]\nenabled = true\nlegacy_base_url = \"{}\"\n",
+            legacy.url()
+        ),
+    )
+    .await;
+    let key = w.key().to_owned();
+    let mut answered = Vec::new();
+    for sent in [None, Some("client-id-9"), Some("not usable")] {
+        let mut headers = vec![
+            ("api-key", key.as_str()),
+            ("content-type", "application/json"),
+        ];
+        headers.extend(sent.map(|id| ("x-request-id", id)));
+        let body = Some(bytes::Bytes::from_static(b"{}"));
+        let (status, answer, _) =
+            send(gw.addr, "POST", "/api/v1/account/info", &headers, body).await;
+        assert_eq!(status, 200);
+        answered.push(answer["x-request-id"].to_str().unwrap().to_owned());
+    }
+    assert_eq!(answered[1], "client-id-9");
+    assert_ne!(answered[2], "not usable");
+    legacy.arrived(3).await;
+    let mut forwarded: Vec<String> = legacy
+        .seen()
+        .iter()
+        .map(|s| s.header("x-request-id").unwrap_or_default().to_owned())
+        .collect();
+    forwarded.sort();
+    answered.sort();
+    assert_eq!(forwarded, answered);
+}
 
 /// Legacy down: copies fail fast, in-flight copies never exceed the cap,
 /// and every copy ends counted as failed or dropped.
