@@ -154,7 +154,8 @@ pub struct Admitted {
     pub op: Operation,
     /// Shared with the operation (and a shadow copy) rather than copied.
     pub request_id: Arc<str>,
-    /// The same id as the header value the answer echoes.
+    /// The same id as the header value the answer echoes (and a shadow
+    /// copy carries).
     id_header: HeaderValue,
     pub method: Method,
     pub path: String,
@@ -193,6 +194,11 @@ impl Admitted {
             key: self.key.take(),
             request_id: Arc::clone(&self.request_id),
         }
+    }
+
+    /// The request's id as a header value.
+    pub fn id_header(&self) -> &HeaderValue {
+        &self.id_header
     }
 
     /// When the request arrived.
@@ -432,12 +438,8 @@ impl Pipeline {
     /// An answer that came from elsewhere (the legacy service, with
     /// `shadow.primary = "legacy"`), relayed as it came and counted.
     pub fn relay(&self, req: Admitted, status: StatusCode, body: Bytes) -> V1Response {
-        let name = req.op.name();
-        metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status_label(status))
-            .increment(1);
         let elapsed = req.started.elapsed();
-        metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name)
-            .record(elapsed.as_secs_f64());
+        record_answer(self.metrics(), Some(req.op), status, elapsed, None);
         let outcome = access::Outcome {
             status,
             code: None,
@@ -507,18 +509,10 @@ fn dispatch_counting<'a>(
 /// echoes: the one the server's front settled on, else the client's if
 /// usable, else a new ULID.
 fn request_ident(settled: Option<HeaderValue>, headers: &HeaderMap) -> (Arc<str>, HeaderValue) {
-    // The front checked it already (printable ASCII): it is UTF-8.
-    if let Some(value) = settled {
-        if let Ok(text) = std::str::from_utf8(value.as_bytes()) {
-            return (Arc::from(text), value);
-        }
-    }
-    if let Some(id) = request_id_of(headers) {
-        if let Some(value) = headers.get(&REQUEST_ID) {
-            return (Arc::from(id), value.clone());
-        }
-    }
-    let value = new_request_id();
+    let value = settled
+        .or_else(|| request_id_of(headers).cloned())
+        .unwrap_or_else(new_request_id);
+    // Printable ASCII, a usable id or a ULID: it is text.
     (Arc::from(value.to_str().unwrap_or_default()), value)
 }
 
@@ -530,15 +524,19 @@ pub(crate) fn new_request_id() -> HeaderValue {
         .unwrap_or(HeaderValue::from_static(""))
 }
 
-/// A client-sent id, kept only if it is short and printable; otherwise it
+/// The client's `x-request-id`, if usable ([`usable_request_id`]).
+pub fn request_id_of(headers: &HeaderMap) -> Option<&HeaderValue> {
+    headers.get(&REQUEST_ID).filter(|v| usable_request_id(v))
+}
+
+/// A client-sent id is kept only if it is short and printable; otherwise it
 /// is replaced, so it cannot smuggle anything into logs or upstream headers.
-pub fn request_id_of(headers: &HeaderMap) -> Option<&str> {
-    let v = headers.get(&REQUEST_ID)?.to_str().ok()?;
-    let ok = !v.is_empty()
+pub(crate) fn usable_request_id(value: &HeaderValue) -> bool {
+    let v = value.as_bytes();
+    !v.is_empty()
         && v.len() <= 128
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'));
-    ok.then_some(v)
+        && v.iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
 }
 
 /// The client's key from `api-key` or `Authorization: Bearer`. A header that
@@ -621,26 +619,42 @@ fn finish(
         }
     };
     response.headers.insert(REQUEST_ID, id_header.clone());
-    // The series every answered request touches come from handles resolved
-    // once; the rarer ones (another status, an unknown route) by label.
-    let elapsed = elapsed.as_secs_f64();
-    let handles = cx.op.map(|op| metrics.operation(op));
+    record_answer(metrics, cx.op, response.status, elapsed, Some(calls));
+    response
+}
+
+/// Counts one answered request: by status, its duration and, for a
+/// translated one, its V2 calls (`calls`); and towards the next drain of
+/// histogram samples ([`telemetry::count_request`]). The series every
+/// answered request touches come from handles resolved once; the rarer ones
+/// (another status, an unknown route) by label.
+fn record_answer(
+    metrics: &RequestMetrics,
+    op: Option<Operation>,
+    status: StatusCode,
+    elapsed: Duration,
+    calls: Option<u32>,
+) {
+    let name = op.map_or("unknown", Operation::name);
+    let handles = op.map(|op| metrics.operation(op));
     match handles {
-        Some(op) if response.status == StatusCode::OK => op.answered_ok.increment(1),
-        _ => metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status_label(response.status))
+        Some(op) if status == StatusCode::OK => op.answered_ok.increment(1),
+        _ => metrics::counter!(telemetry::REQUESTS, "operation" => name, "status" => status_label(status))
             .increment(1),
     }
+    let elapsed = elapsed.as_secs_f64();
     match handles {
         Some(op) => {
             op.duration.record(elapsed);
-            op.upstream_calls.record(f64::from(calls));
+            if let Some(calls) = calls {
+                op.upstream_calls.record(f64::from(calls));
+            }
         }
         None => {
             metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name).record(elapsed)
         }
     }
     telemetry::count_request();
-    response
 }
 
 /// A count as a header value; the usual ones are made once, not formatted

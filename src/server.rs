@@ -22,7 +22,7 @@ use crate::answer::{AnswerBody, AnswerBytes};
 use crate::conn::{self, BodyReader, Drain};
 use crate::dialect::Dialect;
 use crate::error::GatewayError;
-use crate::pipeline::{self, BodyError, Pipeline, RawV1Request, V1Response, REQUEST_ID};
+use crate::pipeline::{self, BodyError, Pipeline, RawV1Request, V1Response};
 use crate::shadow::Mirror;
 
 pub mod admin;
@@ -92,11 +92,9 @@ fn handle_v1(
     mut req: Request<Incoming>,
 ) -> Pin<Box<front::Guarded<impl Future<Output = Response<AnswerBody>> + Send>>> {
     front::mark_sensitive(req.headers_mut());
-    let (request_id, new_id) = front::settle_request_id(req.headers_mut());
+    let request_id = front::settle_request_id(req.headers_mut());
     let span = front::span_of(&req, &request_id);
-    front::guarded(span, &state.pipeline, || {
-        route_v1(state, req, request_id, new_id)
-    })
+    front::guarded(span, &state.pipeline, || route_v1(state, req, request_id))
 }
 
 /// The ways other than the pipeline's alone (the callback relay, the
@@ -112,7 +110,6 @@ fn route_v1(
     state: &Arc<Public>,
     req: Request<Incoming>,
     request_id: HeaderValue,
-    new_id: bool,
 ) -> impl Future<Output = Response<AnswerBody>> + Send {
     // Callback relay: V2's callbacks arrive on the public listener.
     let gateway = state.pipeline.gateway();
@@ -135,7 +132,7 @@ fn route_v1(
     let config = &gateway.config;
     let limit = config.limits.max_body_bytes;
     let reader = BodyReader::new(&parts, &body, limit, &config.connections);
-    let mut raw = RawV1Request {
+    let raw = RawV1Request {
         request_id: Some(request_id),
         method: parts.method,
         path: parts.uri.path().to_owned(),
@@ -148,10 +145,6 @@ fn route_v1(
     let pipeline = state.pipeline.clone();
     match state.shadow.clone() {
         Some(mirror) => {
-            // The copy sent to legacy carries the id the client sees.
-            if let (true, Some(id)) = (new_id, raw.request_id.clone()) {
-                raw.headers.insert(REQUEST_ID, id);
-            }
             let mirrored: Detour =
                 Box::pin(async move { to_http(mirror.answer(&pipeline, raw).await) });
             Either::Left(mirrored)

@@ -93,7 +93,7 @@ pub fn prometheus() -> Option<PrometheusHandle> {
 /// leaves a few samples waiting in memory (about 24 bytes).
 static SINCE_DRAIN: AtomicU32 = AtomicU32::new(0);
 
-/// Counts one answered request towards the next drain (see [`spawn_upkeep`]).
+/// Counts one answered request towards the next drain (see `Upkeep`).
 #[inline]
 pub fn count_request() {
     SINCE_DRAIN.fetch_add(1, Ordering::Relaxed);
@@ -103,18 +103,44 @@ pub fn count_request() {
 const LOOK_EVERY: Duration = Duration::from_millis(250);
 
 /// The samples are drained once this many requests have left theirs (about
-/// 240 KB), or every [`LOOK_EVERY`] × [`DRAIN_AT_LEAST_EVERY`] whatever the
-/// load. Drained only every 5 s, the samples of 40,000 requests a second
-/// were about 5 MB of the gateway's peak memory; a drain has a cost of its
-/// own (each series' name is formatted), so an idle or quiet gateway keeps
-/// the 5 s.
+/// 240 KB). Drained only every 5 s, the samples of 40,000 requests a second
+/// were about 5 MB of the gateway's peak memory.
 const DRAIN_AFTER: u32 = 10_000;
+
+/// Looks after which the samples are drained whatever the load: 5 s. A
+/// drain has a cost of its own (each series' name is formatted), so an idle
+/// or quiet gateway drains no more often than this.
 const DRAIN_AT_LEAST_EVERY: u32 = 20;
 
-/// How often the process metrics (`process_cpu_seconds_total`,
-/// `process_resident_memory_bytes`, `process_open_fds`, …) are read, in
-/// looks: every 5 s.
+/// Looks between two readings of the process metrics
+/// (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
+/// `process_open_fds`, …): 5 s, whatever the drains.
 const PROCESS_EVERY: u32 = 20;
+
+/// What the upkeep thread does at each look: drain the histogram samples
+/// (by load, or because [`DRAIN_AT_LEAST_EVERY`] looks passed without a
+/// drain) and read the process metrics (every [`PROCESS_EVERY`] looks). The
+/// two keep their own counts: a drain by load does not move the process
+/// metrics' cadence.
+#[derive(Default)]
+struct Upkeep {
+    looks: u32,
+    looks_since_drain: u32,
+}
+
+impl Upkeep {
+    /// One look, with `waiting` requests counted since the last drain:
+    /// whether to drain now, and whether to read the process metrics.
+    fn look(&mut self, waiting: u32) -> (bool, bool) {
+        self.looks = (self.looks + 1) % PROCESS_EVERY;
+        self.looks_since_drain += 1;
+        let drain = self.looks_since_drain >= DRAIN_AT_LEAST_EVERY || waiting >= DRAIN_AFTER;
+        if drain {
+            self.looks_since_drain = 0;
+        }
+        (drain, self.looks == 0)
+    }
+}
 
 /// The recorder keeps every histogram sample (three per request) until they are
 /// drained into buckets, which only a scrape of `/metrics` or an upkeep does:
@@ -123,24 +149,23 @@ const PROCESS_EVERY: u32 = 20;
 /// thread, so it runs whichever runtime (or none) first asked for the recorder.
 ///
 /// The same thread reads the process metrics, so a scrape never waits on
-/// `/proc` and they are at most 5 s old.
+/// `/proc` and they are at most [`PROCESS_EVERY`] looks old.
 fn spawn_upkeep(handle: PrometheusHandle, process: metrics_process::Collector) {
     let spawned = std::thread::Builder::new()
         .name("metrics-upkeep".into())
         .spawn(move || {
-            let (mut looks, mut looks_since_drain) = (0u32, 0u32);
+            let mut upkeep = Upkeep::default();
             loop {
                 std::thread::sleep(LOOK_EVERY);
-                looks = (looks + 1) % PROCESS_EVERY;
-                looks_since_drain += 1;
-                if looks_since_drain >= DRAIN_AT_LEAST_EVERY
-                    || SINCE_DRAIN.load(Ordering::Relaxed) >= DRAIN_AFTER
-                {
-                    SINCE_DRAIN.store(0, Ordering::Relaxed);
-                    looks_since_drain = 0;
+                let waiting = SINCE_DRAIN.load(Ordering::Relaxed);
+                let (drain, read_process) = upkeep.look(waiting);
+                if drain {
+                    // What was looked at, taken off: a request counted
+                    // since then counts towards the next drain.
+                    SINCE_DRAIN.fetch_sub(waiting, Ordering::Relaxed);
                     handle.run_upkeep();
                 }
-                if looks == 0 {
+                if read_process {
                     process.collect();
                 }
             }
@@ -238,4 +263,45 @@ pub fn init_logging(format: &str, level: &str) {
 /// when `NO_COLOR` is set (<https://no-color.org>).
 fn colour(terminal: bool) -> bool {
     terminal && std::env::var_os("NO_COLOR").map_or(true, |v| v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The looks (1-based) at which `upkeep` drains and reads the process
+    /// metrics over `n` looks, with `waiting(look)` requests waiting.
+    fn run(n: u32, waiting: impl Fn(u32) -> u32) -> (Vec<u32>, Vec<u32>) {
+        let mut upkeep = Upkeep::default();
+        let (mut drains, mut reads) = (Vec::new(), Vec::new());
+        for look in 1..=n {
+            let (drain, read) = upkeep.look(waiting(look));
+            drain.then(|| drains.push(look));
+            read.then(|| reads.push(look));
+        }
+        (drains, reads)
+    }
+
+    #[test]
+    fn a_quiet_gateway_drains_and_reads_every_five_seconds() {
+        assert_eq!(run(60, |_| 0), (vec![20, 40, 60], vec![20, 40, 60]));
+        assert_eq!(
+            run(60, |_| DRAIN_AFTER - 1),
+            (vec![20, 40, 60], vec![20, 40, 60])
+        );
+    }
+
+    #[test]
+    fn a_busy_gateway_drains_by_load_and_reads_as_before() {
+        // Busy from look 5 to look 7: a drain at each, and the next drain
+        // without load 5 s after the last one.
+        let busy = |look| {
+            if (5..=7).contains(&look) {
+                DRAIN_AFTER
+            } else {
+                0
+            }
+        };
+        assert_eq!(run(40, busy), (vec![5, 6, 7, 27], vec![20, 40]));
+    }
 }

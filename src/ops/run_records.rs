@@ -463,7 +463,7 @@ mod tests {
             // Texts known plain are copied as they are, to the same bytes
             // when they are (the origin, which may be a configured name, is
             // looked at either way).
-            let needs_escape = |t: &str| t.bytes().any(|c| c < 0x20 || c == b'"' || c == b'\\');
+            let needs_escape = |t: &str| crate::json_escape::first_special(t.as_bytes()).is_some();
             if s.iter().enumerate().all(|(i, t)| i == 5 || !needs_escape(t)) {
                 let mut plain = Vec::new();
                 run.write_json(&mut plain, Texts::Plain);

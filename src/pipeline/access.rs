@@ -39,8 +39,9 @@ pub(super) struct Outcome<'a> {
     pub upstream_calls: u32,
     pub v2_request_id: Option<&'a str>,
     pub error: Option<(&'a GatewayError, &'a Rendered)>,
-    /// From the request's arrival to its answer, read once for this line
-    /// and the request's metrics.
+    /// From the request's arrival until its outcome was known, just before
+    /// the answer is rendered: read once, for this line and the request's
+    /// metrics.
     pub elapsed: Duration,
 }
 

@@ -27,7 +27,7 @@ use tracing::Span;
 
 use crate::answer::AnswerBody;
 use crate::error::GatewayError;
-use crate::pipeline::{self, request_id_of, Pipeline, API_KEY, REQUEST_ID};
+use crate::pipeline::{self, usable_request_id, Pipeline, API_KEY, REQUEST_ID};
 use crate::route::{self, Operation};
 
 /// Marks the headers a key can travel in as sensitive, so that no log line
@@ -43,20 +43,17 @@ pub(super) fn mark_sensitive(headers: &mut HeaderMap) {
 }
 
 /// The request's id: the client's `x-request-id` if usable (see
-/// [`request_id_of`]), else a new ULID. An unusable client id is removed
-/// from `headers`, so that nothing downstream can pick it up. Also says
-/// whether the id is new (and so not in `headers`).
-pub(super) fn settle_request_id(headers: &mut HeaderMap) -> (HeaderValue, bool) {
-    if request_id_of(headers).is_some() {
-        if let Some(id) = headers.get(&REQUEST_ID) {
-            return (id.clone(), false);
+/// [`usable_request_id`]), else a new ULID. An unusable client id is
+/// removed from `headers`, so that nothing downstream can pick it up.
+pub(super) fn settle_request_id(headers: &mut HeaderMap) -> HeaderValue {
+    match headers.get(&REQUEST_ID) {
+        Some(id) if usable_request_id(id) => id.clone(),
+        Some(_) => {
+            headers.remove(&REQUEST_ID);
+            pipeline::new_request_id()
         }
+        None => pipeline::new_request_id(),
     }
-    // Only looked up again when there is something to remove.
-    if headers.contains_key(&REQUEST_ID) {
-        headers.remove(&REQUEST_ID);
-    }
-    (pipeline::new_request_id(), true)
 }
 
 /// The request's span. The path is logged without its query, and a
@@ -193,19 +190,19 @@ mod tests {
         let mut kept = headers(&[("x-request-id", "client-id-1")]);
         assert_eq!(
             settle_request_id(&mut kept),
-            (HeaderValue::from_static("client-id-1"), false)
+            HeaderValue::from_static("client-id-1")
         );
         assert_eq!(kept.get(&REQUEST_ID).unwrap(), "client-id-1");
 
         for bad in ["has space", "semi;colon", &"x".repeat(129)] {
             let mut map = headers(&[("x-request-id", bad)]);
-            let (id, new) = settle_request_id(&mut map);
-            assert!(new);
+            let id = settle_request_id(&mut map);
+            assert_ne!(id, bad);
             assert_eq!(id.len(), ulid::ULID_LEN, "{bad}");
             assert!(map.get(&REQUEST_ID).is_none(), "{bad} left in the request");
         }
-        let (id, new) = settle_request_id(&mut HeaderMap::new());
-        assert!(new && id.len() == ulid::ULID_LEN);
+        let id = settle_request_id(&mut HeaderMap::new());
+        assert!(id.len() == ulid::ULID_LEN);
     }
 
     fn pipeline() -> Arc<Pipeline> {

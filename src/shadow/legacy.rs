@@ -21,8 +21,10 @@ use crate::upstream::{ProxyEnv, UpstreamFailure};
 /// Marks a request as a shadow copy; such requests are never mirrored again.
 pub const LOOP_GUARD: HeaderName = HeaderName::from_static("x-v1compat-shadow");
 
-/// Headers of the client's request that travel to legacy unchanged.
-const FORWARDED: [&str; 4] = ["api-key", "authorization", "content-type", "x-request-id"];
+/// Headers of the client's request that travel to legacy unchanged (the
+/// request's id travels too, as the gateway settled it: see `call_of` in
+/// the mirror).
+const FORWARDED: [&str; 3] = ["api-key", "authorization", "content-type"];
 
 /// A V1 request ready to send anywhere: to legacy, or to a gateway.
 #[derive(Debug, Clone)]

@@ -407,11 +407,15 @@ impl Mirror {
 /// The request as legacy gets it: method, path, query, the forwarded
 /// headers and the body.
 fn call_of(req: &Admitted) -> V1Call {
+    let mut headers = V1Call::forwarded_headers(&req.headers);
+    // The id the client is answered with, whether it sent it or the
+    // gateway made it, so that both sides' logs name the same request.
+    headers.insert(pipeline::REQUEST_ID, req.id_header().clone());
     V1Call {
         method: req.method.clone(),
         path: req.path.clone(),
         query: req.query.clone(),
-        headers: V1Call::forwarded_headers(&req.headers),
+        headers,
         body: req.body.clone(),
     }
 }

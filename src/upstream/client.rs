@@ -291,15 +291,18 @@ fn request_id_header(request_id: &str) -> Option<HeaderValue> {
 /// attempt again (about 200 instructions a header), where a copy does not.
 /// Each attempt has its own map, so the first hands its map to the
 /// connection rather than a copy kept for a retry that almost never comes.
+/// The key's header and its value come from one style, kept here.
 struct CallHeaders {
     without_body: HeaderMap,
     with_body: HeaderMap,
-    /// The header the key travels in.
+    style: AuthStyle,
+    /// The header the key travels in, made once from `style`.
     auth: HeaderName,
 }
 
 impl CallHeaders {
-    fn new(host: &HeaderValue, user_agent: &HeaderValue, auth_style: AuthStyle) -> CallHeaders {
+    fn new(host: &HeaderValue, user_agent: &HeaderValue, style: AuthStyle) -> CallHeaders {
+        let auth = auth_name(style);
         let map = |has_body: bool| {
             let mut headers = HeaderMap::with_capacity(6);
             // Set here, from the value made once, so that hyper does not
@@ -311,14 +314,20 @@ impl CallHeaders {
                 headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             }
             headers.insert(X_REQUEST_ID.clone(), HeaderValue::from_static(""));
-            headers.insert(auth_name(auth_style), HeaderValue::from_static(""));
+            headers.insert(auth.clone(), HeaderValue::from_static(""));
             headers
         };
         CallHeaders {
             without_body: map(false),
             with_body: map(true),
-            auth: auth_name(auth_style),
+            style,
+            auth,
         }
+    }
+
+    /// `key` as the value of its header, in the style these headers have.
+    fn key_value(&self, key: &ApiKey) -> Option<HeaderValue> {
+        auth_value(key, self.style)
     }
 
     /// The headers of one attempt of `parts`; a call without a usable
@@ -449,9 +458,7 @@ impl Inner {
             uri,
             has_body,
             request_id,
-            key: key
-                .as_ref()
-                .and_then(|key| auth_value(key, self.settings.auth_style)),
+            key: key.as_ref().and_then(|key| self.headers.key_value(key)),
             body,
             timeout: attempt_timeout.unwrap_or(self.settings.attempt_timeout),
             route,
@@ -753,19 +760,20 @@ mod tests {
         let key = ApiKey::new("k-123").unwrap();
         let ua = HeaderValue::from_static("ua");
         let host = HeaderValue::from_static("v2.example:8080");
-        let prepared = |has_body, request_id, style| Prepared {
+        let prepared = |headers: &CallHeaders, has_body, request_id| Prepared {
             method: Method::GET,
             uri: Uri::from_static("http://v2.example:8080/api/v2/store"),
             has_body,
             request_id: request_id_header(request_id),
-            key: auth_value(&key, style),
+            key: headers.key_value(&key),
             body: Bytes::new(),
             timeout: Duration::from_secs(1),
             route: "/api/v2/store",
         };
         // The headers of a call prepared, and sent, in one key style.
         let call_headers = |has_body, request_id, style| {
-            CallHeaders::new(&host, &ua, style).of(&prepared(has_body, request_id, style))
+            let headers = CallHeaders::new(&host, &ua, style);
+            headers.of(&prepared(&headers, has_body, request_id))
         };
         let h = call_headers(false, "req-1", AuthStyle::Bearer);
         let names: Vec<_> = h.keys().map(HeaderName::as_str).collect();
@@ -803,9 +811,10 @@ mod tests {
         // Without a key, no key header, in either style; nothing is sent
         // with the empty value the headers are made with.
         for style in [AuthStyle::Bearer, AuthStyle::ApiKeyHeader] {
-            let mut keyless = prepared(true, "", style);
+            let headers = CallHeaders::new(&host, &ua, style);
+            let mut keyless = prepared(&headers, true, "");
             keyless.key = None;
-            let h = CallHeaders::new(&host, &ua, style).of(&keyless);
+            let h = headers.of(&keyless);
             assert!(h.get(AUTHORIZATION).is_none() && h.get("api-key").is_none());
             assert_eq!(h.len(), 4);
             assert!(h.values().all(|v| !v.is_empty()));

@@ -944,9 +944,10 @@ async fn public_operation_without_any_key_says_what_to_configure() {
 
 // 6. Request ids.
 
-/// An answer carries its own headers and none of the request's (a
-/// success's headers are written into the request's header map, cleared):
-/// no key, nothing else the client sent, on a success or a refusal.
+/// An answer carries its own headers and none of the request's (an
+/// answer's headers, a success's or an error's, are written into the
+/// request's header map, cleared): no key, nothing else the client sent,
+/// on a success or a refusal.
 #[tokio::test]
 async fn no_request_header_comes_back_in_the_answer() {
     let v2 = MockV2::start(run_detail_ok).await;

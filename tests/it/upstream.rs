@@ -186,15 +186,11 @@ async fn a_retried_attempt_carries_the_key_and_request_id_again() {
         assert_eq!(reply.attempts, 2);
         for attempt in 0..2 {
             let seen = server.seen.recv().await.unwrap();
-            let key = match style {
-                AuthStyle::Bearer => &seen.headers["authorization"],
-                AuthStyle::ApiKeyHeader => &seen.headers["api-key"],
+            let (name, expected) = match style {
+                AuthStyle::Bearer => ("authorization", "Bearer sk-retry-789"),
+                AuthStyle::ApiKeyHeader => ("api-key", "sk-retry-789"),
             };
-            let expected = match style {
-                AuthStyle::Bearer => "Bearer sk-retry-789",
-                AuthStyle::ApiKeyHeader => "sk-retry-789",
-            };
-            assert_eq!(key, expected, "attempt {attempt}, {style:?}");
+            assert_eq!(seen.headers[name], expected, "attempt {attempt}, {style:?}");
             assert_eq!(seen.headers["x-request-id"], "req-retry");
             assert_eq!(
                 seen.headers.len(),

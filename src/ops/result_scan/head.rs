@@ -18,7 +18,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use super::values::{byte, object, string, value, ws};
+use super::values::{byte, object, short_integer, string, value, ws};
 use super::At;
 use crate::ops::results::{V2Header, V2ResultPage};
 use crate::ops::wire::{IntLike, List, OrDefault, StrOnly};
@@ -142,31 +142,16 @@ impl<'a> HeadReader<'a> {
 }
 
 /// An `Option<i64>` as serde reads one from the JSON text `v`: null, or an
-/// integer of up to 18 digits (always in range); `None` for anything else,
-/// `-0` included (serde_json reads it as the float `-0.0`, which an `i64`
-/// refuses).
-pub(super) fn integer(v: &[u8]) -> Option<Option<i64>> {
+/// integer of up to 18 digits ([`short_integer`]); `None` for anything
+/// else, `-0` included (serde_json reads it as the float `-0.0`, which an
+/// `i64` refuses).
+fn integer(v: &[u8]) -> Option<Option<i64>> {
     if v == b"null" {
         return Some(None);
     }
-    let (negative, digits) = match v.strip_prefix(b"-") {
-        Some(digits) => (true, digits),
-        None => (false, v),
-    };
-    if digits.is_empty() || digits.len() > 18 {
-        return None;
-    }
-    let mut n: i64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        n = n * 10 + i64::from(d - b'0');
-    }
-    match (negative, n) {
-        (true, 0) => None,
-        (true, n) => Some(Some(-n)),
-        (false, n) => Some(Some(n)),
+    match short_integer(v, 0)? {
+        (n, end) if end == v.len() => Some(Some(n)),
+        _ => None,
     }
 }
 

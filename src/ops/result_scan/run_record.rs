@@ -16,10 +16,9 @@
 //! and skipped.
 
 use std::borrow::Cow;
-use std::cell::Cell;
 
 use super::head::HeadReader;
-use super::values::{literal, object, object_with, string, value, ws};
+use super::values::{literal, object, object_with, short_integer, string, value, ws};
 use super::ENVELOPE_KEYS;
 use crate::ops::run_records::{StatusField, V2Run};
 use crate::ops::wire::{IntLike, StrOrNum};
@@ -65,26 +64,29 @@ pub fn run_answer(body: &[u8]) -> Option<RunAnswer<'_>> {
     })
 }
 
-/// The record's fields V1 keeps, as V2 writes their keys (compact), in
-/// the order of V2's published run record (the sandbox's too). Another
-/// order costs a search of this list a key, not a wrong reading. [`slot`]
-/// names each one's field by its index here, which is also its bit in
+/// The record's fields V1 keeps: each one's key as V2 writes it (compact),
+/// and where it goes in the record. In the order of V2's published run
+/// record (the sandbox's too); another order costs a search of this list a
+/// key, not a wrong reading. A field's index here is its bit in
 /// [`record`]'s `seen`.
-const RUN_KEYS: [&[u8]; 13] = [
-    b"\"slug\":",
-    b"\"scraper_slug\":",
-    b"\"scraper_title\":",
-    b"\"version\":",
-    b"\"status\":",
-    b"\"results\":",
-    b"\"usage\":",
-    b"\"traffic\":",
-    b"\"origin\":",
-    b"\"started_at\":",
-    b"\"finished_at\":",
-    b"\"duration\":",
-    b"\"err_msg\":",
+const RUN_FIELDS: [(&[u8], FieldOf); 13] = [
+    (b"\"slug\":", |r| Slot::Text(&mut r.slug)),
+    (b"\"scraper_slug\":", |r| Slot::Text(&mut r.scraper_slug)),
+    (b"\"scraper_title\":", |r| Slot::Text(&mut r.scraper_title)),
+    (b"\"version\":", |r| Slot::Text(&mut r.version)),
+    (b"\"status\":", |r| Slot::Status(&mut r.status)),
+    (b"\"results\":", |r| Slot::Integer(&mut r.results)),
+    (b"\"usage\":", |r| Slot::Text(&mut r.usage)),
+    (b"\"traffic\":", |r| Slot::Integer(&mut r.traffic)),
+    (b"\"origin\":", |r| Slot::Text(&mut r.origin)),
+    (b"\"started_at\":", |r| Slot::Integer(&mut r.started_at)),
+    (b"\"finished_at\":", |r| Slot::Integer(&mut r.finished_at)),
+    (b"\"duration\":", |r| Slot::Integer(&mut r.duration)),
+    (b"\"err_msg\":", |r| Slot::Text(&mut r.err_msg)),
 ];
+
+/// A field of the record, reached from the record.
+type FieldOf = for<'r, 'a> fn(&'r mut V2Run<'a>) -> Slot<'r, 'a>;
 
 /// The run record at `i` of `text` (an object) and where it ends.
 fn record<'a>(text: &'a str, i: usize, stack: &mut Vec<u8>) -> Option<(V2Run<'a>, usize)> {
@@ -93,27 +95,25 @@ fn record<'a>(text: &'a str, i: usize, stack: &mut Vec<u8>) -> Option<(V2Run<'a>
     // One bit a field, to refuse one given twice as the derived reader does.
     let mut seen: u16 = 0;
     // V2 writes the fields in one order: the key after the last one found
-    // is tried first. Which one was found is kept for the member step, so
-    // its field is known without comparing the key again.
+    // is tried first. A key found is known by its index from here on.
     let mut next = 0;
-    let found = Cell::new(None);
     let in_order = |i: usize| {
-        let here = |t: &&[u8]| b.get(i..i + t.len()) == Some(*t);
-        let at = match RUN_KEYS.get(next) {
-            Some(t) if here(t) => Some(next),
-            _ => RUN_KEYS.iter().position(here),
+        let here = |(t, _): &(&[u8], FieldOf)| b.get(i..i + t.len()) == Some(*t);
+        let at = match RUN_FIELDS.get(next) {
+            Some(f) if here(f) => next,
+            _ => RUN_FIELDS.iter().position(here)?,
         };
-        found.set(at);
-        let at = at?;
         next = at + 1;
-        let token = RUN_KEYS[at];
-        Some((&token[1..token.len() - 2], ws(b, i + token.len())))
+        Some((at, ws(b, i + RUN_FIELDS[at].0.len())))
     };
     let end = object_with(b, i, in_order, |at, key| {
         // A key not written as V2 writes it (spaced, say) is looked up.
-        let index = found
-            .take()
-            .or_else(|| RUN_KEYS.iter().position(|t| &t[1..t.len() - 2] == key));
+        let index = match key {
+            Ok(index) => Some(index),
+            Err(key) => RUN_FIELDS
+                .iter()
+                .position(|(t, _)| &t[1..t.len() - 2] == key),
+        };
         let Some(index) = index else {
             // A field V1 does not have: checked and skipped.
             return value(b, at, stack);
@@ -123,7 +123,7 @@ fn record<'a>(text: &'a str, i: usize, stack: &mut Vec<u8>) -> Option<(V2Run<'a>
         }
         seen |= 1 << index;
         let (v, end) = plain(text, at)?;
-        match slot(&mut run, index)? {
+        match (RUN_FIELDS[index].1)(&mut run) {
             Slot::Status(field) => *field = v.status(),
             Slot::Text(field) => *field = v.text()?,
             Slot::Integer(field) => *field = v.integer()?,
@@ -154,33 +154,6 @@ fn plain(text: &str, i: usize) -> Option<(Plain<'_>, usize)> {
             Some((Plain::Integer(n), end))
         }
         _ => None,
-    }
-}
-
-/// The integer at `i` (a minus sign, then one to 18 digits, no leading
-/// zero, not `-0`) and where it ends, read as it is found: the numbers
-/// [`head::integer`](super::head::integer) reads. `None` for any other
-/// number (a fraction, an exponent, more digits), which serde reads.
-fn short_integer(b: &[u8], i: usize) -> Option<(i64, usize)> {
-    let negative = b.get(i) == Some(&b'-');
-    let start = i + usize::from(negative);
-    let mut end = start;
-    let mut n: i64 = 0;
-    while let Some(d) = b.get(end).filter(|d| d.is_ascii_digit()) {
-        if end - start == 18 {
-            return None;
-        }
-        n = n * 10 + i64::from(d - b'0');
-        end += 1;
-    }
-    let leading_zero = end - start > 1 && b[start] == b'0';
-    if end == start || leading_zero || matches!(b.get(end), Some(b'.' | b'e' | b'E')) {
-        return None;
-    }
-    match (negative, n) {
-        (true, 0) => None,
-        (true, n) => Some((-n, end)),
-        (false, n) => Some((n, end)),
     }
 }
 
@@ -220,27 +193,6 @@ enum Slot<'r, 'a> {
     Status(&'r mut StatusField<'a>),
     Text(&'r mut StrOrNum<'a>),
     Integer(&'r mut IntLike),
-}
-
-/// The field of `run` whose key is `RUN_KEYS[index]`.
-fn slot<'r, 'a>(run: &'r mut V2Run<'a>, index: usize) -> Option<Slot<'r, 'a>> {
-    use Slot::{Integer, Status, Text};
-    Some(match index {
-        0 => Text(&mut run.slug),
-        1 => Text(&mut run.scraper_slug),
-        2 => Text(&mut run.scraper_title),
-        3 => Text(&mut run.version),
-        4 => Status(&mut run.status),
-        5 => Integer(&mut run.results),
-        6 => Text(&mut run.usage),
-        7 => Integer(&mut run.traffic),
-        8 => Text(&mut run.origin),
-        9 => Integer(&mut run.started_at),
-        10 => Integer(&mut run.finished_at),
-        11 => Integer(&mut run.duration),
-        12 => Text(&mut run.err_msg),
-        _ => return None,
-    })
 }
 
 #[cfg(test)]
@@ -311,7 +263,7 @@ mod tests {
             r#""duration":15"#,
             r#""err_msg":"s8""#,
         ];
-        assert_eq!(members.len(), RUN_KEYS.len());
+        assert_eq!(members.len(), RUN_FIELDS.len());
         let body = |m: &[&str]| format!(r#"{{"code":0,"data":{{{}}}}}"#, m.join(","));
         let in_order = body(&members);
         let reversed: Vec<&str> = members.iter().rev().copied().collect();

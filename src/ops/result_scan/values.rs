@@ -49,19 +49,27 @@ pub(super) fn object<'a>(
     b: &'a [u8],
     i: usize,
     known: &[&'static [u8]],
-    member: impl FnMut(usize, &'a [u8]) -> At,
+    mut member: impl FnMut(usize, &'a [u8]) -> At,
 ) -> At {
-    object_with(b, i, |i| known_key(b, i, known), member)
+    object_with(
+        b,
+        i,
+        |i| known_key(b, i, known),
+        |at, key| match key {
+            Ok(key) | Err(key) => member(at, key),
+        },
+    )
 }
 
-/// [`object`], its known keys found by `known` (a key and where its value
-/// starts, or `None` for the key to be read).
+/// [`object`], its known keys found by `known`: what it knows the key as
+/// (`T`) and where its value starts, or `None` for the key to be read; the
+/// member step gets either, the read key as `Err`.
 #[inline(always)]
-pub(super) fn object_with<'a>(
+pub(super) fn object_with<'a, T>(
     b: &'a [u8],
     i: usize,
-    mut known: impl FnMut(usize) -> Option<(&'static [u8], usize)>,
-    mut member: impl FnMut(usize, &'a [u8]) -> At,
+    mut known: impl FnMut(usize) -> Option<(T, usize)>,
+    mut member: impl FnMut(usize, Result<T, &'a [u8]>) -> At,
 ) -> At {
     let mut i = ws(b, byte(b, i, b'{')?);
     if b.get(i) == Some(&b'}') {
@@ -69,8 +77,8 @@ pub(super) fn object_with<'a>(
     }
     loop {
         let (key, at) = match known(i) {
-            Some(known) => known,
-            None => plain_key(b, i)?,
+            Some((known, at)) => (Ok(known), at),
+            None => plain_key(b, i).map(|(key, at)| (Err(key), at))?,
         };
         i = ws(b, member(at, key)?);
         match *b.get(i)? {
@@ -238,7 +246,7 @@ pub(super) fn literal(b: &[u8], i: usize, word: &[u8]) -> At {
 /// general path reads the body as a `Value`, which refuses it, so the
 /// answer must not depend on which path read the body. Short plain numbers
 /// are always in range; for the rest, serde's own reading decides.
-pub(super) fn number(b: &[u8], i: usize) -> At {
+fn number(b: &[u8], i: usize) -> At {
     let (end, exponent) = number_parts(b, i)?;
     if (end - i > 17 || exponent) && serde_json::from_slice::<Kind>(&b[i..end]).is_err() {
         return None;
@@ -272,6 +280,33 @@ fn number_parts(b: &[u8], mut i: usize) -> Option<(usize, bool)> {
 
 fn digit(b: &[u8], i: usize) -> At {
     b.get(i)?.is_ascii_digit().then_some(i + 1)
+}
+
+/// The integer at `i` (a minus sign, then one to 18 digits, no leading
+/// zero, not `-0`: always in `i64`, and read by serde as one) and where it
+/// ends, read as it is found. `None` for any other number (a fraction, an
+/// exponent, more digits) and anything that is not a number.
+pub(super) fn short_integer(b: &[u8], i: usize) -> Option<(i64, usize)> {
+    let negative = b.get(i) == Some(&b'-');
+    let start = i + usize::from(negative);
+    let mut end = start;
+    let mut n: i64 = 0;
+    while let Some(d) = b.get(end).filter(|d| d.is_ascii_digit()) {
+        if end - start == 18 {
+            return None;
+        }
+        n = n * 10 + i64::from(d - b'0');
+        end += 1;
+    }
+    let leading_zero = end - start > 1 && b[start] == b'0';
+    if end == start || leading_zero || matches!(b.get(end), Some(b'.' | b'e' | b'E')) {
+        return None;
+    }
+    match (negative, n) {
+        (true, 0) => None,
+        (true, n) => Some((-n, end)),
+        (false, n) => Some((n, end)),
+    }
 }
 
 /// A plain integer at `i`, whose first digit is 1 to 9 (no sign,
