@@ -9,9 +9,10 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
+use futures_util::future::Either as Called;
 use http::{header, HeaderValue, Method, Request, Response, Version};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Full};
@@ -99,8 +100,20 @@ where
         let head = req.method() == Method::HEAD;
         req.extensions_mut()
             .insert(ConnHandle(self.activity.clone()));
+        // The listeners' services are ready whenever asked (`service_fn`,
+        // and tower-http's layers over it): called at once, the request is
+        // not kept in the future beside the service's own, which hyper
+        // moves into place. A service that is not ready takes tower's
+        // general way, on the heap.
+        let mut service = self.inner.clone();
+        let mut cx = Context::from_waker(Waker::noop());
+        let answer = match service.poll_ready(&mut cx) {
+            Poll::Ready(Ok(())) => Called::Left(service.call(req)),
+            Poll::Ready(Err(never)) => match never {},
+            Poll::Pending => Called::Right(Box::pin(service.oneshot(req))),
+        };
         ConnFuture {
-            answer: self.inner.clone().oneshot(req),
+            answer,
             rest: Some(Rest {
                 busy,
                 drain: self.drain.clone(),
@@ -123,7 +136,7 @@ pin_project_lite::pin_project! {
         S: Service<Request<Incoming>>,
     {
         #[pin]
-        answer: Oneshot<S, Request<Incoming>>,
+        answer: Called<S::Future, Pin<Box<Oneshot<S, Request<Incoming>>>>>,
         // Taken when the answer is given.
         rest: Option<Rest>,
     }

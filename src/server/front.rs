@@ -80,23 +80,24 @@ pub(super) fn guarded<F>(
 where
     F: Future<Output = Response<AnswerBody>>,
 {
-    let routed = {
-        let _entered = span.enter();
-        std::panic::catch_unwind(AssertUnwindSafe(route))
-    };
-    let inner = match routed {
-        Ok(future) => Some(future),
-        Err(_) => {
-            let _entered = span.enter();
-            log_panic();
-            None
-        }
-    };
-    Box::pin(Guarded {
-        inner,
+    // The future is written into its place on the heap from inside the
+    // guard: returned through `catch_unwind` and then boxed, the whole
+    // future (most of a kilobyte) would be copied once for each step.
+    let mut guarded = Box::pin(Guarded {
+        inner: None,
         span,
         pipeline: Arc::clone(pipeline),
-    })
+    });
+    let mut this = guarded.as_mut().project();
+    let _entered = this.span.enter();
+    let routed = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        this.inner.set(Some(route()));
+    }));
+    if routed.is_err() {
+        log_panic();
+    }
+    drop(_entered);
+    guarded
 }
 
 pin_project_lite::pin_project! {
