@@ -15,7 +15,7 @@ use http::header::{
     HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, RETRY_AFTER,
     USER_AGENT,
 };
-use http::uri::{Authority, PathAndQuery, Scheme};
+use http::uri::{PathAndQuery, Scheme};
 use http::{Method, Request, StatusCode, Uri};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Full};
@@ -153,8 +153,6 @@ struct Inner {
 
 /// The base URL, parsed once: each call only adds its path.
 struct Target {
-    scheme: Scheme,
-    authority: Authority,
     /// The base URL's path without a trailing slash (often empty); V2 paths
     /// all start with `/`.
     prefix: String,
@@ -187,32 +185,29 @@ impl Target {
         let host = HeaderValue::from_str(&host)
             .map_err(|_| "base_url's host is not a valid header value".to_owned())?;
         let origin = Uri::builder()
-            .scheme(scheme.clone())
-            .authority(authority.clone())
+            .scheme(scheme)
+            .authority(authority)
             .path_and_query("/")
             .build()
             .map_err(|e| format!("base_url does not form a valid origin: {e}"))?;
         Ok(Target {
-            scheme,
-            authority,
             prefix,
             host,
             origin,
         })
     }
 
-    /// The request URI of a V2 path and query.
-    fn uri(&self, path_and_query: String) -> Result<Uri, http::Error> {
+    /// The request URI of a V2 path and query, in origin-form (the base
+    /// URL's path, then the call's): what HTTP/1.1 writes. The pool makes
+    /// the absolute form HTTP/2 needs from it and the origin, when a
+    /// connection is HTTP/2.
+    fn uri(&self, path_and_query: String) -> Result<Uri, http::uri::InvalidUri> {
         let path_and_query = if self.prefix.is_empty() {
             path_and_query
         } else {
             format!("{}{path_and_query}", self.prefix)
         };
-        Uri::builder()
-            .scheme(self.scheme.clone())
-            .authority(self.authority.clone())
-            .path_and_query(PathAndQuery::try_from(path_and_query)?)
-            .build()
+        PathAndQuery::try_from(path_and_query).map(Uri::from)
     }
 }
 
@@ -826,16 +821,15 @@ mod tests {
         let target = |base: &str| Target::new(&origin_and_prefix(&url(base)).unwrap()).unwrap();
         let t = target("https://v2.example/coreclaw/");
         assert_eq!(t.host, "v2.example");
+        assert_eq!(t.origin, "https://v2.example/");
         assert_eq!(
             t.uri("/api/v2/store?keyword=a".into()).unwrap(),
-            "https://v2.example/coreclaw/api/v2/store?keyword=a"
+            "/coreclaw/api/v2/store?keyword=a"
         );
         let t = target("http://127.0.0.1:8080");
         assert_eq!(t.host, "127.0.0.1:8080");
-        assert_eq!(
-            t.uri("/api/v2/store".into()).unwrap(),
-            "http://127.0.0.1:8080/api/v2/store"
-        );
+        assert_eq!(t.origin, "http://127.0.0.1:8080/");
+        assert_eq!(t.uri("/api/v2/store".into()).unwrap(), "/api/v2/store");
         assert_eq!(target("http://v2.example:80/").host, "v2.example");
         assert_eq!(target("https://[::1]:8443").host, "[::1]:8443");
     }

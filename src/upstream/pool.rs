@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::uri::PathAndQuery;
 use http::{Request, Response, Uri};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -269,7 +270,7 @@ impl Pool {
         self.shared.idle()
     }
 
-    /// Sends `request` (absolute URI; `Host` already set) and returns the
+    /// Sends `request` (origin-form URI; `Host` already set) and returns the
     /// answer's head with the lease to give back once its body is read.
     /// `now` is the caller's reading of the clock, for the idle deadlines.
     /// Connect failures (TCP, proxy, TLS) are `Unreachable`; failures after
@@ -292,15 +293,17 @@ impl Pool {
                     None => (Box::pin(self.connect()).await?, false),
                 };
                 // hyper writes the URI as given: HTTP/1.1 takes origin-form,
-                // HTTP/2 the absolute URI (its `:scheme` and `:authority`).
-                let (sent, conn, absolute) = match sender {
+                // as the call comes; HTTP/2 the absolute URI (its `:scheme`
+                // and `:authority`), made here.
+                let (sent, conn) = match sender {
                     Sender::H1(mut conn) => {
-                        let origin = origin_form(request.uri());
-                        let absolute = std::mem::replace(request.uri_mut(), origin);
                         let sent = conn.tx.try_send_request(request).await;
-                        (sent, Some(conn), Some(absolute))
+                        (sent, Some(conn))
                     }
-                    Sender::H2(mut conn) => (conn.tx.try_send_request(request).await, None, None),
+                    Sender::H2(mut conn) => {
+                        *request.uri_mut() = absolute(&self.shared.origin, request.uri());
+                        (conn.tx.try_send_request(request).await, None)
+                    }
                 };
                 let mut error = match sent {
                     Ok(response) => return Ok((response, Lease { pool: self, conn })),
@@ -310,8 +313,10 @@ impl Pool {
                     // Not written: a reused connection the server had closed.
                     Some(mut unsent) if reused && !retried => {
                         debug!(error = %error_chain(error.error()), "idle V2 connection was closed; sending on a new one");
-                        if let Some(uri) = absolute {
-                            *unsent.uri_mut() = uri;
+                        // Back in origin-form after an HTTP/2 attempt: the
+                        // next connection may be HTTP/1.1.
+                        if unsent.uri().scheme().is_some() {
+                            *unsent.uri_mut() = origin_form(unsent.uri());
                         }
                         request = unsent;
                         retried = true;
@@ -446,10 +451,26 @@ where
     });
 }
 
-/// `/path?query` of an absolute URI (`/` when it has none).
-fn origin_form(uri: &Uri) -> Uri {
+/// `uri`'s path and query (`/` when it has none).
+fn path_of(uri: &Uri) -> PathAndQuery {
     uri.path_and_query()
-        .map_or_else(|| Uri::from_static("/"), |path| Uri::from(path.clone()))
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"))
+}
+
+/// `/path?query` of a request URI.
+fn origin_form(uri: &Uri) -> Uri {
+    Uri::from(path_of(uri))
+}
+
+/// `origin`'s scheme and authority with `uri`'s path and query: the
+/// absolute form of an origin-form request URI.
+fn absolute(origin: &Uri, uri: &Uri) -> Uri {
+    let mut parts = origin.clone().into_parts();
+    parts.path_and_query = Some(path_of(uri));
+    // Scheme, authority and a path: always a valid URI; the origin form
+    // is kept rather than unwrapped should it ever not be.
+    Uri::from_parts(parts).unwrap_or_else(|_| uri.clone())
 }
 
 fn broken(error: TrySendError<Request<Body>>) -> UpstreamFailure {
@@ -599,13 +620,18 @@ mod tests {
     }
 
     #[test]
-    fn requests_are_written_in_origin_form() {
-        let uri: Uri = "http://v2.example:8080/p/api/v2/store?keyword=a"
-            .parse()
-            .unwrap();
-        assert_eq!(origin_form(&uri), "/p/api/v2/store?keyword=a");
-        let bare: Uri = "http://v2.example".parse().unwrap();
-        assert_eq!(origin_form(&bare), "/");
+    fn http2_requests_are_written_in_absolute_form() {
+        let origin: Uri = "https://v2.example:8443/".parse().unwrap();
+        let uri: Uri = "/p/api/v2/store?keyword=a".parse().unwrap();
+        assert_eq!(
+            absolute(&origin, &uri),
+            "https://v2.example:8443/p/api/v2/store?keyword=a"
+        );
+        assert_eq!(
+            absolute(&origin, &Uri::default()),
+            "https://v2.example:8443/"
+        );
+        assert_eq!(origin_form(&absolute(&origin, &uri)), uri);
     }
 
     /// A pooled connection whose server hung up while it sat idle, found
