@@ -9,7 +9,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures_util::future::Either as Called;
@@ -106,7 +106,7 @@ where
         // moves into place. A service that is not ready takes tower's
         // general way, on the heap.
         let mut service = self.inner.clone();
-        let mut cx = Context::from_waker(Waker::noop());
+        let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
         let answer = match service.poll_ready(&mut cx) {
             Poll::Ready(Ok(())) => Called::Left(service.call(req)),
             Poll::Ready(Err(never)) => match never {},
