@@ -163,10 +163,22 @@ impl Body {
     }
 
     fn present(&self, field: &str) -> Option<&Value> {
+        // Every name an operation reads is one that is not copied: a name
+        // read here and missing from the list fails in any debug build (the
+        // tests run every operation), not only by costing a copy.
+        debug_assert!(
+            NAMES.contains(&field),
+            "{field:?} is read by an operation but missing from NAMES"
+        );
+        self.member(field)
+    }
+
+    /// The last member named `name`, unless null.
+    fn member(&self, name: &str) -> Option<&Value> {
         self.0
             .iter()
             .rev()
-            .find(|(name, _)| name == field)
+            .find(|(member, _)| member == name)
             .map(|(_, value)| value)
             .filter(|v| !v.is_null())
     }
@@ -417,7 +429,7 @@ mod tests {
                 (Ok(body), Ok(map)) => {
                     for name in map.keys().map(String::as_str).chain(["absent"]) {
                         assert_eq!(
-                            body.get(name),
+                            body.member(name),
                             map.get(name).filter(|v| !v.is_null()),
                             "{shown}"
                         );
@@ -440,8 +452,17 @@ mod tests {
                 .collect();
         assert_eq!(borrowed, [true, true, false, true]);
         assert_eq!(b.req_str("run_slug").unwrap(), "r2");
-        assert_eq!(b.get("other"), Some(&Value::from(1)));
+        assert_eq!(b.member("other"), Some(&Value::from(1)));
         assert_eq!(b.opt_int("page_size").unwrap(), Some(5));
+    }
+
+    /// An operation that reads a name missing from `NAMES` fails in a
+    /// debug build.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "missing from NAMES")]
+    fn a_name_read_and_not_listed_is_caught() {
+        let _ = body(r#"{"other":1}"#).get("other");
     }
 
     #[test]
