@@ -83,9 +83,12 @@ fn bench(c: &mut Criterion) {
     c.bench_function("run_record", |b| {
         b.iter(|| {
             let body = black_box(&record);
-            let (read, texts) = match result_scan::run_answer(body) {
-                Some(answer) => (Read::Typed(Some(Object(answer.run))), Texts::Plain),
-                None => (typed(body), Texts::Unchecked),
+            let (texts, read) = match result_scan::run_answer(body) {
+                Some(answer) => (
+                    Texts::scanned(&answer),
+                    Read::Typed(Some(Object(answer.run))),
+                ),
+                None => (Texts::UNCHECKED, typed(body)),
             };
             let v1 = run_records::detail_answer(read, texts, &compat).unwrap();
             v1.into_envelope()
@@ -95,7 +98,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("run_record_serde", |b| {
         b.iter(|| {
             let v1 =
-                run_records::detail_answer(typed(black_box(&record)), Texts::Unchecked, &compat)
+                run_records::detail_answer(typed(black_box(&record)), Texts::UNCHECKED, &compat)
                     .unwrap();
             v1.into_envelope()
         })

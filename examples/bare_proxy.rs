@@ -1,9 +1,10 @@
 //! The floor of v1compat's HTTP stack, for `deploy/bench/instructions.sh`:
 //! the least a proxy built on the same crates (the tokio runtime v1compat
 //! would choose on the same CPUs, hyper's HTTP/1.1 server and client
-//! connections) spends per request. It forwards each request unchanged to one upstream over a
-//! single kept-alive connection and copies the answer back: no routing, no
-//! translation, no limits, deadlines, logs or metrics. It is not part of
+//! connections) spends per request. It forwards each request unchanged to
+//! one upstream over a single kept-alive connection and copies the answer
+//! back: no routing, no translation, no limits, deadlines, logs or
+//! metrics. It is not part of
 //! the gateway; it tells how much of v1compat's cost is the stack itself
 //! and how much is the gateway's own work on top of it.
 //!

@@ -64,18 +64,25 @@ pub enum BodyError {
 /// reader (the socket, in `server`) runs only once the request is routed and
 /// its headers checked; in-process callers hand over ready bytes.
 pub struct RawV1Request<B> {
-    /// The id the server's front settled on (the client's `x-request-id`
-    /// if usable, else a new one), already checked, and already in the
-    /// request's span with the operation; `None` when no front ran, and
-    /// admission finds or makes one itself and records both into the
+    /// What the server's front settled before the request's span was made
+    /// (its id and operation, already in that span); `None` when no front
+    /// ran, and admission works both out itself and records them into the
     /// current span.
-    pub request_id: Option<HeaderValue>,
+    pub settled: Option<Settled>,
     pub method: Method,
     /// `/api/v1/run/detail`, `/api/store`, … (no query).
     pub path: String,
     pub query: Option<String>,
     pub headers: HeaderMap,
     pub body: B,
+}
+
+/// A request's id and operation, as the server's front settled them.
+pub struct Settled {
+    /// The client's `x-request-id` if usable, else a new one.
+    pub request_id: HeaderValue,
+    /// `None`: no V1 operation has this method and path.
+    pub op: Option<Operation>,
 }
 
 /// A body already in memory.
@@ -91,7 +98,7 @@ impl RawV1Request<ReadyBody> {
         body: Bytes,
     ) -> Self {
         RawV1Request {
-            request_id: None,
+            settled: None,
             method,
             path: path.into(),
             query,
@@ -321,8 +328,12 @@ impl Pipeline {
             // Through the server, the request's span was made with the id and
             // the operation already; anywhere else they are recorded into the
             // current span (if any) here.
-            let span = req.request_id.is_none().then(tracing::Span::current);
-            let (request_id, id_header) = request_ident(req.request_id, &req.headers);
+            let span = req.settled.is_none().then(tracing::Span::current);
+            let (settled_id, routed) = match req.settled {
+                Some(settled) => (Some(settled.request_id), Some(settled.op)),
+                None => (None, None),
+            };
+            let (request_id, id_header) = request_ident(settled_id, &req.headers);
             if let Some(span) = &span {
                 span.record("request_id", &*request_id);
             }
@@ -334,7 +345,8 @@ impl Pipeline {
                 every_request: gateway.config.log.access,
                 dialect: gateway.config.compat.dialect,
             };
-            let Some(op) = route::route(&req.method, &req.path) else {
+            let routed = routed.unwrap_or_else(|| route::route(&req.method, &req.path));
+            let Some(op) = routed else {
                 return Err(finish(
                     &cx,
                     &id_header,

@@ -358,7 +358,7 @@ fn keep_restart_only(old: &Config, mut new: Config) -> (Config, Vec<&'static str
     new.grace_period = old.grace_period;
     new.drain_delay = old.drain_delay;
     new.connections = old.connections.clone();
-    new.runtime = old.runtime.clone();
+    new.runtime = old.runtime;
     new.callbacks = old.callbacks.clone();
     new.shadow = old.shadow.clone();
     (new, differ)

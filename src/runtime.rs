@@ -26,13 +26,26 @@ pub enum Kind {
 }
 
 /// The runtime `threads` asks for on `cpus` CPUs (0: single-threaded on
-/// one CPU, tokio's choice of workers on more).
-pub fn kind(threads: usize, cpus: NonZeroUsize) -> Kind {
+/// one CPU, tokio's choice of workers on more). `tokio_workers` says
+/// whether `TOKIO_WORKER_THREADS` is set: with `threads = 0` it is the
+/// operator's choice of workers, on one CPU too.
+pub fn kind(threads: usize, cpus: NonZeroUsize, tokio_workers: bool) -> Kind {
     match threads {
-        0 if cpus.get() == 1 => Kind::SingleThreaded,
+        0 if cpus.get() == 1 && !tokio_workers => Kind::SingleThreaded,
         0 => Kind::MultiThreaded(None),
         1 => Kind::SingleThreaded,
         n => Kind::MultiThreaded(Some(n)),
+    }
+}
+
+/// Checks `runtime.threads`, adding a line to `problems` if it is over
+/// [`MAX_THREADS`].
+pub fn validate(section: &crate::config::RuntimeSection, problems: &mut Vec<String>) {
+    if section.threads > MAX_THREADS {
+        problems.push(format!(
+            "runtime.threads: {} is more than {MAX_THREADS} (0 = one per CPU)",
+            section.threads
+        ));
     }
 }
 
@@ -44,7 +57,8 @@ pub fn cpus() -> NonZeroUsize {
 
 /// Builds the runtime `threads` asks for, with its I/O and timers.
 pub fn build(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
-    let mut builder = match kind(threads, cpus()) {
+    let tokio_workers = std::env::var_os("TOKIO_WORKER_THREADS").is_some();
+    let mut builder = match kind(threads, cpus(), tokio_workers) {
         Kind::SingleThreaded => tokio::runtime::Builder::new_current_thread(),
         Kind::MultiThreaded(workers) => {
             let mut builder = tokio::runtime::Builder::new_multi_thread();
@@ -67,10 +81,19 @@ mod tests {
 
     #[test]
     fn one_cpu_or_one_thread_is_single_threaded() {
-        assert_eq!(kind(0, cpus(1)), Kind::SingleThreaded);
-        assert_eq!(kind(1, cpus(8)), Kind::SingleThreaded);
-        assert_eq!(kind(0, cpus(4)), Kind::MultiThreaded(None));
-        assert_eq!(kind(3, cpus(1)), Kind::MultiThreaded(Some(3)));
+        assert_eq!(kind(0, cpus(1), false), Kind::SingleThreaded);
+        assert_eq!(kind(1, cpus(8), false), Kind::SingleThreaded);
+        assert_eq!(kind(0, cpus(4), false), Kind::MultiThreaded(None));
+        assert_eq!(kind(3, cpus(1), false), Kind::MultiThreaded(Some(3)));
+    }
+
+    #[test]
+    fn tokio_worker_threads_is_the_choice_when_threads_is_zero() {
+        assert_eq!(kind(0, cpus(1), true), Kind::MultiThreaded(None));
+        assert_eq!(kind(0, cpus(4), true), Kind::MultiThreaded(None));
+        // An explicit `runtime.threads` wins.
+        assert_eq!(kind(1, cpus(4), true), Kind::SingleThreaded);
+        assert_eq!(kind(2, cpus(1), true), Kind::MultiThreaded(Some(2)));
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::answer::{AnswerBody, AnswerBytes};
 use crate::conn::{self, BodyReader, Drain};
 use crate::dialect::Dialect;
 use crate::error::GatewayError;
-use crate::pipeline::{self, BodyError, Pipeline, RawV1Request, V1Response};
+use crate::pipeline::{self, BodyError, Pipeline, RawV1Request, Settled, V1Response};
 use crate::shadow::Mirror;
 
 pub mod admin;
@@ -92,9 +92,9 @@ fn handle_v1(
     mut req: Request<Incoming>,
 ) -> Pin<Box<front::Guarded<impl Future<Output = Response<AnswerBody>> + Send>>> {
     front::mark_sensitive(req.headers_mut());
-    let request_id = front::settle_request_id(req.headers_mut());
-    let span = front::span_of(&req, &request_id);
-    front::guarded(span, &state.pipeline, || route_v1(state, req, request_id))
+    let settled = front::settle(&mut req);
+    let span = front::span_of(&req, &settled);
+    front::guarded(span, &state.pipeline, || route_v1(state, req, settled))
 }
 
 /// The ways other than the pipeline's alone (the callback relay, the
@@ -109,7 +109,7 @@ type Detour = Pin<Box<dyn Future<Output = Response<AnswerBody>> + Send>>;
 fn route_v1(
     state: &Arc<Public>,
     req: Request<Incoming>,
-    request_id: HeaderValue,
+    settled: Settled,
 ) -> impl Future<Output = Response<AnswerBody>> + Send {
     // Callback relay: V2's callbacks arrive on the public listener.
     let gateway = state.pipeline.gateway();
@@ -133,7 +133,7 @@ fn route_v1(
     let limit = config.limits.max_body_bytes;
     let reader = BodyReader::new(&parts, &body, limit, &config.connections);
     let raw = RawV1Request {
-        request_id: Some(request_id),
+        settled: Some(settled),
         method: parts.method,
         path: parts.uri.path().to_owned(),
         query: parts.uri.query().map(str::to_owned),

@@ -128,18 +128,34 @@ struct Upkeep {
     looks_since_drain: u32,
 }
 
+/// What one look decided.
+struct Look {
+    drain: bool,
+    read_process: bool,
+}
+
 impl Upkeep {
     /// One look, with `waiting` requests counted since the last drain:
     /// whether to drain now, and whether to read the process metrics.
-    fn look(&mut self, waiting: u32) -> (bool, bool) {
+    fn look(&mut self, waiting: u32) -> Look {
         self.looks = (self.looks + 1) % PROCESS_EVERY;
         self.looks_since_drain += 1;
         let drain = self.looks_since_drain >= DRAIN_AT_LEAST_EVERY || waiting >= DRAIN_AFTER;
         if drain {
             self.looks_since_drain = 0;
         }
-        (drain, self.looks == 0)
+        Look {
+            drain,
+            read_process: self.looks == 0,
+        }
     }
+}
+
+/// Takes the `seen` requests a drain was decided on off `counted`, rather
+/// than zeroing it: a request counted since the look counts towards the
+/// next drain.
+fn take_off(counted: &AtomicU32, seen: u32) {
+    counted.fetch_sub(seen, Ordering::Relaxed);
 }
 
 /// The recorder keeps every histogram sample (three per request) until they are
@@ -158,14 +174,12 @@ fn spawn_upkeep(handle: PrometheusHandle, process: metrics_process::Collector) {
             loop {
                 std::thread::sleep(LOOK_EVERY);
                 let waiting = SINCE_DRAIN.load(Ordering::Relaxed);
-                let (drain, read_process) = upkeep.look(waiting);
-                if drain {
-                    // What was looked at, taken off: a request counted
-                    // since then counts towards the next drain.
-                    SINCE_DRAIN.fetch_sub(waiting, Ordering::Relaxed);
+                let look = upkeep.look(waiting);
+                if look.drain {
+                    take_off(&SINCE_DRAIN, waiting);
                     handle.run_upkeep();
                 }
-                if read_process {
+                if look.read_process {
                     process.collect();
                 }
             }
@@ -275,9 +289,13 @@ mod tests {
         let mut upkeep = Upkeep::default();
         let (mut drains, mut reads) = (Vec::new(), Vec::new());
         for look in 1..=n {
-            let (drain, read) = upkeep.look(waiting(look));
-            drain.then(|| drains.push(look));
-            read.then(|| reads.push(look));
+            let decided = upkeep.look(waiting(look));
+            if decided.drain {
+                drains.push(look);
+            }
+            if decided.read_process {
+                reads.push(look);
+            }
         }
         (drains, reads)
     }
@@ -303,5 +321,13 @@ mod tests {
             }
         };
         assert_eq!(run(40, busy), (vec![5, 6, 7, 27], vec![20, 40]));
+    }
+
+    #[test]
+    fn requests_counted_after_the_look_wait_for_the_next_drain() {
+        // 10,000 looked at; 3 more counted before the drain.
+        let counted = AtomicU32::new(DRAIN_AFTER + 3);
+        take_off(&counted, DRAIN_AFTER);
+        assert_eq!(counted.load(Ordering::Relaxed), 3);
     }
 }

@@ -32,13 +32,13 @@ pub struct RawConfig {
 }
 
 /// The async runtime, read once at start-up (see [`crate::runtime`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RuntimeSection {
     /// Threads that serve requests: 0 for one per CPU the process may use
-    /// (its CPU affinity and cgroup quota; `TOKIO_WORKER_THREADS` if set),
-    /// a single-threaded runtime when that is one CPU; 1 for a
-    /// single-threaded runtime; more for that many.
+    /// (its CPU affinity and cgroup quota), a single-threaded runtime when
+    /// that is one CPU, or `TOKIO_WORKER_THREADS` workers when that is set;
+    /// 1 for a single-threaded runtime; more for that many.
     pub threads: usize,
 }
 

@@ -193,13 +193,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     let extra_root_pem = read_ca_file(&u.ca_file, &mut p);
     let callbacks = crate::callbacks::config::validate(&raw.callbacks, &mut p);
     let connections = crate::conn::settings::validate(&raw.connections, &mut p);
-    if raw.runtime.threads > crate::runtime::MAX_THREADS {
-        p.push(format!(
-            "runtime.threads: {} is more than {} (0 = one per CPU)",
-            raw.runtime.threads,
-            crate::runtime::MAX_THREADS
-        ));
-    }
+    crate::runtime::validate(&raw.runtime, &mut p);
 
     let (Some(base_url), true) = (base_url, p.is_empty()) else {
         return Err(ConfigErrors(p));

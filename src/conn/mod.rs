@@ -398,4 +398,73 @@ mod tests {
         assert!(text.contains("\r\ncontent-length: 13\r\nconnection: close\r\n\r\n"));
         assert!(text.ends_with("\r\n\r\n{\"code\":4290}"));
     }
+
+    /// A service that is not ready when first asked: the request is
+    /// answered all the same, by the general way (`service::ConnService`
+    /// calls a ready service at once and boxes tower's `Oneshot` otherwise).
+    #[derive(Clone)]
+    struct ReadyOnSecondAsk {
+        asked: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl tower::Service<Request<Incoming>> for ReadyOnSecondAsk {
+        type Response = Response<Full<Bytes>>;
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<Response<Full<Bytes>>, Infallible>>;
+
+        fn poll_ready(
+            &mut self,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Infallible>> {
+            use std::sync::atomic::Ordering;
+            if self.asked.fetch_add(1, Ordering::SeqCst) == 0 {
+                cx.waker().wake_by_ref();
+                return std::task::Poll::Pending;
+            }
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<Incoming>) -> Self::Future {
+            std::future::ready(Ok(Response::new(Full::new(Bytes::from_static(b"ready")))))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_service_not_ready_at_once_still_answers() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let service = ReadyOnSecondAsk {
+            asked: asked.clone(),
+        };
+        let refused = || Response::new(Full::new(Bytes::new()));
+        let conf = Listener {
+            name: "test",
+            tls: None,
+            settings: ConnSettings::default(),
+            grace: Duration::from_secs(1),
+            answers: Answers {
+                cut: refused,
+                shed: refused,
+                protocol: None,
+            },
+        };
+        let drain = Drain::new();
+        let served = tokio::spawn(serve(listener, service, conf, drain.clone()));
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert!(answer.ends_with("\r\n\r\nready"), "{answer}");
+        // Asked once without a waker, then again by the general way.
+        assert!(asked.load(std::sync::atomic::Ordering::SeqCst) >= 2);
+        drain.begin();
+        drain.stop();
+        served.await.unwrap().unwrap();
+    }
 }

@@ -193,16 +193,26 @@ pub struct V1Run<'a> {
     pub version: &'a str,
 }
 
-/// What is known of the text fields a V1 record takes from V2.
+/// What is known of the text fields a V1 record takes from V2. That they
+/// need no escaping is a promise only the one-pass reader's answer makes
+/// ([`Texts::scanned`]): a release build copies such texts unlooked-at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Texts {
-    /// Read by the one-pass reader (`result_scan::run_answer`), which takes
-    /// only strings without escapes, quotes or control characters: nothing
-    /// in them needs escaping again.
-    Plain,
+pub struct Texts {
+    plain: bool,
+}
+
+impl Texts {
     /// From anywhere else (a `Value`, serde's unescaped strings): each is
     /// looked at, and escaped where it must be.
-    Unchecked,
+    pub const UNCHECKED: Texts = Texts { plain: false };
+
+    /// The texts of `answer`, read by the one-pass reader
+    /// (`result_scan::run_answer`), which takes only strings without
+    /// escapes, quotes or control characters: nothing in them needs
+    /// escaping again.
+    pub fn scanned(_answer: &result_scan::RunAnswer<'_>) -> Texts {
+        Texts { plain: true }
+    }
 }
 
 impl V1Run<'_> {
@@ -222,14 +232,13 @@ impl V1Run<'_> {
         #[inline(always)]
         fn text(out: &mut Vec<u8>, key: &[u8], s: &str, texts: Texts) {
             out.extend_from_slice(key);
-            match texts {
-                Texts::Plain => {
-                    debug_assert!(crate::json_escape::first_special(s.as_bytes()).is_none());
-                    out.push(b'"');
-                    out.extend_from_slice(s.as_bytes());
-                    out.push(b'"');
-                }
-                Texts::Unchecked => json_string(out, s),
+            if texts.plain {
+                debug_assert!(crate::json_escape::first_special(s.as_bytes()).is_none());
+                out.push(b'"');
+                out.extend_from_slice(s.as_bytes());
+                out.push(b'"');
+            } else {
+                json_string(out, s);
             }
         }
         int(out, b"{\"status\":", self.status);
@@ -302,7 +311,7 @@ pub fn detail_call(run: &Segment) -> V2Call {
 }
 
 /// The V1 run record (`data`) of a V2 run-detail answer; `texts` says how
-/// a typed record's strings were read.
+/// a typed record's strings were read (a `Value`'s are always looked at).
 pub fn detail_answer(
     read: Read<Object<V2Run<'_>>>,
     texts: Texts,
@@ -314,7 +323,7 @@ pub fn detail_answer(
         Read::Typed(None) => Err(garbled()),
         Read::Untyped(data) if data.is_object() => Ok(record_json(
             &v1_run(&V2Run::of_value(&data), compat),
-            Texts::Unchecked,
+            Texts::UNCHECKED,
         )),
         Read::Untyped(_) => Err(garbled()),
     }
@@ -335,17 +344,18 @@ pub async fn run_detail(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayE
         .await?;
     // Read in one pass where the answer is plain; serde reads the rest.
     let (read, texts) = match result_scan::run_answer(fetched.body()) {
-        Some(answer) => (
-            ex.read_parts(
+        Some(answer) => {
+            let texts = Texts::scanned(&answer);
+            let read = ex.read_parts(
                 &fetched,
                 answer.code,
                 answer.request_id,
                 Some(Object(answer.run)),
                 Subject::Run,
-            )?,
-            Texts::Plain,
-        ),
-        None => (ex.read(&fetched, Subject::Run)?, Texts::Unchecked),
+            )?;
+            (read, texts)
+        }
+        None => (ex.read(&fetched, Subject::Run)?, Texts::UNCHECKED),
     };
     detail_answer(read, texts, &ex.settings().compat)
 }
@@ -389,7 +399,7 @@ pub fn v1_run_list(plan: &Plan, pages: Vec<Value>, compat: &Compat) -> Result<Js
             if i > 0 {
                 out.push(b',');
             }
-            record.write_json(out, Texts::Unchecked);
+            record.write_json(out, Texts::UNCHECKED);
         }
         out.extend_from_slice(b"]}");
     }))
@@ -457,7 +467,7 @@ mod tests {
                 version: &s[6],
             };
             let mut direct = Vec::new();
-            run.write_json(&mut direct, Texts::Unchecked);
+            run.write_json(&mut direct, Texts::UNCHECKED);
             let serde = serde_json::to_string(&run).unwrap();
             prop_assert_eq!(String::from_utf8(direct).unwrap(), serde.as_str());
             // Texts known plain are copied as they are, to the same bytes
@@ -466,7 +476,7 @@ mod tests {
             let needs_escape = |t: &str| crate::json_escape::first_special(t.as_bytes()).is_some();
             if s.iter().enumerate().all(|(i, t)| i == 5 || !needs_escape(t)) {
                 let mut plain = Vec::new();
-                run.write_json(&mut plain, Texts::Plain);
+                run.write_json(&mut plain, Texts { plain: true });
                 prop_assert_eq!(String::from_utf8(plain).unwrap(), serde);
             }
         }

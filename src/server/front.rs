@@ -27,7 +27,7 @@ use tracing::Span;
 
 use crate::answer::AnswerBody;
 use crate::error::GatewayError;
-use crate::pipeline::{self, usable_request_id, Pipeline, API_KEY, REQUEST_ID};
+use crate::pipeline::{self, usable_request_id, Pipeline, Settled, API_KEY, REQUEST_ID};
 use crate::route::{self, Operation};
 
 /// Marks the headers a key can travel in as sensitive, so that no log line
@@ -45,7 +45,7 @@ pub(super) fn mark_sensitive(headers: &mut HeaderMap) {
 /// The request's id: the client's `x-request-id` if usable (see
 /// [`usable_request_id`]), else a new ULID. An unusable client id is
 /// removed from `headers`, so that nothing downstream can pick it up.
-pub(super) fn settle_request_id(headers: &mut HeaderMap) -> HeaderValue {
+fn settle_request_id(headers: &mut HeaderMap) -> HeaderValue {
     match headers.get(&REQUEST_ID) {
         Some(id) if usable_request_id(id) => id.clone(),
         Some(_) => {
@@ -56,16 +56,25 @@ pub(super) fn settle_request_id(headers: &mut HeaderMap) -> HeaderValue {
     }
 }
 
+/// The request's id (see [`settle_request_id`]) and operation, worked out
+/// once: for its span and for admission ([`Settled`]).
+pub(super) fn settle<B>(req: &mut Request<B>) -> Settled {
+    Settled {
+        request_id: settle_request_id(req.headers_mut()),
+        op: route::route(req.method(), req.uri().path()),
+    }
+}
+
 /// The request's span. The path is logged without its query, and a
 /// callback token, a capability, as its prefix only. The fields are worked
 /// out only when the span is on.
-pub(super) fn span_of<B>(req: &Request<B>, request_id: &HeaderValue) -> Span {
+pub(super) fn span_of<B>(req: &Request<B>, settled: &Settled) -> Span {
     tracing::info_span!(
         "request",
         method = req.method().as_str(),
         path = crate::callbacks::loggable_path(req.uri().path()),
-        request_id = request_id.to_str().ok(),
-        operation = route::route(req.method(), req.uri().path()).map(Operation::name)
+        request_id = settled.request_id.to_str().ok(),
+        operation = settled.op.map(Operation::name)
     )
 }
 
@@ -89,14 +98,14 @@ where
         pipeline: Arc::clone(pipeline),
     });
     let mut this = guarded.as_mut().project();
-    let _entered = this.span.enter();
+    let entered = this.span.enter();
     let routed = std::panic::catch_unwind(AssertUnwindSafe(|| {
         this.inner.set(Some(route()));
     }));
     if routed.is_err() {
         log_panic();
     }
-    drop(_entered);
+    drop(entered);
     guarded
 }
 
@@ -204,6 +213,19 @@ mod tests {
         }
         let id = settle_request_id(&mut HeaderMap::new());
         assert!(id.len() == ulid::ULID_LEN);
+    }
+
+    #[test]
+    fn the_front_routes_once_for_the_span_and_admission() {
+        let mut req = Request::post("/api/v1/run/detail/")
+            .header("x-request-id", "id-1")
+            .body(())
+            .unwrap();
+        let settled = settle(&mut req);
+        assert_eq!(settled.request_id, "id-1");
+        assert_eq!(settled.op, Some(Operation::RunDetail));
+        let mut unknown = Request::get("/api/v1/nothing").body(()).unwrap();
+        assert_eq!(settle(&mut unknown).op, None);
     }
 
     fn pipeline() -> Arc<Pipeline> {

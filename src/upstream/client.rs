@@ -388,6 +388,7 @@ fn auth_value(key: &ApiKey, style: AuthStyle) -> Option<HeaderValue> {
 /// Everything the attempts of one call send, prepared once per call.
 struct Prepared {
     method: Method,
+    /// Origin-form (`/path?query`), as HTTP/1.1 writes it ([`Target::uri`]).
     uri: Uri,
     has_body: bool,
     request_id: Option<HeaderValue>,
@@ -757,7 +758,7 @@ mod tests {
         let host = HeaderValue::from_static("v2.example:8080");
         let prepared = |headers: &CallHeaders, has_body, request_id| Prepared {
             method: Method::GET,
-            uri: Uri::from_static("http://v2.example:8080/api/v2/store"),
+            uri: Uri::from_static("/api/v2/store"),
             has_body,
             request_id: request_id_header(request_id),
             key: headers.key_value(&key),

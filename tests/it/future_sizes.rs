@@ -43,7 +43,7 @@ async fn a_requests_pipeline_future_stays_under_its_bound() {
     let (pipeline, _) = pipeline_and_upstream();
     let body: BoxedBody = Box::pin(std::future::ready(Ok(Bytes::new())));
     let raw = RawV1Request {
-        request_id: None,
+        settled: None,
         method: Method::POST,
         path: "/api/v1/run/detail".into(),
         query: None,

@@ -613,6 +613,15 @@ async fn calls_succeed_when_the_server_closes_connections_after_each_answer() {
     assert_eq!(lines.len(), 10, "{lines:?}");
     let posts = lines.iter().filter(|l| l.starts_with("POST ")).count();
     assert_eq!(posts, 5, "{lines:?}");
+    // HTTP/1.1 in origin-form, the requests given back unsent and sent on
+    // a new connection too.
+    assert!(
+        lines.iter().all(|l| l
+            .split(' ')
+            .nth(1)
+            .is_some_and(|target| target.starts_with("/api/v2/"))),
+        "{lines:?}"
+    );
     assert_eq!(connections.load(Ordering::SeqCst), 10);
 }
 

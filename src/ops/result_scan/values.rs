@@ -56,20 +56,28 @@ pub(super) fn object<'a>(
         i,
         |i| known_key(b, i, known),
         |at, key| match key {
-            Ok(key) | Err(key) => member(at, key),
+            Key::Known(key) | Key::Read(key) => member(at, key),
         },
     )
 }
 
+/// A member's key as [`object_with`]'s member step gets it.
+pub(super) enum Key<'a, T> {
+    /// Found as written where it was looked for: what it is known as.
+    Known(T),
+    /// Read as a string (written otherwise, or not looked for).
+    Read(&'a [u8]),
+}
+
 /// [`object`], its known keys found by `known`: what it knows the key as
 /// (`T`) and where its value starts, or `None` for the key to be read; the
-/// member step gets either, the read key as `Err`.
+/// member step gets either ([`Key`]).
 #[inline(always)]
 pub(super) fn object_with<'a, T>(
     b: &'a [u8],
     i: usize,
     mut known: impl FnMut(usize) -> Option<(T, usize)>,
-    mut member: impl FnMut(usize, Result<T, &'a [u8]>) -> At,
+    mut member: impl FnMut(usize, Key<'a, T>) -> At,
 ) -> At {
     let mut i = ws(b, byte(b, i, b'{')?);
     if b.get(i) == Some(&b'}') {
@@ -77,8 +85,8 @@ pub(super) fn object_with<'a, T>(
     }
     loop {
         let (key, at) = match known(i) {
-            Some((known, at)) => (Ok(known), at),
-            None => plain_key(b, i).map(|(key, at)| (Err(key), at))?,
+            Some((known, at)) => (Key::Known(known), at),
+            None => plain_key(b, i).map(|(key, at)| (Key::Read(key), at))?,
         };
         i = ws(b, member(at, key)?);
         match *b.get(i)? {
@@ -517,4 +525,37 @@ fn stops(chunk: &[u8; 16]) -> [u8; 16] {
         flags[k] = u8::from(stop(chunk[k])).wrapping_neg();
     }
     flags
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_integers_are_read_as_found_and_others_left() {
+        let read = |t: &str| short_integer(t.as_bytes(), 0);
+        assert_eq!(read("0,"), Some((0, 1)));
+        assert_eq!(read("-7}"), Some((-7, 2)));
+        assert_eq!(
+            read("999999999999999999"),
+            Some((999_999_999_999_999_999, 18))
+        );
+        assert_eq!(
+            read("-999999999999999999 "),
+            Some((-999_999_999_999_999_999, 19))
+        );
+        for other in [
+            "1234567890123456789",
+            "01",
+            "-0",
+            "-",
+            "1.5",
+            "1e3",
+            "2E1",
+            "-x",
+            "",
+        ] {
+            assert_eq!(read(other), None, "{other}");
+        }
+    }
 }
