@@ -209,8 +209,13 @@ impl<'a> Exchange<'a> {
         }
     }
 
-    /// The general reading of a V2 answer: its `data` as a `Value`.
-    fn envelope_data(&self, fetched: &Fetched, subject: Subject) -> Result<Value, GatewayError> {
+    /// The general reading of a V2 answer: its `data` as a `Value` (Null
+    /// when V2 sent none) on code 0, a [`GatewayError`] otherwise.
+    pub(super) fn envelope_data(
+        &self,
+        fetched: &Fetched,
+        subject: Subject,
+    ) -> Result<Value, GatewayError> {
         let envelope: Envelope = serde_json::from_slice(&fetched.body).map_err(|e| {
             GatewayError::Garbled(format!(
                 "HTTP {} with a body that is not a V2 envelope ({e})",

@@ -29,7 +29,7 @@ use serde_json::Value;
 use crate::error::{GatewayError, Subject};
 use crate::json_escape::json_string;
 use crate::ops::input::{Body, Ident};
-use crate::ops::result_scan;
+use crate::ops::result_scan::{self, RunPage};
 use crate::ops::wire::{self, IntLike, Object, StrOrNum};
 use crate::ops::Compat;
 use crate::ops::{int_of, list_of, Exchange, Read};
@@ -213,6 +213,12 @@ impl Texts {
     pub fn scanned(_answer: &result_scan::RunAnswer<'_>) -> Texts {
         Texts { plain: true }
     }
+
+    /// The texts of a run-list page read by the one-pass reader
+    /// (`result_scan::run_list_answer`), under the same promise.
+    pub fn listed(_answer: &result_scan::RunListAnswer<'_>) -> Texts {
+        Texts { plain: true }
+    }
 }
 
 impl V1Run<'_> {
@@ -375,34 +381,48 @@ pub fn list_call(filter: &ListFilter, offset: u64, limit: u64) -> V2Call {
     V2Call::get(path)
 }
 
-/// Joins the V2 pages of a run list into the V1 `{count, list}`.
-pub fn v1_run_list(plan: &Plan, pages: Vec<Value>, compat: &Compat) -> Result<Json, GatewayError> {
-    let count = pages
-        .first()
-        .and_then(|p| int_of(p.get("count")))
-        .unwrap_or(0);
+/// Joins the V2 pages of a run list, each with what is known of its
+/// texts, into the V1 `{count, list}`.
+pub fn v1_run_list(
+    plan: &Plan,
+    pages: Vec<(RunPage<'_>, Texts)>,
+    compat: &Compat,
+) -> Result<Json, GatewayError> {
+    let count = pages.first().and_then(|(p, _)| p.count).unwrap_or(0);
     let rows = plan.assemble(
         pages
             .iter()
-            .map(|p| list_of(p, "list").iter().collect())
+            .map(|(p, texts)| p.runs.iter().map(|r| (r, *texts)).collect())
             .collect(),
     );
-    let records: Vec<V2Run> = rows.into_iter().map(V2Run::of_value).collect();
-    let list: Vec<V1Run> = records.iter().map(|r| v1_run(r, compat)).collect();
-    let capacity = 32 + list.iter().map(|r| r.json_len() + 1).sum::<usize>();
+    let list: Vec<(V1Run, Texts)> = rows
+        .into_iter()
+        .map(|(r, texts)| (v1_run(r, compat), texts))
+        .collect();
+    let capacity = 32 + list.iter().map(|(r, _)| r.json_len() + 1).sum::<usize>();
     // `{"count":…,"list":[…]}`, as serde would write the two fields.
     Ok(Json::write_direct(capacity, |out| {
         out.extend_from_slice(b"{\"count\":");
         out.extend_from_slice(itoa::Buffer::new().format(count).as_bytes());
         out.extend_from_slice(b",\"list\":[");
-        for (i, record) in list.iter().enumerate() {
+        for (i, (record, texts)) in list.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
-            record.write_json(out, Texts::UNCHECKED);
+            record.write_json(out, *texts);
         }
         out.extend_from_slice(b"]}");
     }))
+}
+
+/// A run-list page's `data` given as a `Value`, as the general reading
+/// takes it: `count` read leniently, `list`'s records (none if it is absent
+/// or not an array).
+pub fn run_page_of(data: &Value) -> RunPage<'_> {
+    RunPage {
+        count: int_of(data.get("count")),
+        runs: list_of(data, "list").iter().map(V2Run::of_value).collect(),
+    }
 }
 
 pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
@@ -422,11 +442,41 @@ pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayErr
     let filter = ListFilter { status, worker };
     let plan = window.plan();
     let key = ex.key()?;
-    let pages = ex
-        .pages(plan.offsets.clone(), Subject::Other, |o| {
+    let fetched = ex
+        .fetch_pages(plan.offsets.clone(), Subject::Other, |o| {
             list_call(&filter, o, plan.limit).with_key(Some(key.clone()))
         })
         .await?;
+    // Each page read in one pass where it is plain; serde reads the rest
+    // into a `Value` (kept here, where the records borrow from it).
+    let mut scanned = Vec::with_capacity(fetched.len());
+    let mut general = Vec::with_capacity(fetched.len());
+    for page in &fetched {
+        let (read, value) = match result_scan::run_list_answer(page.body()) {
+            Some(answer) => {
+                let texts = Texts::listed(&answer);
+                let read = ex.read_parts(
+                    page,
+                    answer.code,
+                    answer.request_id,
+                    Some(answer.page),
+                    Subject::Other,
+                )?;
+                match read {
+                    Read::Typed(page) => (Some((page.unwrap_or_default(), texts)), Value::Null),
+                    Read::Untyped(value) => (None, value),
+                }
+            }
+            None => (None, ex.envelope_data(page, Subject::Other)?),
+        };
+        scanned.push(read);
+        general.push(value);
+    }
+    let pages = scanned
+        .into_iter()
+        .zip(&general)
+        .map(|(read, value)| read.unwrap_or_else(|| (run_page_of(value), Texts::UNCHECKED)))
+        .collect();
     v1_run_list(&plan, pages, &ex.settings().compat)
 }
 
@@ -482,6 +532,33 @@ mod tests {
         }
     }
 
+    /// A page read in one pass is written as the same page read as a
+    /// `Value` is, its plain texts copied as they are.
+    #[test]
+    fn a_page_read_in_one_pass_is_written_as_its_value_is() {
+        let body = r#"{"code":0,"message":"success","request_id":"r-1","data":{"count":3,"list":[
+            {"slug":"a","status":"succeeded","usage":"0.1","origin":"api_v2","results":3,"extra":[1,{"k":null}]},
+            {"slug":"b","status":"aborted","err_msg":"stopped by user","started_at":17,"version":null},
+            {"slug":"c","status":7,"scraper_title":"Cartes é"}],"offset":0}}"#;
+        let plan = crate::paging::Window {
+            page_index: 1,
+            page_size: 2,
+        }
+        .plan();
+        let compat = Compat::default();
+        let answer = result_scan::run_list_answer(body.as_bytes()).expect("plain");
+        let texts = Texts::listed(&answer);
+        let scanned = v1_run_list(&plan, vec![(answer.page, texts)], &compat).unwrap();
+        let value: Value = serde_json::from_str(body).unwrap();
+        let pages = vec![(run_page_of(&value["data"]), Texts::UNCHECKED)];
+        let general = v1_run_list(&plan, pages, &compat).unwrap();
+        assert_eq!(scanned.data_bytes(), general.data_bytes());
+        let written: Value = serde_json::from_slice(&scanned.data_bytes()).unwrap();
+        assert_eq!(written["count"], 3);
+        assert_eq!(written["list"].as_array().unwrap().len(), 2);
+        assert_eq!(written["list"][1]["err_msg"], "stopped by user");
+    }
+
     /// A run list is `{"count", "list"}` with the records as serde writes them.
     #[test]
     fn a_run_list_is_written_as_serde_writes_it() {
@@ -495,7 +572,8 @@ mod tests {
             page_size: 20,
         }
         .plan();
-        let written = v1_run_list(&plan, vec![page.clone()], &Compat::default()).unwrap();
+        let pages = vec![(run_page_of(&page), Texts::UNCHECKED)];
+        let written = v1_run_list(&plan, pages, &Compat::default()).unwrap();
         let compat = Compat::default();
         let rows = list_of(&page, "list");
         let records: Vec<V2Run> = rows.iter().map(V2Run::of_value).collect();

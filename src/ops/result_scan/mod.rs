@@ -61,7 +61,7 @@ mod run_record;
 mod values;
 pub use head::Head;
 use head::HeadReader;
-pub use run_record::{run_answer, RunAnswer};
+pub use run_record::{run_answer, run_list_answer, RunAnswer, RunListAnswer, RunPage};
 use values::{byte, field, plain_key, value, ws};
 
 #[cfg(test)]

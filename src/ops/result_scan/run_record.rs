@@ -1,9 +1,12 @@
-//! A V2 run-detail answer read in one pass, by the readers the result
-//! scanner is built on ([`super::values`]), between the upstream call and
-//! `run_records.rs`. serde's typed reading of the envelope and its run
-//! record (`v2::DataEnvelope` of `wire::Object<V2Run>`) was about a tenth
-//! of a translated run detail's instructions: 25 short strings, each
-//! searched for escapes and visited through serde's layers.
+//! A V2 run-detail answer, and a page of the run list, read in one pass by
+//! the readers the result scanner is built on ([`super::values`]), between
+//! the upstream call and `run_records.rs`. serde's typed reading of the
+//! envelope and its run record (`v2::DataEnvelope` of `wire::Object<V2Run>`)
+//! was about a tenth of a translated run detail's instructions: 25 short
+//! strings, each searched for escapes and visited through serde's layers.
+//! A run-list page was read as a `Value` tree (a map a record, every key
+//! hashed and every string copied), then each record out of it: most of
+//! what a run list cost.
 //!
 //! It reads the answer as the typed reading does, or not at all: the
 //! envelope's members as the result page's head reads them
@@ -13,12 +16,13 @@
 //! escape, a float, a member given twice, `data` that is not an object, a
 //! body that is not JSON) is `None`, and the caller has serde read the
 //! answer as before. Members the record does not keep are checked as JSON
-//! and skipped.
+//! and skipped. A run-list page is read so too: its `count` an integer or
+//! null, its `list` an array of such records or null.
 
 use std::borrow::Cow;
 
 use super::head::HeadReader;
-use super::values::{literal, object, object_with, short_integer, string, value, ws, Key};
+use super::values::{byte, literal, object, object_with, short_integer, string, value, ws, Key};
 use super::ENVELOPE_KEYS;
 use crate::ops::run_records::{StatusField, V2Run};
 use crate::ops::wire::{IntLike, StrOrNum};
@@ -62,6 +66,114 @@ pub fn run_answer(body: &[u8]) -> Option<RunAnswer<'_>> {
         request_id: head.request_id,
         run: run?,
     })
+}
+
+/// What the typed reading keeps of a run-list page
+/// (`GET /api/v2/worker-runs`).
+#[derive(Debug)]
+pub struct RunListAnswer<'a> {
+    pub code: Option<i64>,
+    pub request_id: Option<&'a str>,
+    pub page: RunPage<'a>,
+}
+
+/// A run-list page's `data` as the general reading takes it (`ops::int_of`
+/// of `count`, `ops::list_of` of `list`): `count` is `None` when absent or
+/// null, and `runs` is empty when `list` is.
+#[derive(Debug, Default, PartialEq)]
+pub struct RunPage<'a> {
+    pub count: Option<i64>,
+    pub runs: Vec<V2Run<'a>>,
+}
+
+/// The envelope and records of a V2 run-list page, when every part of it
+/// is plain (see the module's doc); `None` leaves it to serde.
+pub fn run_list_answer(body: &[u8]) -> Option<RunListAnswer<'_>> {
+    let text = std::str::from_utf8(body).ok()?;
+    let mut stack = Vec::new();
+    let mut head = HeadReader::new();
+    let mut page = None;
+    let end = object(body, ws(body, 0), &ENVELOPE_KEYS, |i, key| {
+        if key != b"data" {
+            return head.envelope_member(body, key, i, &mut stack);
+        }
+        if page.is_some() {
+            return None;
+        }
+        let (read, end) = run_page(text, i, &mut stack)?;
+        page = Some(read);
+        Some(end)
+    })?;
+    if ws(body, end) != body.len() {
+        return None;
+    }
+    let head = head.finish()?;
+    Some(RunListAnswer {
+        code: head.code,
+        request_id: head.request_id,
+        page: page?,
+    })
+}
+
+/// The members of a run-list page's `data`, as V2 writes their keys.
+const PAGE_KEYS: [&[u8]; 2] = [b"\"count\":", b"\"list\":"];
+
+/// The run-list page's `data` at `i` of `text` (an object) and where it
+/// ends. Members other than `count` and `list` are checked and skipped.
+fn run_page<'a>(text: &'a str, i: usize, stack: &mut Vec<u8>) -> Option<(RunPage<'a>, usize)> {
+    let b = text.as_bytes();
+    let mut count = None;
+    let mut runs = None;
+    let end = object(b, i, &PAGE_KEYS, |at, key| match key {
+        b"count" if count.is_none() => {
+            // A numeric string, which the general reading takes as a
+            // number, is left to it.
+            let (n, end) = match plain(text, at)? {
+                (Plain::Integer(n), end) => (Some(n), end),
+                (Plain::Null, end) => (None, end),
+                (Plain::Text(_), _) => return None,
+            };
+            count = Some(n);
+            Some(end)
+        }
+        b"list" if runs.is_none() => {
+            let (list, end) = records(text, at, stack)?;
+            runs = Some(list);
+            Some(end)
+        }
+        // Either of them twice.
+        b"count" | b"list" => None,
+        _ => value(b, at, stack),
+    })?;
+    let page = RunPage {
+        count: count.flatten(),
+        runs: runs.unwrap_or_default(),
+    };
+    Some((page, end))
+}
+
+/// The run records of the array (or null) at `i` of `text`, and where it
+/// ends; `None` if any element is not a plain record.
+fn records<'a>(text: &'a str, i: usize, stack: &mut Vec<u8>) -> Option<(Vec<V2Run<'a>>, usize)> {
+    let b = text.as_bytes();
+    let mut runs = Vec::new();
+    if b.get(i) == Some(&b'n') {
+        return Some((runs, literal(b, i, b"null")?));
+    }
+    let mut i = ws(b, byte(b, i, b'[')?);
+    if b.get(i) == Some(&b']') {
+        return Some((runs, i + 1));
+    }
+    loop {
+        let (run, end) = record(text, i, stack)?;
+        runs.push(run);
+        i = ws(b, end);
+        match *b.get(i)? {
+            b',' => i = ws(b, i + 1),
+            b']' => return Some((runs, i + 1)),
+            _ => return None,
+        }
+    }
 }
 
 /// The record's fields V1 keeps: each one's key as V2 writes it (compact),
@@ -358,6 +470,85 @@ mod tests {
         (key, value).prop_map(|(k, v)| format!("\"{k}\":{v}"))
     }
 
+    /// The general reading of a run-list page this one stands in for: the
+    /// envelope, then `data` as a `Value`, its records read out of it.
+    fn list_agrees(body: &[u8]) -> Result<bool, TestCaseError> {
+        let Some(read) = run_list_answer(body) else {
+            return Ok(false);
+        };
+        let general = serde_json::from_slice::<crate::v2::Envelope>(body);
+        let Ok(envelope) = general else {
+            return Err(TestCaseError::fail(format!(
+                "read here, refused by serde: {}",
+                String::from_utf8_lossy(body)
+            )));
+        };
+        let data = envelope.data.unwrap_or(serde_json::Value::Null);
+        prop_assert_eq!(read.code, envelope.code);
+        prop_assert_eq!(read.request_id.map(str::to_owned), envelope.request_id);
+        prop_assert_eq!(read.page, crate::ops::run_records::run_page_of(&data));
+        Ok(true)
+    }
+
+    const PAGE: &str = r#"{"code":0,"message":"success","request_id":"req-2","data":{"count":2,"list":[{"slug":"a","status":"succeeded","results":1},{"slug":"b","status":"failed","err_msg":"boom","extra":{"x":[1.5]}}],"offset":0,"limit":20}}"#;
+
+    #[test]
+    fn a_plain_page_is_read_as_its_value_is() {
+        let read = run_list_answer(PAGE.as_bytes()).expect("plain");
+        assert_eq!(read.page.count, Some(2));
+        assert_eq!(read.page.runs.len(), 2);
+        assert_eq!(read.page.runs[1].err_msg.or_default(), "boom");
+        let cases = [
+            PAGE.to_owned(),
+            PAGE.replace(r#""count":2"#, r#""count":null"#),
+            PAGE.replace(r#""count":2,"#, ""),
+            PAGE.replace(r#""list":[{"#, r#""list":null,"other":[{"#),
+            PAGE.replace(r#""list":[{"#, r#""list":[],"other":[{"#),
+            PAGE.replace(':', " :\n").replace(',', " , "),
+            r#"{"code":0,"data":{}}"#.to_owned(),
+        ];
+        for case in cases {
+            assert!(list_agrees(case.as_bytes()).unwrap(), "{case}");
+        }
+        // A page of as many records as V2 sends at most.
+        let record = r#"{"slug":"a","status":"succeeded","results":1}"#;
+        let full = format!(
+            r#"{{"code":0,"data":{{"count":100,"list":[{}]}}}}"#,
+            vec![record; 100].join(",")
+        );
+        assert!(list_agrees(full.as_bytes()).unwrap());
+        assert_eq!(
+            run_list_answer(full.as_bytes()).unwrap().page.runs.len(),
+            100
+        );
+    }
+
+    #[test]
+    fn a_page_not_plain_is_left_to_serde() {
+        let cases = [
+            // Read leniently by the general reading: a numeric string or a
+            // float for the count, an element that is not an object.
+            PAGE.replace(r#""count":2"#, r#""count":"2""#),
+            PAGE.replace(r#""count":2"#, r#""count":2.0"#),
+            PAGE.replace(r#"[{"slug":"a""#, r#"[7,{"slug":"a""#),
+            PAGE.replace(r#"[{"slug":"a""#, r#"[null,{"slug":"a""#),
+            // A list that is not an array, a member twice, an escape.
+            PAGE.replace(r#""list":["#, r#""list":{"a":["#)
+                .replace("],\"offset\"", "]},\"offset\""),
+            PAGE.replace(r#""count":2"#, r#""count":2,"count":3"#),
+            PAGE.replace(r#""offset":0"#, r#""offset":0,"list":[]"#),
+            PAGE.replace(r#""slug":"a""#, r#""slug":"a","slug":"b""#),
+            PAGE.replace("boom", r#"bo\"om"#),
+            // Not JSON, no data, data that is not an object.
+            PAGE.replace("}]", "},]"),
+            r#"{"code":0}"#.to_owned(),
+            r#"{"code":0,"data":[]}"#.to_owned(),
+        ];
+        for case in cases {
+            assert!(run_list_answer(case.as_bytes()).is_none(), "{case}");
+        }
+    }
+
     proptest! {
         /// Generated records, plain or not: whenever this reader reads one,
         /// serde's reading is the same.
@@ -373,6 +564,34 @@ mod tests {
                 body = body.replace(',', " ,\n ");
             }
             agrees(body.as_bytes())?;
+        }
+
+        /// Generated pages, plain or not: whenever this reader reads one,
+        /// the general reading of it is the same.
+        #[test]
+        fn every_page_read_here_is_read_so_by_serde(
+            records in proptest::collection::vec(
+                prop_oneof![
+                    4 => proptest::collection::vec(member(), 0..6)
+                        .prop_map(|m| format!("{{{}}}", m.join(","))),
+                    1 => Just("null".to_owned()),
+                    1 => Just("[]".to_owned()),
+                ],
+                0..5,
+            ),
+            count in prop_oneof![Just("3"), Just("null"), Just("\"3\""), Just("3.5"), Just("-0")],
+            list_null in proptest::bool::weighted(0.1),
+            code in prop_oneof![Just("0"), Just("10002"), Just("null")],
+            spaced in any::<bool>(),
+        ) {
+            let list = if list_null { "null".to_owned() } else { format!("[{}]", records.join(",")) };
+            let mut body = format!(
+                r#"{{"code":{code},"request_id":"r","data":{{"count":{count},"list":{list},"limit":20}}}}"#
+            );
+            if spaced {
+                body = body.replace(',', " ,\n ");
+            }
+            list_agrees(body.as_bytes())?;
         }
 
         /// A record of plain values, each field once, is always read here:
