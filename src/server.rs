@@ -19,7 +19,7 @@ use hyper::body::Incoming;
 use tokio::net::TcpListener;
 
 use crate::answer::{AnswerBody, AnswerBytes};
-use crate::conn::{self, BodyReader, Drain};
+use crate::conn::{self, BodyReader, ConnHandle, Drain};
 use crate::dialect::Dialect;
 use crate::error::GatewayError;
 use crate::pipeline::{self, BodyError, Pipeline, RawV1Request, Settled, V1Response};
@@ -78,9 +78,13 @@ pub async fn serve_public(
     };
     let state = Arc::new(Public { pipeline, shadow });
     // In front of every request: keys marked sensitive, its id settled, its
-    // span, a panic answered with a 500 envelope (`front`).
-    let service = tower::service_fn(move |req| handle_v1(&state, req));
-    conn::serve(listener, service, listener_conf, drain).await
+    // span, a panic answered with a 500 envelope (`front`). Each
+    // connection's service knows the connection, for its requests' bodies.
+    let service_of = move |conn: &ConnHandle| {
+        let (state, conn) = (state.clone(), conn.clone());
+        tower::service_fn(move |req| handle_v1(&state, &conn, req))
+    };
+    conn::serve_each(listener, service_of, listener_conf, drain).await
 }
 
 /// HTTP in, HTTP out: the front (`front`) first, then the pipeline (or the
@@ -89,12 +93,15 @@ pub async fn serve_public(
 /// future, which is over a kilobyte.
 fn handle_v1(
     state: &Arc<Public>,
+    conn: &ConnHandle,
     mut req: Request<Incoming>,
 ) -> Pin<Box<front::Guarded<impl Future<Output = Response<AnswerBody>> + Send>>> {
     front::mark_sensitive(req.headers_mut());
     let settled = front::settle(&mut req);
     let span = front::span_of(&req, &settled);
-    front::guarded(span, &state.pipeline, || route_v1(state, req, settled))
+    front::guarded(span, &state.pipeline, || {
+        route_v1(state, conn, req, settled)
+    })
 }
 
 /// The ways other than the pipeline's alone (the callback relay, the
@@ -108,6 +115,7 @@ type Detour = Pin<Box<dyn Future<Output = Response<AnswerBody>> + Send>>;
 /// as a whole when it is boxed.
 fn route_v1(
     state: &Arc<Public>,
+    conn: &ConnHandle,
     req: Request<Incoming>,
     settled: Settled,
 ) -> impl Future<Output = Response<AnswerBody>> + Send {
@@ -131,7 +139,7 @@ fn route_v1(
     let (parts, body) = req.into_parts();
     let config = &gateway.config;
     let limit = config.limits.max_body_bytes;
-    let reader = BodyReader::new(&parts, &body, limit, &config.connections);
+    let reader = BodyReader::new(&parts, &body, limit, &config.connections, Some(conn));
     let raw = RawV1Request {
         settled: Some(settled),
         method: parts.method,

@@ -30,8 +30,9 @@ pub enum BodyError {
     Broken(String),
 }
 
-/// The connection a request came on, put into its extensions by the
-/// connection layer so a body discard keeps the connection counted busy.
+/// The connection a request came on, handed to the listener's service for
+/// the connection ([`super::serve_each`]) so a body discard keeps the
+/// connection counted busy.
 #[derive(Clone)]
 pub struct ConnHandle(pub(crate) Arc<Activity>);
 
@@ -56,12 +57,14 @@ pub struct BodyReader {
 }
 
 impl BodyReader {
-    /// For reading `body`, at most `limit` bytes, of the request `parts`.
+    /// For reading `body`, at most `limit` bytes, of the request `parts`,
+    /// which came on the connection `conn` (if through [`super::serve_each`]).
     pub fn new(
         parts: &Parts,
         body: &Incoming,
         limit: usize,
         settings: &ConnSettings,
+        conn: Option<&ConnHandle>,
     ) -> BodyReader {
         // hyper parsed the length already; its size hint is exact when one
         // was declared.
@@ -76,7 +79,7 @@ impl BodyReader {
                     .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue")),
             limit,
             http2: parts.version == Version::HTTP_2,
-            conn: parts.extensions.get::<ConnHandle>().cloned(),
+            conn: conn.cloned(),
             timeout: settings.body_read_timeout,
             max_discard_bytes: settings.max_discard_bytes,
             discard_timeout: settings.discard_timeout,
@@ -140,7 +143,11 @@ impl BodyReader {
                 let mut seen = 0usize;
                 while let Some(Ok(frame)) = body.frame().await {
                     seen += frame.data_ref().map_or(0, Bytes::len);
-                    if seen > max {
+                    // A declared length read in full is the end: hyper,
+                    // its answer written, ends the body only when the
+                    // next request's head arrives, and until then the
+                    // connection would count as busy.
+                    if seen > max || body.is_end_stream() {
                         break;
                     }
                 }

@@ -121,6 +121,7 @@ pub fn effective_cap(wanted: usize) -> usize {
 }
 
 /// Serves `listener` until `drain` is stopped, then drains: see [`drain`].
+/// Every connection gets a clone of `service`.
 pub async fn serve<S, B>(
     listener: TcpListener,
     service: S,
@@ -128,6 +129,30 @@ pub async fn serve<S, B>(
     drain: Drain,
 ) -> std::io::Result<()>
 where
+    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<service::BoxError>,
+{
+    serve_each(listener, move |_: &ConnHandle| service.clone(), conf, drain).await
+}
+
+/// [`serve`], each connection's service made by `service_of` from the
+/// connection's handle, which the service hands to the request's
+/// [`BodyReader`]: given once a connection, not put into every request's
+/// extensions (a map allocated and freed a request).
+pub async fn serve_each<M, S, B>(
+    listener: TcpListener,
+    service_of: M,
+    conf: Listener,
+    drain: Drain,
+) -> std::io::Result<()>
+where
+    M: Fn(&ConnHandle) -> S + Send + Sync + 'static,
     S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
         + Clone
         + Send
@@ -149,6 +174,7 @@ where
         .keep_alive_interval(Some(settings.idle_timeout.min(Duration::from_secs(30))))
         .keep_alive_timeout(Duration::from_secs(20));
     let builder = Arc::new(builder);
+    let service_of = Arc::new(service_of);
     let cap = Arc::new(Semaphore::new(effective_cap(settings.max_connections)));
     let shedding = Arc::new(Semaphore::new(MAX_SHEDDING));
     let mut tasks = JoinSet::new();
@@ -157,7 +183,7 @@ where
             tasks.spawn(Coalesce::new(connection(
                 stream,
                 builder.clone(),
-                service.clone(),
+                service_of.clone(),
                 conf.settings.clone(),
                 drain.clone(),
                 conf.answers,
@@ -212,10 +238,10 @@ where
 }
 
 /// One client connection, from accept to close.
-async fn connection<S, B>(
+async fn connection<M, S, B>(
     socket: TcpStream,
     builder: Arc<auto::Builder<CoalescingExecutor>>,
-    service: S,
+    service_of: Arc<M>,
     settings: ConnSettings,
     drain: Drain,
     answers: Answers,
@@ -225,6 +251,7 @@ async fn connection<S, B>(
         OwnedSemaphorePermit,
     ),
 ) where
+    M: Fn(&ConnHandle) -> S,
     S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
         + Clone
         + Send
@@ -253,7 +280,7 @@ async fn connection<S, B>(
         Some(activity.clone()),
     ));
     let service = ConnService {
-        inner: service,
+        inner: service_of(&ConnHandle(activity.clone())),
         activity: activity.clone(),
         drain: drain.clone(),
         cut: answers.cut,
@@ -465,6 +492,79 @@ mod tests {
         assert!(asked.load(std::sync::atomic::Ordering::SeqCst) >= 2);
         drain.begin();
         drain.stop();
+        served.await.unwrap().unwrap();
+    }
+
+    /// The connection's handle reaches the request's body reader: while the
+    /// rest of a refused body is read and thrown away, after the answer,
+    /// the connection still counts as busy (so a drain waits for it); once
+    /// the declared length has arrived, it is idle again at once, not after
+    /// `connections.discard_timeout_ms`.
+    #[tokio::test]
+    async fn a_body_discard_keeps_its_connection_busy() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (handles, mut handed) = tokio::sync::mpsc::unbounded_channel();
+        let service_of = move |conn: &ConnHandle| {
+            let conn = conn.clone();
+            let _ = handles.send(conn.clone());
+            tower::service_fn(move |req: Request<Incoming>| {
+                let conn = conn.clone();
+                async move {
+                    let (parts, body) = req.into_parts();
+                    let settings = ConnSettings::default();
+                    let reader = BodyReader::new(&parts, &body, 4, &settings, Some(&conn));
+                    assert_eq!(reader.read(body).await, Err(BodyError::TooLarge(4)));
+                    let answer = Full::new(Bytes::from_static(b"too large"));
+                    Ok::<_, Infallible>(Response::new(answer))
+                }
+            })
+        };
+        let refused = || Response::new(Full::new(Bytes::new()));
+        let conf = Listener {
+            name: "test",
+            tls: None,
+            settings: ConnSettings::default(),
+            grace: Duration::from_secs(1),
+            answers: Answers {
+                cut: refused,
+                shed: refused,
+                protocol: None,
+            },
+        };
+        let drain = Drain::new();
+        let served = tokio::spawn(serve_each(listener, service_of, conf, drain.clone()));
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // A declared length over the limit, and only the start of the body.
+        stream
+            .write_all(b"POST / HTTP/1.1\r\nhost: test\r\ncontent-length: 100\r\n\r\n0123456789")
+            .await
+            .unwrap();
+        let conn = handed.recv().await.unwrap();
+        let mut answer = Vec::new();
+        while !answer.ends_with(b"too large") {
+            let mut chunk = [0u8; 512];
+            let n = stream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "{}", String::from_utf8_lossy(&answer));
+            answer.extend_from_slice(&chunk[..n]);
+        }
+        // Answered; the discard still reads the rest.
+        assert_eq!(conn.0.active(), 1);
+        // The rest arrives: the discard ends, and the connection is idle.
+        stream.write_all(&[b'x'; 90]).await.unwrap();
+        let idle = async {
+            while conn.0.active() != 0 {
+                tokio::task::yield_now().await;
+            }
+        };
+        // Well inside the discard's own deadline (10 s by default).
+        tokio::time::timeout(Duration::from_secs(5), idle)
+            .await
+            .expect("the discard ended with the body");
+        drain.begin();
+        drain.stop();
+        drop(stream);
         served.await.unwrap().unwrap();
     }
 }

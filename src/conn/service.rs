@@ -1,5 +1,5 @@
 //! The per-connection wrapper around a listener's service. For every request
-//! it marks the connection busy, hands the request a [`ConnHandle`], answers
+//! it marks the connection busy, answers
 //! with the listener's envelope if the grace deadline cuts it, asks HTTP/1
 //! clients to close once the listener is stopping, and sends no body to HEAD
 //! (hyper leaves that to the service on HTTP/2, where a DATA frame after a
@@ -21,7 +21,6 @@ use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
 
 use super::activity::{Activity, Busy};
-use super::body::ConnHandle;
 use super::drain::Drain;
 
 /// Builds the answer to a request cut at the grace deadline.
@@ -94,12 +93,10 @@ where
     type Error = Infallible;
     type Future = ConnFuture<S>;
 
-    fn call(&self, mut req: Request<Incoming>) -> ConnFuture<S> {
+    fn call(&self, req: Request<Incoming>) -> ConnFuture<S> {
         let busy = self.activity.begin();
         let version = req.version();
         let head = req.method() == Method::HEAD;
-        req.extensions_mut()
-            .insert(ConnHandle(self.activity.clone()));
         // The listeners' services are ready whenever asked (`service_fn`,
         // and tower-http's layers over it): called at once, the request is
         // not kept in the future beside the service's own, which hyper
