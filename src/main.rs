@@ -107,7 +107,13 @@ fn read(path: Option<&PathBuf>) -> Result<config::Loaded, String> {
 static ALLOCATOR: allocator::Allocator = allocator::Allocator;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let code = run(Cli::parse());
+    // Log lines still held for a batch (`telemetry::log_batch`).
+    telemetry::log_batch::flush();
+    code
+}
+
+fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::CheckConfig {
             file,
@@ -120,7 +126,11 @@ fn main() -> ExitCode {
             check_config(&config, print)
         }
         Command::Sandbox(opts) => {
-            match runtime().block_on(v1compat::quickstart::run(opts, server::shutdown_signal())) {
+            let outcome =
+                runtime().block_on(v1compat::quickstart::run(opts, server::shutdown_signal()));
+            // The lines logged before it, then the error.
+            telemetry::log_batch::flush();
+            match outcome {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("v1compat sandbox: {e}");
@@ -162,7 +172,9 @@ fn main() -> ExitCode {
                 Err(problems) => return bad_config("invalid configuration:", &problems),
             };
             let threads = loaded.config.runtime.threads;
-            match runtime_with(threads).block_on(serve(loaded, config)) {
+            let outcome = runtime_with(threads).block_on(serve(loaded, config));
+            telemetry::log_batch::flush();
+            match outcome {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("v1compat: {e}");
@@ -207,6 +219,7 @@ fn bad_config(heading: &str, problems: &str) -> ExitCode {
 /// Exit code of `replay` / `report`: 1 on an error or, with
 /// `--fail-on-diff`, on a difference.
 fn exit_code(command: &str, outcome: Result<bool, String>) -> ExitCode {
+    telemetry::log_batch::flush();
     match outcome {
         Ok(false) => ExitCode::SUCCESS,
         Ok(true) => ExitCode::FAILURE,

@@ -68,7 +68,12 @@ pub fn build(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
             builder
         }
     };
-    builder.enable_all().build()
+    // Log lines held for a batch are written when the thread has nothing
+    // else to do (`telemetry::log_batch`).
+    builder
+        .enable_all()
+        .on_thread_park(crate::telemetry::log_batch::flush)
+        .build()
 }
 
 #[cfg(test)]

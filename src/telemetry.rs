@@ -11,6 +11,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 pub mod handles;
 mod json_lines;
+pub mod log_batch;
 mod series;
 pub use series::BUILD_INFO;
 
@@ -253,14 +254,16 @@ fn describe() {
 /// Sets up structured logging. `format` is `json` or `text`; `level` a
 /// tracing filter. Calling it twice is harmless (the second is ignored).
 /// Text is coloured only when stderr is a terminal (and `NO_COLOR` is
-/// unset): escape codes in a file or a log collector are noise.
+/// unset): escape codes in a file or a log collector are noise. Lines go
+/// to stderr in batches ([`log_batch`]).
 pub fn init_logging(format: &str, level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    log_batch::install();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(colour(std::io::IsTerminal::is_terminal(&std::io::stderr())))
-        .with_writer(std::io::stderr);
+        .with_writer(log_batch::BatchedStderr);
     let _ = if format == "json" {
         // tracing-subscriber's `json()` layout (flattened event, current
         // span), written without re-reading span fields (see `json_lines`).
