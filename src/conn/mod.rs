@@ -426,6 +426,22 @@ mod tests {
         assert!(text.ends_with("\r\n\r\n{\"code\":4290}"));
     }
 
+    /// A listener's settings for a test: the defaults, empty refusals.
+    fn test_listener() -> Listener {
+        let refused = || Response::new(Full::new(Bytes::new()));
+        Listener {
+            name: "test",
+            tls: None,
+            settings: ConnSettings::default(),
+            grace: Duration::from_secs(1),
+            answers: Answers {
+                cut: refused,
+                shed: refused,
+                protocol: None,
+            },
+        }
+    }
+
     /// A service that is not ready when first asked: the request is
     /// answered all the same, by the general way (`service::ConnService`
     /// calls a ready service at once and boxes tower's `Oneshot` otherwise).
@@ -465,18 +481,7 @@ mod tests {
         let service = ReadyOnSecondAsk {
             asked: asked.clone(),
         };
-        let refused = || Response::new(Full::new(Bytes::new()));
-        let conf = Listener {
-            name: "test",
-            tls: None,
-            settings: ConnSettings::default(),
-            grace: Duration::from_secs(1),
-            answers: Answers {
-                cut: refused,
-                shed: refused,
-                protocol: None,
-            },
-        };
+        let conf = test_listener();
         let drain = Drain::new();
         let served = tokio::spawn(serve(listener, service, conf, drain.clone()));
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -521,18 +526,7 @@ mod tests {
                 }
             })
         };
-        let refused = || Response::new(Full::new(Bytes::new()));
-        let conf = Listener {
-            name: "test",
-            tls: None,
-            settings: ConnSettings::default(),
-            grace: Duration::from_secs(1),
-            answers: Answers {
-                cut: refused,
-                shed: refused,
-                protocol: None,
-            },
-        };
+        let conf = test_listener();
         let drain = Drain::new();
         let served = tokio::spawn(serve_each(listener, service_of, conf, drain.clone()));
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();

@@ -38,34 +38,47 @@ pub struct RunAnswer<'a> {
 /// The envelope and run record of a V2 run-detail answer, when every part
 /// of it is plain (see the module's doc); `None` leaves it to serde.
 pub fn run_answer(body: &[u8]) -> Option<RunAnswer<'_>> {
+    let (code, request_id, run) = envelope(body, record::<false>)?;
+    Some(RunAnswer {
+        code,
+        request_id,
+        run,
+    })
+}
+
+/// A V2 answer's envelope (its `code` and `request_id`) and its `data`, read
+/// by `data` (given the body as text, where the value starts and the stack
+/// for skipped values; the value and where it ends), when every part of it
+/// is plain. Inlined, each reading with its own `data`.
+#[inline(always)]
+fn envelope<'a, T>(
+    body: &'a [u8],
+    mut data: impl FnMut(&'a str, usize, &mut Vec<u8>) -> Option<(T, usize)>,
+) -> Option<(Option<i64>, Option<&'a str>, T)> {
     // Checked as UTF-8 once (serde's reading did the same), so the record's
     // strings are slices of it, not each checked again.
     let text = std::str::from_utf8(body).ok()?;
     // Grows only for values nested in members the record does not keep.
     let mut stack = Vec::new();
     let mut head = HeadReader::new();
-    let mut run = None;
+    let mut read = None;
     let end = object(body, ws(body, 0), &ENVELOPE_KEYS, |i, key| {
         if key != b"data" {
             return head.envelope_member(body, key, i, &mut stack);
         }
         // A second `data` is refused by the typed reading.
-        if run.is_some() {
+        if read.is_some() {
             return None;
         }
-        let (record, end) = record::<false>(text, i, &mut stack)?;
-        run = Some(record);
+        let (value, end) = data(text, i, &mut stack)?;
+        read = Some(value);
         Some(end)
     })?;
     if ws(body, end) != body.len() {
         return None;
     }
     let head = head.finish()?;
-    Some(RunAnswer {
-        code: head.code,
-        request_id: head.request_id,
-        run: run?,
-    })
+    Some((head.code, head.request_id, read?))
 }
 
 /// What the typed reading keeps of a run-list page
@@ -89,29 +102,11 @@ pub struct RunPage<'a> {
 /// The envelope and records of a V2 run-list page, when every part of it
 /// is plain (see the module's doc); `None` leaves it to serde.
 pub fn run_list_answer(body: &[u8]) -> Option<RunListAnswer<'_>> {
-    let text = std::str::from_utf8(body).ok()?;
-    let mut stack = Vec::new();
-    let mut head = HeadReader::new();
-    let mut page = None;
-    let end = object(body, ws(body, 0), &ENVELOPE_KEYS, |i, key| {
-        if key != b"data" {
-            return head.envelope_member(body, key, i, &mut stack);
-        }
-        if page.is_some() {
-            return None;
-        }
-        let (read, end) = run_page(text, i, &mut stack)?;
-        page = Some(read);
-        Some(end)
-    })?;
-    if ws(body, end) != body.len() {
-        return None;
-    }
-    let head = head.finish()?;
+    let (code, request_id, page) = envelope(body, run_page)?;
     Some(RunListAnswer {
-        code: head.code,
-        request_id: head.request_id,
-        page: page?,
+        code,
+        request_id,
+        page,
     })
 }
 
