@@ -15,9 +15,10 @@
 //! - when the process ends or panics (`main`, and the panic hook
 //!   [`install`] sets).
 //!
-//! Nothing is dropped: a line that would overfill the buffer waits for the
-//! write in progress, as it waited for its own write before. A process
-//! killed outright loses at most the lines of the last [`FLUSH_EVERY`].
+//! Nothing is dropped: a line that fills the buffer is written with it,
+//! after any write in progress, as it waited for its own write before. A
+//! process killed outright loses at most the lines of the last
+//! [`FLUSH_EVERY`].
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,7 +39,7 @@ pub const FLUSH_EVERY: Duration = Duration::from_millis(100);
 struct Batch {
     lines: Mutex<Vec<u8>>,
     /// Set after a line is appended, cleared by the flush that takes it:
-    /// a flush with nothing to write costs one load.
+    /// a flush with nothing to write takes no buffer.
     pending: AtomicBool,
     /// The buffer being written, held while it is: batches reach stderr in
     /// the order they were taken. Kept (cleared) for the next batch.
@@ -68,12 +69,14 @@ impl Batch {
         urgent || full
     }
 
-    /// Writes what the buffer holds to `out`, if anything.
+    /// Writes what the buffer holds to `out`, if anything. A write in
+    /// progress elsewhere is waited for first: when this returns, every line
+    /// appended before it was called is out.
     fn write_out(&self, out: &mut impl Write) {
+        let mut writing = lock(&self.writing);
         if !self.pending.swap(false, Ordering::AcqRel) {
             return;
         }
-        let mut writing = lock(&self.writing);
         std::mem::swap(&mut *writing, &mut *lock(&self.lines));
         // Nowhere to report a failed write to: the lines are gone, as they
         // were when each was written on its own.
@@ -82,12 +85,10 @@ impl Batch {
     }
 }
 
-/// Writes the lines held, if any. Cheap when there are none (the runtime
-/// calls it each time its thread parks).
+/// Writes the lines held, if any, after any write in progress. Cheap when
+/// there are none (the runtime calls it each time its thread parks).
 pub fn flush() {
-    if BATCH.pending.load(Ordering::Acquire) {
-        BATCH.write_out(&mut std::io::stderr());
-    }
+    BATCH.write_out(&mut std::io::stderr());
 }
 
 /// Starts the thread that writes held lines every [`FLUSH_EVERY`], and

@@ -38,7 +38,7 @@ pub struct RunAnswer<'a> {
 /// The envelope and run record of a V2 run-detail answer, when every part
 /// of it is plain (see the module's doc); `None` leaves it to serde.
 pub fn run_answer(body: &[u8]) -> Option<RunAnswer<'_>> {
-    let (code, request_id, run) = envelope(body, record::<false>)?;
+    let (code, request_id, run) = envelope(body, record::<false>, &mut Vec::new())?;
     Some(RunAnswer {
         code,
         request_id,
@@ -49,28 +49,28 @@ pub fn run_answer(body: &[u8]) -> Option<RunAnswer<'_>> {
 /// A V2 answer's envelope (its `code` and `request_id`) and its `data`, read
 /// by `data` (given the body as text, where the value starts and the stack
 /// for skipped values; the value and where it ends), when every part of it
-/// is plain. Inlined, each reading with its own `data`.
+/// is plain. `stack` grows only for values nested in members not kept.
+/// Inlined, each reading with its own `data`.
 #[inline(always)]
 fn envelope<'a, T>(
     body: &'a [u8],
     mut data: impl FnMut(&'a str, usize, &mut Vec<u8>) -> Option<(T, usize)>,
+    stack: &mut Vec<u8>,
 ) -> Option<(Option<i64>, Option<&'a str>, T)> {
     // Checked as UTF-8 once (serde's reading did the same), so the record's
     // strings are slices of it, not each checked again.
     let text = std::str::from_utf8(body).ok()?;
-    // Grows only for values nested in members the record does not keep.
-    let mut stack = Vec::new();
     let mut head = HeadReader::new();
     let mut read = None;
     let end = object(body, ws(body, 0), &ENVELOPE_KEYS, |i, key| {
         if key != b"data" {
-            return head.envelope_member(body, key, i, &mut stack);
+            return head.envelope_member(body, key, i, stack);
         }
         // A second `data` is refused by the typed reading.
         if read.is_some() {
             return None;
         }
-        let (value, end) = data(text, i, &mut stack)?;
+        let (value, end) = data(text, i, stack)?;
         read = Some(value);
         Some(end)
     })?;
@@ -102,13 +102,27 @@ pub struct RunPage<'a> {
 /// The envelope and records of a V2 run-list page, when every part of it
 /// is plain (see the module's doc); `None` leaves it to serde.
 pub fn run_list_answer(body: &[u8]) -> Option<RunListAnswer<'_>> {
-    let (code, request_id, page) = envelope(body, run_page)?;
+    let mut stack = Vec::new();
+    let (code, request_id, page) = envelope(body, run_page, &mut stack)?;
+    // The general reading of a run list takes the page as a `Value`, which
+    // serde_json reads no deeper than 128 levels (its skipping, the run
+    // detail's fallback, has no limit). A vector never gives back room it
+    // was not asked to, so a stack with room for no more than
+    // `MAX_SKIPPED_NESTING` proves every skipped value shallower: a page
+    // with deeper ones is left to the general reading, which decides.
+    if stack.capacity() > MAX_SKIPPED_NESTING {
+        return None;
+    }
     Some(RunListAnswer {
         code,
         request_id,
         page,
     })
 }
+
+/// Nesting of a skipped value in a run-list page that the one-pass reading
+/// takes (see [`run_list_answer`]); the page's own levels are four.
+const MAX_SKIPPED_NESTING: usize = 64;
 
 /// The members of a run-list page's `data`, as V2 writes their keys.
 const PAGE_KEYS: [&[u8]; 2] = [b"\"count\":", b"\"list\":"];
@@ -527,6 +541,22 @@ mod tests {
             run_list_answer(full.as_bytes()).unwrap().page.runs.len(),
             100
         );
+    }
+
+    #[test]
+    fn values_nested_deeper_than_serde_reads_are_left_to_it() {
+        let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let page = |n: usize| {
+            PAGE.replace(
+                r#""results":1}"#,
+                &format!(r#""results":1,"extra":{}}}"#, nested(n)),
+            )
+        };
+        assert!(list_agrees(page(60).as_bytes()).unwrap());
+        assert!(run_list_answer(page(66).as_bytes()).is_none());
+        assert!(run_list_answer(page(130).as_bytes()).is_none());
+        // What the general reading makes of a deeper one: not a `Value`.
+        assert!(serde_json::from_str::<crate::v2::Envelope>(&page(130)).is_err());
     }
 
     #[test]
