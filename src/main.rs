@@ -109,7 +109,7 @@ static ALLOCATOR: allocator::Allocator = allocator::Allocator;
 fn main() -> ExitCode {
     let code = run(Cli::parse());
     // Log lines still held for a batch (`telemetry::log_batch`).
-    telemetry::log_batch::flush();
+    telemetry::log_batch::flush_and_wait();
     code
 }
 
@@ -129,7 +129,7 @@ fn run(cli: Cli) -> ExitCode {
             let outcome =
                 runtime().block_on(v1compat::quickstart::run(opts, server::shutdown_signal()));
             // The lines logged before it, then the error.
-            telemetry::log_batch::flush();
+            telemetry::log_batch::flush_and_wait();
             match outcome {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -173,7 +173,7 @@ fn run(cli: Cli) -> ExitCode {
             };
             let threads = loaded.config.runtime.threads;
             let outcome = runtime_with(threads).block_on(serve(loaded, config));
-            telemetry::log_batch::flush();
+            telemetry::log_batch::flush_and_wait();
             match outcome {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -219,7 +219,7 @@ fn bad_config(heading: &str, problems: &str) -> ExitCode {
 /// Exit code of `replay` / `report`: 1 on an error or, with
 /// `--fail-on-diff`, on a difference.
 fn exit_code(command: &str, outcome: Result<bool, String>) -> ExitCode {
-    telemetry::log_batch::flush();
+    telemetry::log_batch::flush_and_wait();
     match outcome {
         Ok(false) => ExitCode::SUCCESS,
         Ok(true) => ExitCode::FAILURE,

@@ -12,8 +12,8 @@
 //!   park hook, see `runtime::build`), so an idle gateway holds nothing;
 //! - every [`FLUSH_EVERY`] from a thread of its own, so a gateway that is
 //!   never idle holds a line at most that long;
-//! - when the process ends or panics (`main`, and the panic hook
-//!   [`install`] sets).
+//! - when the process ends or panics ([`flush_and_wait`], from `main` and
+//!   the panic hook [`install`] sets).
 //!
 //! Nothing is dropped: a line that fills the buffer is written with it,
 //! after any write in progress, as it waited for its own write before. A
@@ -85,9 +85,18 @@ impl Batch {
     }
 }
 
-/// Writes the lines held, if any, after any write in progress. Cheap when
-/// there are none (the runtime calls it each time its thread parks).
+/// Writes the lines held, if any: one load when there are none (the
+/// runtime calls it each time its thread parks). Lines another thread is
+/// writing are left to it; see [`flush_and_wait`].
 pub fn flush() {
+    if BATCH.pending.load(Ordering::Acquire) {
+        BATCH.write_out(&mut std::io::stderr());
+    }
+}
+
+/// Writes the lines held, after any write in progress: when it returns,
+/// every line logged before is out. For the process's end and its panics.
+pub fn flush_and_wait() {
     BATCH.write_out(&mut std::io::stderr());
 }
 
@@ -108,7 +117,7 @@ pub fn install() {
         }
         let next = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            flush();
+            flush_and_wait();
             next(info);
         }));
     });
