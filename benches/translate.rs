@@ -86,7 +86,7 @@ fn bench(c: &mut Criterion) {
             let (texts, read) = match result_scan::run_answer(body) {
                 Some(answer) => (
                     Texts::scanned(&answer),
-                    Read::Typed(Some(Object(answer.run))),
+                    Read::Typed(Some(Object(answer.data))),
                 ),
                 None => (Texts::UNCHECKED, typed(body)),
             };

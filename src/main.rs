@@ -107,13 +107,18 @@ fn read(path: Option<&PathBuf>) -> Result<config::Loaded, String> {
 static ALLOCATOR: allocator::Allocator = allocator::Allocator;
 
 fn main() -> ExitCode {
-    let code = run(Cli::parse());
-    // Log lines still held for a batch (`telemetry::log_batch`).
+    let outcome = run(Cli::parse());
+    // Log lines still held for a batch (`telemetry::log_batch`), before the
+    // error that ended the command.
     telemetry::log_batch::flush_and_wait();
-    code
+    outcome.unwrap_or_else(|e| {
+        eprintln!("{e}");
+        ExitCode::FAILURE
+    })
 }
 
-fn run(cli: Cli) -> ExitCode {
+/// The command's exit code, or the line that says why it failed.
+fn run(cli: Cli) -> Result<ExitCode, String> {
     match cli.command {
         Command::CheckConfig {
             file,
@@ -121,27 +126,18 @@ fn run(cli: Cli) -> ExitCode {
             print,
         } => {
             let Some(config) = file.or(config) else {
-                return bad_config("check-config needs a FILE", "");
+                return Ok(bad_config("check-config needs a FILE", ""));
             };
-            check_config(&config, print)
+            Ok(check_config(&config, print))
         }
-        Command::Sandbox(opts) => {
-            let outcome =
-                runtime().block_on(v1compat::quickstart::run(opts, server::shutdown_signal()));
-            // The lines logged before it, then the error.
-            telemetry::log_batch::flush_and_wait();
-            match outcome {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("v1compat sandbox: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Sandbox(opts) => runtime()
+            .block_on(v1compat::quickstart::run(opts, server::shutdown_signal()))
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| format!("v1compat sandbox: {e}")),
         Command::Replay(args) => {
             let cfg = match load(args.config.as_ref()) {
                 Ok(c) => c,
-                Err(problems) => return bad_config("invalid configuration:", &problems),
+                Err(problems) => return Ok(bad_config("invalid configuration:", &problems)),
             };
             telemetry::init_logging("text", "warn");
             exit_code(
@@ -152,35 +148,27 @@ fn run(cli: Cli) -> ExitCode {
         Command::Report(args) => {
             let cfg = match load(args.config.as_ref()) {
                 Ok(c) => c,
-                Err(problems) => return bad_config("invalid configuration:", &problems),
+                Err(problems) => return Ok(bad_config("invalid configuration:", &problems)),
             };
             exit_code("report", cli::report(&args, &cfg))
         }
-        Command::Probe(args) => match runtime().block_on(probe::probe(&args)) {
-            Ok(line) => {
-                println!("{line}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("v1compat probe: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Probe(args) => {
+            let line = runtime()
+                .block_on(probe::probe(&args))
+                .map_err(|e| format!("v1compat probe: {e}"))?;
+            println!("{line}");
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Serve { config } => {
             let loaded = match read(config.as_ref()) {
                 Ok(loaded) => loaded,
-                Err(problems) => return bad_config("invalid configuration:", &problems),
+                Err(problems) => return Ok(bad_config("invalid configuration:", &problems)),
             };
             let threads = loaded.config.runtime.threads;
-            let outcome = runtime_with(threads).block_on(serve(loaded, config));
-            telemetry::log_batch::flush_and_wait();
-            match outcome {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("v1compat: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            runtime_with(threads)
+                .block_on(serve(loaded, config))
+                .map(|()| ExitCode::SUCCESS)
+                .map_err(|e| format!("v1compat: {e}"))
         }
     }
 }
@@ -216,17 +204,13 @@ fn bad_config(heading: &str, problems: &str) -> ExitCode {
     ExitCode::from(EXIT_BAD_CONFIG)
 }
 
-/// Exit code of `replay` / `report`: 1 on an error or, with
-/// `--fail-on-diff`, on a difference.
-fn exit_code(command: &str, outcome: Result<bool, String>) -> ExitCode {
-    telemetry::log_batch::flush_and_wait();
+/// Exit code of `replay` / `report`: 1 on a difference with
+/// `--fail-on-diff`; an error is said by `main`, which exits with 1.
+fn exit_code(command: &str, outcome: Result<bool, String>) -> Result<ExitCode, String> {
     match outcome {
-        Ok(false) => ExitCode::SUCCESS,
-        Ok(true) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("v1compat {command}: {e}");
-            ExitCode::FAILURE
-        }
+        Ok(false) => Ok(ExitCode::SUCCESS),
+        Ok(true) => Ok(ExitCode::FAILURE),
+        Err(e) => Err(format!("v1compat {command}: {e}")),
     }
 }
 

@@ -330,8 +330,8 @@ impl Pipeline {
             // current span (if any) here.
             let span = req.settled.is_none().then(tracing::Span::current);
             let (settled_id, routed) = match req.settled {
-                Some(settled) => (Some(settled.request_id), Some(settled.op)),
-                None => (None, None),
+                Some(settled) => (Some(settled.request_id), settled.op),
+                None => (None, route::route(&req.method, &req.path)),
             };
             let (request_id, id_header) = request_ident(settled_id, &req.headers);
             if let Some(span) = &span {
@@ -345,7 +345,6 @@ impl Pipeline {
                 every_request: gateway.config.log.access,
                 dialect: gateway.config.compat.dialect,
             };
-            let routed = routed.unwrap_or_else(|| route::route(&req.method, &req.path));
             let Some(op) = routed else {
                 return Err(finish(
                     &cx,

@@ -139,7 +139,7 @@ fn route_v1(
     let (parts, body) = req.into_parts();
     let config = &gateway.config;
     let limit = config.limits.max_body_bytes;
-    let reader = BodyReader::new(&parts, &body, limit, &config.connections, Some(conn));
+    let reader = BodyReader::new(&parts, &body, limit, &config.connections, conn);
     let raw = RawV1Request {
         settled: Some(settled),
         method: parts.method,

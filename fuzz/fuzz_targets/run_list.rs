@@ -22,5 +22,5 @@ fuzz_target!(|body: &[u8]| {
     let data = envelope.data.unwrap_or(serde_json::Value::Null);
     assert_eq!(read.code, envelope.code);
     assert_eq!(read.request_id.map(str::to_owned), envelope.request_id);
-    assert_eq!(read.page, run_page_of(&data));
+    assert_eq!(read.data, run_page_of(&data));
 });

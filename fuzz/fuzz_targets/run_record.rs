@@ -22,5 +22,5 @@ fuzz_target!(|body: &[u8]| {
         serde_json::from_str(text).expect("read a body the typed reading refuses");
     assert_eq!(read.code, typed.code);
     assert_eq!(read.request_id, typed.request_id.as_ref().map(|t| &*t.0));
-    assert_eq!(Some(read.run), typed.data.map(|o| o.0));
+    assert_eq!(Some(read.data), typed.data.map(|o| o.0));
 });

@@ -46,7 +46,7 @@ pub struct BodyReader {
     expects_continue: bool,
     limit: usize,
     http2: bool,
-    conn: Option<ConnHandle>,
+    conn: ConnHandle,
     /// `connections.body_read_timeout_ms`.
     timeout: Duration,
     /// The bounds of a discard (`connections.max_discard_bytes`,
@@ -58,13 +58,13 @@ pub struct BodyReader {
 
 impl BodyReader {
     /// For reading `body`, at most `limit` bytes, of the request `parts`,
-    /// which came on the connection `conn` (if through [`super::serve_each`]).
+    /// which came on the connection `conn` (see [`super::serve_each`]).
     pub fn new(
         parts: &Parts,
         body: &Incoming,
         limit: usize,
         settings: &ConnSettings,
-        conn: Option<&ConnHandle>,
+        conn: &ConnHandle,
     ) -> BodyReader {
         // hyper parsed the length already; its size hint is exact when one
         // was declared.
@@ -79,7 +79,7 @@ impl BodyReader {
                     .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue")),
             limit,
             http2: parts.version == Version::HTTP_2,
-            conn: conn.cloned(),
+            conn: conn.clone(),
             timeout: settings.body_read_timeout,
             max_discard_bytes: settings.max_discard_bytes,
             discard_timeout: settings.discard_timeout,
@@ -135,7 +135,7 @@ impl BodyReader {
         if self.http2 {
             return;
         }
-        let busy = self.conn.as_ref().map(|h| h.0.begin());
+        let busy = self.conn.0.begin();
         let (max, deadline) = (self.max_discard_bytes, self.discard_timeout);
         tokio::spawn(async move {
             let _busy = busy;

@@ -426,10 +426,21 @@ mod tests {
         assert!(text.ends_with("\r\n\r\n{\"code\":4290}"));
     }
 
-    /// A listener's settings for a test: the defaults, empty refusals.
-    fn test_listener() -> Listener {
+    /// A listener on a free port, each connection served by `service_of`
+    /// (default settings, empty refusals), and a client connected to it.
+    async fn serving<M, S>(service_of: M) -> (tokio::net::TcpStream, Served)
+    where
+        M: Fn(&ConnHandle) -> S + Send + Sync + 'static,
+        S: tower::Service<Request<Incoming>, Response = Response<Full<Bytes>>, Error = Infallible>
+            + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
         let refused = || Response::new(Full::new(Bytes::new()));
-        Listener {
+        let conf = Listener {
             name: "test",
             tls: None,
             settings: ConnSettings::default(),
@@ -439,6 +450,25 @@ mod tests {
                 shed: refused,
                 protocol: None,
             },
+        };
+        let drain = Drain::new();
+        let task = tokio::spawn(serve_each(listener, service_of, conf, drain.clone()));
+        let client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        (client, Served { drain, task })
+    }
+
+    /// A listener [`serving`] started.
+    struct Served {
+        drain: Drain,
+        task: tokio::task::JoinHandle<std::io::Result<()>>,
+    }
+
+    impl Served {
+        /// Stops the listener and waits for it to finish draining.
+        async fn stop(self) {
+            self.drain.begin();
+            self.drain.stop();
+            self.task.await.unwrap().unwrap();
         }
     }
 
@@ -475,16 +505,11 @@ mod tests {
     #[tokio::test]
     async fn a_service_not_ready_at_once_still_answers() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let service = ReadyOnSecondAsk {
             asked: asked.clone(),
         };
-        let conf = test_listener();
-        let drain = Drain::new();
-        let served = tokio::spawn(serve(listener, service, conf, drain.clone()));
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut stream, served) = serving(move |_: &ConnHandle| service.clone()).await;
         stream
             .write_all(b"GET / HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n")
             .await
@@ -495,9 +520,7 @@ mod tests {
         assert!(answer.ends_with("\r\n\r\nready"), "{answer}");
         // Asked once without a waker, then again by the general way.
         assert!(asked.load(std::sync::atomic::Ordering::SeqCst) >= 2);
-        drain.begin();
-        drain.stop();
-        served.await.unwrap().unwrap();
+        served.stop().await;
     }
 
     /// The connection's handle reaches the request's body reader: while the
@@ -508,8 +531,6 @@ mod tests {
     #[tokio::test]
     async fn a_body_discard_keeps_its_connection_busy() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let (handles, mut handed) = tokio::sync::mpsc::unbounded_channel();
         let service_of = move |conn: &ConnHandle| {
             let conn = conn.clone();
@@ -519,17 +540,14 @@ mod tests {
                 async move {
                     let (parts, body) = req.into_parts();
                     let settings = ConnSettings::default();
-                    let reader = BodyReader::new(&parts, &body, 4, &settings, Some(&conn));
+                    let reader = BodyReader::new(&parts, &body, 4, &settings, &conn);
                     assert_eq!(reader.read(body).await, Err(BodyError::TooLarge(4)));
                     let answer = Full::new(Bytes::from_static(b"too large"));
                     Ok::<_, Infallible>(Response::new(answer))
                 }
             })
         };
-        let conf = test_listener();
-        let drain = Drain::new();
-        let served = tokio::spawn(serve_each(listener, service_of, conf, drain.clone()));
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut stream, served) = serving(service_of).await;
         // A declared length over the limit, and only the start of the body.
         stream
             .write_all(b"POST / HTTP/1.1\r\nhost: test\r\ncontent-length: 100\r\n\r\n0123456789")
@@ -556,9 +574,7 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), idle)
             .await
             .expect("the discard ended with the body");
-        drain.begin();
-        drain.stop();
         drop(stream);
-        served.await.unwrap().unwrap();
+        served.stop().await;
     }
 }

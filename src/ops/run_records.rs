@@ -32,7 +32,7 @@ use crate::ops::input::{Body, Ident};
 use crate::ops::result_scan::{self, RunPage};
 use crate::ops::wire::{self, IntLike, Object, StrOrNum};
 use crate::ops::Compat;
-use crate::ops::{int_of, list_of, Exchange, Read};
+use crate::ops::{int_of, list_of, Exchange, Fetched, Read};
 use crate::paging::Plan;
 use crate::upstream::V2Call;
 use crate::v1::status;
@@ -207,16 +207,10 @@ impl Texts {
     pub const UNCHECKED: Texts = Texts { plain: false };
 
     /// The texts of `answer`, read by the one-pass reader
-    /// (`result_scan::run_answer`), which takes only strings without
-    /// escapes, quotes or control characters: nothing in them needs
-    /// escaping again.
-    pub fn scanned(_answer: &result_scan::RunAnswer<'_>) -> Texts {
-        Texts { plain: true }
-    }
-
-    /// The texts of a run-list page read by the one-pass reader
-    /// (`result_scan::run_list_answer`), under the same promise.
-    pub fn listed(_answer: &result_scan::RunListAnswer<'_>) -> Texts {
+    /// (`result_scan::run_answer`, `result_scan::run_list_answer`), which
+    /// takes only strings without escapes, quotes or control characters:
+    /// nothing in them needs escaping again.
+    pub fn scanned<T>(_answer: &result_scan::Answer<'_, T>) -> Texts {
         Texts { plain: true }
     }
 }
@@ -356,7 +350,7 @@ pub async fn run_detail(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayE
                 &fetched,
                 answer.code,
                 answer.request_id,
-                Some(Object(answer.run)),
+                Some(Object(answer.data)),
                 Subject::Run,
             )?;
             (read, texts)
@@ -425,6 +419,35 @@ pub fn run_page_of(data: &Value) -> RunPage<'_> {
     }
 }
 
+/// A V2 run-list page as [`read_page`] read it.
+enum PageRead<'f> {
+    /// In one pass: its records borrow from the answer's body.
+    Scanned(RunPage<'f>, Texts),
+    /// By the general reading: its `data`, for [`run_page_of`].
+    General(Value),
+}
+
+/// One V2 run-list page, read in one pass where it is plain.
+fn read_page<'f>(ex: &Exchange<'_>, page: &'f Fetched) -> Result<PageRead<'f>, GatewayError> {
+    let Some(answer) = result_scan::run_list_answer(page.body()) else {
+        return ex
+            .envelope_data(page, Subject::Other)
+            .map(PageRead::General);
+    };
+    let texts = Texts::scanned(&answer);
+    let read = ex.read_parts(
+        page,
+        answer.code,
+        answer.request_id,
+        Some(answer.data),
+        Subject::Other,
+    )?;
+    Ok(match read {
+        Read::Typed(data) => PageRead::Scanned(data.unwrap_or_default(), texts),
+        Read::Untyped(data) => PageRead::General(data),
+    })
+}
+
 pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
     let window = body.window(20, ex.settings().max_page_size)?;
     let status = v2_status_filter(body.opt_int("status")?.unwrap_or(0))?;
@@ -447,35 +470,22 @@ pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayErr
             list_call(&filter, o, plan.limit).with_key(Some(key.clone()))
         })
         .await?;
-    // Each page read in one pass where it is plain; serde reads the rest
-    // into a `Value` (kept here, where the records borrow from it).
-    let mut scanned = Vec::with_capacity(fetched.len());
-    let mut general = Vec::with_capacity(fetched.len());
-    for page in &fetched {
-        let (read, value) = match result_scan::run_list_answer(page.body()) {
-            Some(answer) => {
-                let texts = Texts::listed(&answer);
-                let read = ex.read_parts(
-                    page,
-                    answer.code,
-                    answer.request_id,
-                    Some(answer.page),
-                    Subject::Other,
-                )?;
-                match read {
-                    Read::Typed(page) => (Some((page.unwrap_or_default(), texts)), Value::Null),
-                    Read::Untyped(value) => (None, value),
-                }
-            }
-            None => (None, ex.envelope_data(page, Subject::Other)?),
-        };
-        scanned.push(read);
-        general.push(value);
-    }
+    // Each page read in one pass where it is plain; the rest read as
+    // `Value`s, kept here while the records borrow from them.
+    let (scanned, general): (Vec<_>, Vec<_>) = fetched
+        .iter()
+        .map(|page| read_page(ex, page))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .map(|read| match read {
+            PageRead::Scanned(page, texts) => (Some((page, texts)), Value::Null),
+            PageRead::General(data) => (None, data),
+        })
+        .unzip();
     let pages = scanned
         .into_iter()
         .zip(&general)
-        .map(|(read, value)| read.unwrap_or_else(|| (run_page_of(value), Texts::UNCHECKED)))
+        .map(|(read, data)| read.unwrap_or_else(|| (run_page_of(data), Texts::UNCHECKED)))
         .collect();
     v1_run_list(&plan, pages, &ex.settings().compat)
 }
@@ -547,8 +557,8 @@ mod tests {
         .plan();
         let compat = Compat::default();
         let answer = result_scan::run_list_answer(body.as_bytes()).expect("plain");
-        let texts = Texts::listed(&answer);
-        let scanned = v1_run_list(&plan, vec![(answer.page, texts)], &compat).unwrap();
+        let texts = Texts::scanned(&answer);
+        let scanned = v1_run_list(&plan, vec![(answer.data, texts)], &compat).unwrap();
         let value: Value = serde_json::from_str(body).unwrap();
         let pages = vec![(run_page_of(&value["data"]), Texts::UNCHECKED)];
         let general = v1_run_list(&plan, pages, &compat).unwrap();

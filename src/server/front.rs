@@ -216,7 +216,7 @@ mod tests {
     }
 
     #[test]
-    fn the_front_routes_once_for_the_span_and_admission() {
+    fn settle_gives_the_request_id_and_the_operation() {
         let mut req = Request::post("/api/v1/run/detail/")
             .header("x-request-id", "id-1")
             .body(())
@@ -255,6 +255,40 @@ mod tests {
     fn ok_answer() -> Response<AnswerBody> {
         let body = http_body_util::Full::new(bytes::Bytes::from_static(b"{\"code\":0}"));
         Response::new(AnswerBody::from(body))
+    }
+
+    /// Admission answers with what the front settled, without routing the
+    /// request again: a path no operation has, settled as a run detail, is
+    /// refused as a run detail without its `run_slug`, under the settled id.
+    #[tokio::test]
+    async fn admission_takes_the_id_and_operation_the_front_settled() {
+        use crate::pipeline::RawV1Request;
+        let pipeline = pipeline();
+        let request = |settled| {
+            let mut req = RawV1Request::with_bytes(
+                http::Method::POST,
+                "/api/v1/nothing",
+                None,
+                headers(&[("api-key", "k1")]),
+                bytes::Bytes::from_static(b"{}"),
+            );
+            req.settled = settled;
+            req
+        };
+        let unsettled = pipeline.answer(request(None)).await;
+        assert_eq!(unsettled.status, http::StatusCode::NOT_FOUND);
+        let settled = Settled {
+            request_id: HeaderValue::from_static("front-id"),
+            op: Some(Operation::RunDetail),
+        };
+        let answer = pipeline.answer(request(Some(settled))).await;
+        assert_eq!(answer.status, http::StatusCode::BAD_REQUEST);
+        assert_eq!(answer.headers[&REQUEST_ID], "front-id");
+        let body: serde_json::Value = serde_json::from_slice(&answer.body.to_bytes()).unwrap();
+        assert!(
+            body["message"].as_str().unwrap().contains("run_slug"),
+            "{body}"
+        );
     }
 
     #[tokio::test]

@@ -61,7 +61,7 @@ mod run_record;
 mod values;
 pub use head::Head;
 use head::HeadReader;
-pub use run_record::{run_answer, run_list_answer, RunAnswer, RunListAnswer, RunPage};
+pub use run_record::{run_answer, run_list_answer, Answer, RunAnswer, RunListAnswer, RunPage};
 use values::{byte, field, plain_key, value, ws};
 
 #[cfg(test)]
@@ -795,7 +795,7 @@ impl Key {
 
 #[cfg(test)]
 mod tests {
-    use super::gen::*;
+    use super::gen::{self, *};
     use super::*;
     use crate::ops::results::V2ResultPage;
     use crate::ops::wire::{IntLike, OrDefault};
@@ -839,7 +839,7 @@ mod tests {
     /// without its rows.
     fn check_range(body: &str, summarise: Range<usize>) -> Option<()> {
         let scan = scan(body.as_bytes(), summarise.clone())?;
-        let answer: Answer = serde_json::from_str(body)
+        let answer: gen::Answer = serde_json::from_str(body)
             .unwrap_or_else(|e| panic!("scanner accepted what serde refuses ({e}): {body}"));
         let list = answer.data.list.get();
         let raw: Vec<&RawValue> = serde_json::from_str(list).unwrap();

@@ -27,23 +27,26 @@ use super::ENVELOPE_KEYS;
 use crate::ops::run_records::{StatusField, V2Run};
 use crate::ops::wire::{IntLike, StrOrNum};
 
-/// What the typed reading keeps of a run-detail answer.
+/// What the typed reading keeps of a V2 answer read in one pass: its
+/// envelope's `code` and `request_id`, and its `data` (a run record, or a
+/// run-list page). Made only here, by [`envelope`].
 #[derive(Debug)]
-pub struct RunAnswer<'a> {
+pub struct Answer<'a, T> {
     pub code: Option<i64>,
     pub request_id: Option<&'a str>,
-    pub run: V2Run<'a>,
+    pub data: T,
 }
+
+/// A run-detail answer: its `data` is the run record.
+pub type RunAnswer<'a> = Answer<'a, V2Run<'a>>;
+
+/// A run-list page (`GET /api/v2/worker-runs`).
+pub type RunListAnswer<'a> = Answer<'a, RunPage<'a>>;
 
 /// The envelope and run record of a V2 run-detail answer, when every part
 /// of it is plain (see the module's doc); `None` leaves it to serde.
 pub fn run_answer(body: &[u8]) -> Option<RunAnswer<'_>> {
-    let (code, request_id, run) = envelope(body, record::<false>, &mut Vec::new())?;
-    Some(RunAnswer {
-        code,
-        request_id,
-        run,
-    })
+    envelope(body, record::<false>, &mut Vec::new())
 }
 
 /// A V2 answer's envelope (its `code` and `request_id`) and its `data`, read
@@ -56,7 +59,7 @@ fn envelope<'a, T>(
     body: &'a [u8],
     mut data: impl FnMut(&'a str, usize, &mut Vec<u8>) -> Option<(T, usize)>,
     stack: &mut Vec<u8>,
-) -> Option<(Option<i64>, Option<&'a str>, T)> {
+) -> Option<Answer<'a, T>> {
     // Checked as UTF-8 once (serde's reading did the same), so the record's
     // strings are slices of it, not each checked again.
     let text = std::str::from_utf8(body).ok()?;
@@ -78,16 +81,11 @@ fn envelope<'a, T>(
         return None;
     }
     let head = head.finish()?;
-    Some((head.code, head.request_id, read?))
-}
-
-/// What the typed reading keeps of a run-list page
-/// (`GET /api/v2/worker-runs`).
-#[derive(Debug)]
-pub struct RunListAnswer<'a> {
-    pub code: Option<i64>,
-    pub request_id: Option<&'a str>,
-    pub page: RunPage<'a>,
+    Some(Answer {
+        code: head.code,
+        request_id: head.request_id,
+        data: read?,
+    })
 }
 
 /// A run-list page's `data` as the general reading takes it (`ops::int_of`
@@ -103,21 +101,14 @@ pub struct RunPage<'a> {
 /// is plain (see the module's doc); `None` leaves it to serde.
 pub fn run_list_answer(body: &[u8]) -> Option<RunListAnswer<'_>> {
     let mut stack = Vec::new();
-    let (code, request_id, page) = envelope(body, run_page, &mut stack)?;
+    let answer = envelope(body, run_page, &mut stack)?;
     // The general reading of a run list takes the page as a `Value`, which
     // serde_json reads no deeper than 128 levels (its skipping, the run
     // detail's fallback, has no limit). A vector never gives back room it
     // was not asked to, so a stack with room for no more than
     // `MAX_SKIPPED_NESTING` proves every skipped value shallower: a page
     // with deeper ones is left to the general reading, which decides.
-    if stack.capacity() > MAX_SKIPPED_NESTING {
-        return None;
-    }
-    Some(RunListAnswer {
-        code,
-        request_id,
-        page,
-    })
+    (stack.capacity() <= MAX_SKIPPED_NESTING).then_some(answer)
 }
 
 /// Nesting of a skipped value in a run-list page that the one-pass reading
@@ -361,7 +352,7 @@ mod tests {
         };
         prop_assert_eq!(read.code, code);
         prop_assert_eq!(read.request_id.map(str::to_owned), request_id);
-        prop_assert_eq!(Some(read.run), run);
+        prop_assert_eq!(Some(read.data), run);
         Ok(true)
     }
 
@@ -372,10 +363,10 @@ mod tests {
         let read = run_answer(SAMPLE.as_bytes()).expect("plain");
         assert_eq!(read.code, Some(0));
         assert_eq!(read.request_id, Some("req-1"));
-        assert_eq!(read.run.status, StatusField::Text("succeeded".into()));
-        assert_eq!(read.run.results, IntLike(Some(120)));
-        assert_eq!(read.run.usage.or_default(), "0.0150");
-        assert!(matches!(read.run.slug.0, Some(Cow::Borrowed(_))));
+        assert_eq!(read.data.status, StatusField::Text("succeeded".into()));
+        assert_eq!(read.data.results, IntLike(Some(120)));
+        assert_eq!(read.data.usage.or_default(), "0.0150");
+        assert!(matches!(read.data.slug.0, Some(Cow::Borrowed(_))));
         assert!(agrees(SAMPLE.as_bytes()).unwrap());
     }
 
@@ -407,7 +398,7 @@ mod tests {
         let spaced = in_order.replace("\":", "\" :");
         for case in [in_order, body(&reversed), spaced] {
             assert!(agrees(case.as_bytes()).unwrap(), "{case}");
-            let run = run_answer(case.as_bytes()).unwrap().run;
+            let run = run_answer(case.as_bytes()).unwrap().data;
             assert_eq!(run.duration, IntLike(Some(15)));
             assert_eq!(run.err_msg.or_default(), "s8");
         }
@@ -506,7 +497,7 @@ mod tests {
         let data = envelope.data.unwrap_or(serde_json::Value::Null);
         prop_assert_eq!(read.code, envelope.code);
         prop_assert_eq!(read.request_id.map(str::to_owned), envelope.request_id);
-        prop_assert_eq!(read.page, crate::ops::run_records::run_page_of(&data));
+        prop_assert_eq!(read.data, crate::ops::run_records::run_page_of(&data));
         Ok(true)
     }
 
@@ -515,9 +506,9 @@ mod tests {
     #[test]
     fn a_plain_page_is_read_as_its_value_is() {
         let read = run_list_answer(PAGE.as_bytes()).expect("plain");
-        assert_eq!(read.page.count, Some(2));
-        assert_eq!(read.page.runs.len(), 2);
-        assert_eq!(read.page.runs[1].err_msg.or_default(), "boom");
+        assert_eq!(read.data.count, Some(2));
+        assert_eq!(read.data.runs.len(), 2);
+        assert_eq!(read.data.runs[1].err_msg.or_default(), "boom");
         let cases = [
             PAGE.to_owned(),
             PAGE.replace(r#""count":2"#, r#""count":null"#),
@@ -538,7 +529,7 @@ mod tests {
         );
         assert!(list_agrees(full.as_bytes()).unwrap());
         assert_eq!(
-            run_list_answer(full.as_bytes()).unwrap().page.runs.len(),
+            run_list_answer(full.as_bytes()).unwrap().data.runs.len(),
             100
         );
     }
