@@ -208,6 +208,12 @@ impl Admitted {
         &self.id_header
     }
 
+    /// The id's header value, moved out for the answer: its last use, so
+    /// not copied (a copy of a value read from the request allocates).
+    fn take_id_header(&mut self) -> HeaderValue {
+        std::mem::replace(&mut self.id_header, HeaderValue::from_static(""))
+    }
+
     /// When the request arrived.
     pub fn started(&self) -> Instant {
         self.started
@@ -348,7 +354,7 @@ impl Pipeline {
             let Some(op) = routed else {
                 return Err(finish(
                     &cx,
-                    &id_header,
+                    id_header,
                     Err(GatewayError::UnknownRoute),
                     0,
                     self.metrics(),
@@ -359,7 +365,7 @@ impl Pipeline {
                 span.record("operation", op.name());
             }
             cx.op = Some(op);
-            let refuse = |err| finish(&cx, &id_header, Err(err), 0, self.metrics(), None);
+            let refuse = |err| finish(&cx, id_header.clone(), Err(err), 0, self.metrics(), None);
             // The body is read as JSON whatever its `Content-Type` says, as V1
             // did (`curl -d` sends `application/x-www-form-urlencoded`); a body
             // that is not JSON is still refused, naming the problem.
@@ -419,9 +425,10 @@ impl Pipeline {
             // hyper reads a request's headers into the map of the answer
             // before it), and the answer needs no map of its own.
             let room = std::mem::take(&mut req.headers);
+            let id_header = req.take_id_header();
             finish(
                 &self.context(&req),
-                &req.id_header,
+                id_header,
                 result,
                 calls.load(Ordering::Relaxed),
                 self.metrics(),
@@ -464,10 +471,11 @@ impl Pipeline {
     }
 
     /// An admitted request the gateway could not serve, rendered and counted.
-    pub fn refuse(&self, req: Admitted, err: GatewayError) -> V1Response {
+    pub fn refuse(&self, mut req: Admitted, err: GatewayError) -> V1Response {
+        let id_header = req.take_id_header();
         finish(
             &self.context(&req),
-            &req.id_header,
+            id_header,
             Err(err),
             0,
             self.metrics(),
@@ -574,7 +582,7 @@ fn client_key(headers: &HeaderMap) -> Result<Option<ApiKey>, GatewayError> {
 /// line. `calls` is the number of V2 calls made (an answer carries its own).
 fn finish(
     cx: &access::Context<'_>,
-    id_header: &HeaderValue,
+    id_header: HeaderValue,
     result: Result<ops::Translated, GatewayError>,
     calls: u32,
     metrics: &RequestMetrics,
@@ -629,7 +637,7 @@ fn finish(
             (resp, calls)
         }
     };
-    response.headers.insert(REQUEST_ID, id_header.clone());
+    response.headers.insert(REQUEST_ID, id_header);
     record_answer(metrics, cx.op, response.status, elapsed, Some(calls));
     response
 }
