@@ -3,9 +3,10 @@
 //! bounded: `operation` is an [`Operation`](crate::route::Operation) name,
 //! never a raw path; keys never appear in either.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::thread::Thread;
+use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
@@ -94,10 +95,28 @@ pub fn prometheus() -> Option<PrometheusHandle> {
 /// leaves a few samples waiting in memory (about 24 bytes).
 static SINCE_DRAIN: AtomicU32 = AtomicU32::new(0);
 
+/// The upkeep thread, once started, and whether it sleeps with no request
+/// waiting (see [`Upkeep::idle_looks`]): the next request counted wakes it.
+static UPKEEP: OnceLock<Thread> = OnceLock::new();
+static DOZING: AtomicBool = AtomicBool::new(false);
+
 /// Counts one answered request towards the next drain (see `Upkeep`).
 #[inline]
 pub fn count_request() {
-    SINCE_DRAIN.fetch_add(1, Ordering::Relaxed);
+    // Sequentially consistent, with the upkeep thread's: either it sees
+    // this request waiting, or this sees it dozing and wakes it. On x86
+    // neither costs more than the relaxed forms.
+    SINCE_DRAIN.fetch_add(1, Ordering::SeqCst);
+    if DOZING.load(Ordering::SeqCst) {
+        wake_upkeep();
+    }
+}
+
+#[cold]
+fn wake_upkeep() {
+    if let Some(upkeep) = UPKEEP.get() {
+        upkeep.unpark();
+    }
 }
 
 /// How often the upkeep thread looks at [`SINCE_DRAIN`].
@@ -136,6 +155,26 @@ struct Look {
 }
 
 impl Upkeep {
+    /// How many looks may be skipped now, with `waiting` requests counted
+    /// since the last drain: none while any is; with none, every look
+    /// before the next reading of the process metrics (nothing waits to be
+    /// drained, and a drain due by time is made at that reading's look).
+    /// An idle gateway's upkeep thread wakes every 5 s, not 4 times a
+    /// second.
+    fn idle_looks(&self, waiting: u32) -> u32 {
+        if waiting == 0 {
+            PROCESS_EVERY - 1 - self.looks
+        } else {
+            0
+        }
+    }
+
+    /// `n` looks passed without being made (see [`Upkeep::idle_looks`]).
+    fn skip(&mut self, n: u32) {
+        self.looks = (self.looks + n) % PROCESS_EVERY;
+        self.looks_since_drain += n;
+    }
+
     /// One look, with `waiting` requests counted since the last drain:
     /// whether to drain now, and whether to read the process metrics.
     fn look(&mut self, waiting: u32) -> Look {
@@ -171,9 +210,25 @@ fn spawn_upkeep(handle: PrometheusHandle, process: metrics_process::Collector) {
     let spawned = std::thread::Builder::new()
         .name("metrics-upkeep".into())
         .spawn(move || {
+            // Known before it first dozes: no request can miss waking it.
+            let _ = UPKEEP.set(std::thread::current());
             let mut upkeep = Upkeep::default();
             loop {
-                std::thread::sleep(LOOK_EVERY);
+                match upkeep.idle_looks(SINCE_DRAIN.load(Ordering::SeqCst)) {
+                    0 => std::thread::sleep(LOOK_EVERY),
+                    idle => {
+                        let from = Instant::now();
+                        DOZING.store(true, Ordering::SeqCst);
+                        if SINCE_DRAIN.load(Ordering::SeqCst) == 0 {
+                            // Until the look that reads the process, or a
+                            // request (or spuriously: then a look early).
+                            std::thread::park_timeout(LOOK_EVERY * (idle + 1));
+                        }
+                        DOZING.store(false, Ordering::SeqCst);
+                        let passed = from.elapsed().as_millis() / LOOK_EVERY.as_millis();
+                        upkeep.skip(idle.min(passed as u32));
+                    }
+                }
                 let waiting = SINCE_DRAIN.load(Ordering::Relaxed);
                 let look = upkeep.look(waiting);
                 if look.drain {
@@ -310,6 +365,27 @@ mod tests {
             run(60, |_| DRAIN_AFTER - 1),
             (vec![20, 40, 60], vec![20, 40, 60])
         );
+    }
+
+    #[test]
+    fn an_idle_gateway_skips_the_looks_before_the_next_reading() {
+        let mut upkeep = Upkeep::default();
+        // Just started: 19 looks to skip, the 20th reads and drains.
+        assert_eq!(upkeep.idle_looks(0), 19);
+        upkeep.skip(19);
+        let look = upkeep.look(0);
+        assert!(look.read_process && look.drain);
+        // Then the next 19.
+        assert_eq!(upkeep.idle_looks(0), 19);
+        // A request waiting: every look is made.
+        assert_eq!(upkeep.idle_looks(1), 0);
+        // Woken early, after 3 looks' time: the rest still lead to a
+        // reading 5 s after the last one.
+        upkeep.skip(3);
+        assert!(!upkeep.look(1).read_process);
+        assert_eq!(upkeep.idle_looks(0), 15);
+        upkeep.skip(15);
+        assert!(upkeep.look(0).read_process);
     }
 
     #[test]

@@ -11,7 +11,9 @@
 //! - when the runtime's thread has nothing left to do ([`flush`] is its
 //!   park hook, see `runtime::build`), so an idle gateway holds nothing;
 //! - every [`FLUSH_EVERY`] from a thread of its own, so a gateway that is
-//!   never idle holds a line at most that long;
+//!   never idle holds a line at most that long (the thread sleeps while
+//!   nothing is held, and the next line wakes it: an idle gateway, or one
+//!   logging at `warn`, is not woken ten times a second for nothing);
 //! - when the process ends or panics ([`flush_and_wait`], from `main` and
 //!   the panic hook [`install`] sets).
 //!
@@ -22,7 +24,8 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, Once};
+use std::sync::{Mutex, MutexGuard, Once, OnceLock};
+use std::thread::Thread;
 use std::time::Duration;
 
 use tracing::{Level, Metadata};
@@ -44,13 +47,14 @@ struct Batch {
     /// The buffer being written, held while it is: batches reach stderr in
     /// the order they were taken. Kept (cleared) for the next batch.
     writing: Mutex<Vec<u8>>,
+    /// The thread that writes the batch every [`FLUSH_EVERY`], once started.
+    flusher: OnceLock<Thread>,
+    /// Set while that thread sleeps with nothing held: the next line
+    /// appended wakes it.
+    resting: AtomicBool,
 }
 
-static BATCH: Batch = Batch {
-    lines: Mutex::new(Vec::new()),
-    pending: AtomicBool::new(false),
-    writing: Mutex::new(Vec::new()),
-};
+static BATCH: Batch = Batch::new();
 
 /// A lock whose holder panicked is still good: the buffer holds bytes only.
 fn lock(m: &Mutex<Vec<u8>>) -> MutexGuard<'_, Vec<u8>> {
@@ -58,6 +62,16 @@ fn lock(m: &Mutex<Vec<u8>>) -> MutexGuard<'_, Vec<u8>> {
 }
 
 impl Batch {
+    const fn new() -> Batch {
+        Batch {
+            lines: Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
+            writing: Mutex::new(Vec::new()),
+            flusher: OnceLock::new(),
+            resting: AtomicBool::new(false),
+        }
+    }
+
     /// Appends `line`: whether the batch is due to be written now.
     fn append(&self, line: &[u8], urgent: bool) -> bool {
         let full = {
@@ -65,8 +79,29 @@ impl Batch {
             lines.extend_from_slice(line);
             lines.len() >= FLUSH_AT
         };
-        self.pending.store(true, Ordering::Release);
+        // Sequentially consistent, with `rest`'s: either the flush thread
+        // sees this line held, or this sees the thread resting and wakes
+        // it (a wake-up of a thread already awake is no system call).
+        self.pending.store(true, Ordering::SeqCst);
+        if self.resting.load(Ordering::SeqCst) {
+            if let Some(flusher) = self.flusher.get() {
+                flusher.unpark();
+            }
+        }
         urgent || full
+    }
+
+    /// The flush thread's wait: [`FLUSH_EVERY`], or, while nothing is held,
+    /// until a line is appended (and then [`FLUSH_EVERY`]).
+    fn rest(&self) {
+        self.resting.store(true, Ordering::SeqCst);
+        if !self.pending.load(Ordering::SeqCst) {
+            // Woken by `append` (or spuriously: a flush with nothing to
+            // write is one load).
+            std::thread::park();
+        }
+        self.resting.store(false, Ordering::SeqCst);
+        std::thread::park_timeout(FLUSH_EVERY);
     }
 
     /// Writes what the buffer holds to `out`, if anything. A write in
@@ -107,9 +142,13 @@ pub fn install() {
     STARTED.call_once(|| {
         let spawned = std::thread::Builder::new()
             .name("log-flush".into())
-            .spawn(|| loop {
-                std::thread::sleep(FLUSH_EVERY);
-                flush();
+            .spawn(|| {
+                // Known before it first rests: no line can miss waking it.
+                let _ = BATCH.flusher.set(std::thread::current());
+                loop {
+                    BATCH.rest();
+                    flush();
+                }
             });
         if let Err(e) = spawned {
             // Lines still go out when full, on warnings and when idle.
@@ -166,11 +205,7 @@ mod tests {
 
     /// A batch of its own, written to a vector.
     fn batch() -> Batch {
-        Batch {
-            lines: Mutex::new(Vec::new()),
-            pending: AtomicBool::new(false),
-            writing: Mutex::new(Vec::new()),
-        }
+        Batch::new()
     }
 
     fn written(b: &Batch) -> String {
@@ -191,6 +226,28 @@ mod tests {
         assert_eq!(written(&b), "");
         assert!(!b.append(b"four\n", false));
         assert_eq!(written(&b), "four\n");
+    }
+
+    #[test]
+    fn a_line_wakes_the_flush_thread_resting_with_nothing_held() {
+        let b: &'static Batch = Box::leak(Box::new(batch()));
+        let (done, rested) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = b.flusher.set(std::thread::current());
+            b.rest();
+            let _ = done.send(());
+        });
+        // Resting with nothing held: parked until a line comes.
+        while !b.resting.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        assert!(!b.append(b"one\n", false));
+        // Woken, it waits FLUSH_EVERY more; never woken, it would not
+        // return at all.
+        rested
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the line woke the resting flush thread");
+        assert_eq!(written(b), "one\n");
     }
 
     #[test]
