@@ -42,7 +42,7 @@ pub fn store_call(keyword: Option<&str>, offset: u64, limit: u64) -> V2Call {
 /// under `compat.empty_store_search = "all"` a present but empty `search=`
 /// (the n8n V1 node's list dropdown) asks V2 for every worker.
 pub fn store_keyword(
-    query: &Query,
+    query: &Query<'_>,
     empty: EmptyStoreSearch,
 ) -> Result<Option<String>, GatewayError> {
     let search = match (query.get("search"), empty) {
@@ -60,7 +60,7 @@ pub fn v1_store_item(item: &Value) -> Value {
     json!({ "slug": s("slug"), "title": s("title"), "description": s("description") })
 }
 
-pub async fn store_search(ex: &Exchange<'_>, query: &Query) -> Result<Value, GatewayError> {
+pub async fn store_search(ex: &Exchange<'_>, query: &Query<'_>) -> Result<Value, GatewayError> {
     let search = store_keyword(query, ex.settings().compat.dialect.empty_store_search)?;
     let max = ex.settings().max_page_size;
     let limit = match query.opt_int("limit")? {
@@ -221,7 +221,7 @@ pub fn v1_worker_detail(detail: &Value, schema: Option<&Value>, memory_field: &s
     })
 }
 
-pub async fn worker_detail(ex: &Exchange<'_>, query: &Query) -> Result<Value, GatewayError> {
+pub async fn worker_detail(ex: &Exchange<'_>, query: &Query<'_>) -> Result<Value, GatewayError> {
     let worker = ex.translator.worker_ids.translate(query.req("slug")?);
     let worker: &Segment = worker.known()?;
     let key = ex.key()?;
@@ -252,7 +252,7 @@ pub async fn worker_detail(ex: &Exchange<'_>, query: &Query) -> Result<Value, Ga
     ))
 }
 
-pub async fn proxy_regions(ex: &Exchange<'_>, query: &Query) -> Result<Value, GatewayError> {
+pub async fn proxy_regions(ex: &Exchange<'_>, query: &Query<'_>) -> Result<Value, GatewayError> {
     let language = query
         .get("language")
         .map(str::trim)
@@ -288,7 +288,7 @@ mod tests {
 
     #[test]
     fn empty_search_is_refused_or_lists_everything_by_dialect() {
-        let q = |raw: &str| Query::parse(Some(raw));
+        let q = |raw: &'static str| Query::parse(Some(raw));
         let refuse = EmptyStoreSearch::Refuse;
         let all = EmptyStoreSearch::All;
         assert_eq!(

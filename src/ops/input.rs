@@ -301,23 +301,20 @@ pub fn worker_id(raw: &str) -> Ident {
     Ident::of(Segment::worker(raw.trim()), Subject::Worker)
 }
 
-/// A parsed V1 query string.
-pub struct Query(Vec<(String, String)>);
+/// A parsed V1 query string, borrowing from it: a pair is copied only
+/// where it was percent- or `+`-encoded.
+pub struct Query<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
 
-impl Query {
-    pub fn parse(raw: Option<&str>) -> Query {
-        Query(
-            url::form_urlencoded::parse(raw.unwrap_or("").as_bytes())
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect(),
-        )
+impl<'a> Query<'a> {
+    pub fn parse(raw: Option<&'a str>) -> Query<'a> {
+        Query(url::form_urlencoded::parse(raw.unwrap_or("").as_bytes()).collect())
     }
 
     pub fn get(&self, name: &str) -> Option<&str> {
         self.0
             .iter()
             .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+            .map(|(_, v)| v.as_ref())
     }
 
     pub fn req(&self, name: &str) -> Result<&str, GatewayError> {
