@@ -16,14 +16,20 @@
 //!
 //! V1↔V2 differences here (see `COMPATIBILITY.md`): [`public_catalog_key`](crate::differences::PUBLIC_CATALOG_KEY), [`worker_memory_field`](crate::differences::WORKER_MEMORY_FIELD), [`empty_store_search`](crate::differences::EMPTY_STORE_SEARCH).
 
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::dialect::EmptyStoreSearch;
 use crate::error::{GatewayError, Subject};
+use crate::ops::exchange::Read;
 use crate::ops::input::Query;
-use crate::ops::{list_of, string_of, Exchange};
+use crate::ops::wire::{self, List, OrDefault, StrOrNum};
+use crate::ops::{list_of, raw_json, string_of, Exchange};
 use crate::paging::Window;
 use crate::upstream::V2Call;
+use crate::v1::Json;
 use crate::v2::{Part, Segment, V2Path};
 
 pub const STORE_DEFAULT_LIMIT: u64 = 10;
@@ -60,7 +66,74 @@ pub fn v1_store_item(item: &Value) -> Value {
     json!({ "slug": s("slug"), "title": s("title"), "description": s("description") })
 }
 
-pub async fn store_search(ex: &Exchange<'_>, query: &Query<'_>) -> Result<Value, GatewayError> {
+/// A V2 store page's `data`, read without a `Value` tree: its `scraper` as
+/// [`list_of`] reads it, each item as [`v1_store_item`] reads one (see
+/// [`wire`]; strings borrow from the V2 body). A page this cannot read (a
+/// field given twice, say) is read as a `Value` instead, to the same answer.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct V2StorePage<'a> {
+    #[serde(borrow)]
+    scraper: List<OrDefault<V2StoreItem<'a>>>,
+    #[serde(
+        rename = "$serde_json::private::RawValue",
+        deserialize_with = "wire::refuse_raw_value"
+    )]
+    _raw: (),
+}
+
+/// The three fields V1 keeps of a V2 store item.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct V2StoreItem<'a> {
+    #[serde(borrow)]
+    slug: StrOrNum<'a>,
+    #[serde(borrow)]
+    title: StrOrNum<'a>,
+    #[serde(borrow)]
+    description: StrOrNum<'a>,
+    #[serde(
+        rename = "$serde_json::private::RawValue",
+        deserialize_with = "wire::refuse_raw_value"
+    )]
+    _raw: (),
+}
+
+impl<'a> V2StoreItem<'a> {
+    /// An item read as a `Value`, as [`v1_store_item`] reads it.
+    fn of_value(item: &Value) -> V2StoreItem<'a> {
+        let s = |k: &str| StrOrNum(string_of(item.get(k)).map(Cow::Owned));
+        V2StoreItem {
+            slug: s("slug"),
+            title: s("title"),
+            description: s("description"),
+            _raw: (),
+        }
+    }
+
+    fn v1(&self) -> V1StoreItem<'_> {
+        V1StoreItem {
+            slug: self.slug.or_default(),
+            title: self.title.or_default(),
+            description: self.description.or_default(),
+        }
+    }
+}
+
+/// A V1 store item, written as [`v1_store_item`]'s `Value` is.
+#[derive(Serialize)]
+struct V1StoreItem<'a> {
+    slug: &'a str,
+    title: &'a str,
+    description: &'a str,
+}
+
+#[derive(Serialize)]
+struct V1Store<'a> {
+    scraper: Vec<V1StoreItem<'a>>,
+}
+
+pub async fn store_search(ex: &Exchange<'_>, query: &Query<'_>) -> Result<Json, GatewayError> {
     let search = store_keyword(query, ex.settings().compat.dialect.empty_store_search)?;
     let max = ex.settings().max_page_size;
     let limit = match query.opt_int("limit")? {
@@ -80,22 +153,45 @@ pub async fn store_search(ex: &Exchange<'_>, query: &Query<'_>) -> Result<Value,
     .plan();
     // V2 store needs no key; one is sent when available for higher limits.
     let key = ex.key().ok();
-    let pages = ex
-        .pages(plan.offsets.clone(), Subject::Other, |o| {
+    let fetched = ex
+        .fetch_pages(plan.offsets.clone(), Subject::Other, |o| {
             store_call(search.as_deref(), o, plan.limit).with_key(key.clone())
         })
         .await?;
-    let rows = plan.assemble(
-        pages
-            .iter()
-            .map(|p| list_of(p, "scraper").iter().collect())
-            .collect(),
-    );
-    let items: Vec<Value> = rows.into_iter().map(v1_store_item).collect();
-    // Not `json!`, which would serialize `items` into a copy.
-    let mut answer = Map::new();
-    answer.insert("scraper".into(), Value::Array(items));
-    Ok(Value::Object(answer))
+    let reads = fetched
+        .iter()
+        .map(|page| ex.read::<OrDefault<V2StorePage>>(page, Subject::Other))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Items of pages read as `Value`s, owned, kept while the answer
+    // borrows from them.
+    let general: Vec<Vec<V2StoreItem>> = reads
+        .iter()
+        .map(|read| match read {
+            Read::Untyped(data) => list_of(data, "scraper")
+                .iter()
+                .map(V2StoreItem::of_value)
+                .collect(),
+            Read::Typed(_) => Vec::new(),
+        })
+        .collect();
+    let pages = reads
+        .iter()
+        .zip(&general)
+        .map(|(read, general)| match read {
+            Read::Typed(page) => page
+                .iter()
+                .flat_map(|page| &page.0.scraper.0)
+                .map(|item| &item.0)
+                .collect(),
+            Read::Untyped(_) => general.iter().collect(),
+        })
+        .collect();
+    let scraper = plan
+        .assemble(pages)
+        .into_iter()
+        .map(V2StoreItem::v1)
+        .collect();
+    raw_json(&V1Store { scraper })
 }
 
 /// The shipped system defaults, for fields V2 leaves out.
@@ -284,6 +380,69 @@ mod tests {
             &json!({"slug":"s","name":"n","path":"o~n","title":"T","username":"o","description":"D"}),
         );
         assert_eq!(v, json!({"slug":"s","title":"T","description":"D"}));
+    }
+
+    /// A store page's `data` as the typed reading answers it, if it reads it.
+    fn typed(data: &str) -> Option<String> {
+        let page = serde_json::from_str::<OrDefault<V2StorePage>>(data).ok()?;
+        let scraper = page.0.scraper.0.iter().map(|item| item.0.v1()).collect();
+        Some(serde_json::to_string(&V1Store { scraper }).unwrap())
+    }
+
+    /// The same `data` as the general reading answers it.
+    fn general(data: &str) -> String {
+        let data: Value = serde_json::from_str(data).unwrap();
+        let items: Vec<Value> = list_of(&data, "scraper")
+            .iter()
+            .map(v1_store_item)
+            .collect();
+        let by_value = serde_json::to_string(&json!({ "scraper": items })).unwrap();
+        let read: Vec<V2StoreItem> = list_of(&data, "scraper")
+            .iter()
+            .map(V2StoreItem::of_value)
+            .collect();
+        let scraper = read.iter().map(V2StoreItem::v1).collect();
+        assert_eq!(
+            serde_json::to_string(&V1Store { scraper }).unwrap(),
+            by_value
+        );
+        by_value
+    }
+
+    #[test]
+    fn store_pages_read_typed_answer_as_read_as_values() {
+        for data in [
+            r#"{"scraper":[{"slug":"s","name":"n","path":"o~n","title":"T","username":"o","description":"D"}]}"#,
+            r#"{"scraper":[{"slug":12,"title":1.5,"description":-3},{"slug":18446744073709551615,"title":1e3}]}"#,
+            r#"{"scraper":[{"slug":null,"title":true,"description":{"a":[1]}},{"title":[1,{"b":2}]}]}"#,
+            r#"{"scraper":[null,1,"x",[1,2],{},false]}"#,
+            r#"{"scraper":[{"slug":"a\"b\\c\u00e9\n\t","title":"\ud83d\ude00 é","description":"<\/>"}]}"#,
+            r#"{"scraper":{"slug":"s"}}"#,
+            r#"{"scraper":null}"#,
+            r#"{"scraper":"x","other":[1]}"#,
+            r#"{}"#,
+            r#"[{"scraper":[{"slug":"s"}]}]"#,
+            r#""x""#,
+            "null",
+            "5",
+        ] {
+            assert_eq!(typed(data), Some(general(data)), "{data}");
+        }
+    }
+
+    #[test]
+    fn store_pages_the_typed_reading_leaves_to_values() {
+        for data in [
+            // A field twice: `Value` keeps the last.
+            r#"{"scraper":[{"slug":"a","slug":"b"}]}"#,
+            r#"{"scraper":[],"scraper":[{"slug":"b"}]}"#,
+            // serde_json's raw-value token: `Value` reads the text inside.
+            r#"{"scraper":[{"$serde_json::private::RawValue":"{\"slug\":\"x\"}"}]}"#,
+            r#"{"$serde_json::private::RawValue":"{\"scraper\":[{\"slug\":\"x\"}]}"}"#,
+        ] {
+            assert_eq!(typed(data), None, "{data}");
+            general(data);
+        }
     }
 
     #[test]

@@ -124,7 +124,7 @@ pub async fn handle_counting(
     // future, and that size is copied each time the request future moves
     // (into the connection's task, through the front and the pipeline).
     let data = match req.op {
-        Operation::StoreSearch => raw_json(&boxed(catalog::store_search(&ex, &query)).await?)?,
+        Operation::StoreSearch => boxed(catalog::store_search(&ex, &query)).await?,
         Operation::WorkerDetail => raw_json(&boxed(catalog::worker_detail(&ex, &query)).await?)?,
         Operation::ProxyRegions => raw_json(&boxed(catalog::proxy_regions(&ex, &query)).await?)?,
         Operation::StartRun => raw_json(&boxed(run_actions::start_run(&ex, &body()?)).await?)?,

@@ -24,6 +24,12 @@ use serde::Deserialize;
 /// such an object to `Value` itself, so both read it the same way.
 pub(crate) const RAW_VALUE_KEY: &str = "$serde_json::private::RawValue";
 
+/// For a field named [`RAW_VALUE_KEY`] in a derived reader: refused, so an
+/// object serde_json's `Value` reads as raw JSON text is left to `Value`.
+pub(crate) fn refuse_raw_value<'de, D: Deserializer<'de>>(_: D) -> Result<(), D::Error> {
+    Err(de::Error::custom("a raw JSON value, left to `Value`"))
+}
+
 /// Consumes whatever a `visit_map`/`visit_seq` was given, so a reader that
 /// does not want it can still leave the parser past it.
 pub(crate) fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
