@@ -61,13 +61,8 @@ pub fn store_keyword(
     Ok(Some(search.to_owned()))
 }
 
-pub fn v1_store_item(item: &Value) -> Value {
-    let s = |k: &str| string_of(item.get(k)).unwrap_or_default();
-    json!({ "slug": s("slug"), "title": s("title"), "description": s("description") })
-}
-
 /// A V2 store page's `data`, read without a `Value` tree: its `scraper` as
-/// [`list_of`] reads it, each item as [`v1_store_item`] reads one (see
+/// [`list_of`] reads it, each item's fields as [`string_of`] reads them (see
 /// [`wire`]; strings borrow from the V2 body). A page this cannot read (a
 /// field given twice, say) is read as a `Value` instead, to the same answer.
 #[derive(Default, Deserialize)]
@@ -100,7 +95,8 @@ struct V2StoreItem<'a> {
 }
 
 impl<'a> V2StoreItem<'a> {
-    /// An item read as a `Value`, as [`v1_store_item`] reads it.
+    /// An item of a page read as a `Value`; anything but an object has none
+    /// of the fields.
     fn of_value(item: &Value) -> V2StoreItem<'a> {
         let s = |k: &str| StrOrNum(string_of(item.get(k)).map(Cow::Owned));
         V2StoreItem {
@@ -120,7 +116,7 @@ impl<'a> V2StoreItem<'a> {
     }
 }
 
-/// A V1 store item, written as [`v1_store_item`]'s `Value` is.
+/// A V1 store item: exactly these three fields, `""` where V2 has none.
 #[derive(Serialize)]
 struct V1StoreItem<'a> {
     slug: &'a str,
@@ -373,6 +369,13 @@ pub async fn proxy_regions(ex: &Exchange<'_>, query: &Query<'_>) -> Result<Value
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A V2 store item as V1 gets it, read from a `Value` as before the
+    /// typed reading: what both readings are held to.
+    fn v1_store_item(item: &Value) -> Value {
+        let s = |k: &str| string_of(item.get(k)).unwrap_or_default();
+        json!({ "slug": s("slug"), "title": s("title"), "description": s("description") })
+    }
 
     #[test]
     fn store_items_are_exactly_three_fields() {
