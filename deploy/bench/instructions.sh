@@ -140,7 +140,7 @@ V2_PORT=${V2##*:}
 
 # Workloads: what nginx proxies (V2, one or several paths sent in turn) and
 # what v1compat translates (one V1 request), with the V2 calls per V1 request.
-WORKLOADS=(detail result-100 result-1000 runs)
+WORKLOADS=(detail result-100 result-1000 runs store)
 declare -A NG_PATHS V1_PATH V1_BODY V2_CALLS V1_COUNT V1_WARM
 NG_PATHS[detail]="/api/v2/worker-runs/$RUN_SMALL"
 V1_PATH[detail]=/api/v1/run/detail; V1_BODY[detail]="{\"run_slug\":\"$RUN_SMALL\"}"
@@ -156,6 +156,10 @@ V2_CALLS[result-1000]=10; V1_COUNT[result-1000]=$REQUESTS_1000; V1_WARM[result-1
 NG_PATHS[runs]="/api/v2/worker-runs?offset=1&limit=20"
 V1_PATH[runs]=/api/v1/run/list; V1_BODY[runs]='{"page_index":1,"page_size":20}'
 V2_CALLS[runs]=1; V1_COUNT[runs]=$REQUESTS; V1_WARM[runs]=$WARMUP
+# A store search (GET, one item found; no target), as run.sh sends it.
+NG_PATHS[store]="/api/v2/store?keyword=maps&offset=1&limit=10"
+V1_PATH[store]="/api/store?search=maps&limit=10"; V1_BODY[store]=""
+V2_CALLS[store]=1; V1_COUNT[store]=$REQUESTS; V1_WARM[store]=$WARMUP
 
 RESULTS="$WORK/results.jsonl"   # one line per proxy, tool and workload
 : >"$RESULTS"
@@ -246,8 +250,10 @@ measure() { # proxy tool workload
     for p in ${NG_PATHS[$w]}; do args+=(--path "$p"); done
     args+=(--header "$AUTH" --warmup "$WARMUP" --count "$REQUESTS")
   else
-    args+=(--path "${V1_PATH[$w]}" --method POST --body "${V1_BODY[$w]}" --header "api-key: $KEY"
+    args+=(--path "${V1_PATH[$w]}" --header "api-key: $KEY"
       --warmup "${V1_WARM[$w]}" --count "${V1_COUNT[$w]}")
+    # A workload with a body is a V1 POST; one without, a GET.
+    if [ -n "${V1_BODY[$w]}" ]; then args+=(--method POST --body "${V1_BODY[$w]}"); else args+=(--method GET); fi
   fi
   local line
   line=$(python3 "$HERE/drive.py" --port "$PROXY_PORT" "${args[@]}" --measure "$tool" \
@@ -275,11 +281,11 @@ python3 - "$RESULTS" >"$WORK/tables.md" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 get = lambda p, t, w: next(r["result"] for r in rows if r["proxy"] == p and r["tool"] == t and r["workload"] == w)
-calls = {"detail": 1, "result-100": 1, "result-1000": 10, "runs": 1}
+calls = {"detail": 1, "result-100": 1, "result-1000": 10, "runs": 1, "store": 1}
 label = {"detail": "run detail", "result-100": "result list, 100 rows",
          "result-1000": "result list, 1,000 rows (nginx: the ten 100-row V2 calls)",
-         "runs": "run list, 20 runs"}
-target = {"detail": 2.0, "result-100": 5.0, "result-1000": 5.0, "runs": None}
+         "runs": "run list, 20 runs", "store": "store search, 1 item"}
+target = {"detail": 2.0, "result-100": 5.0, "result-1000": 5.0, "runs": None, "store": None}
 def k(n):
     return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.1f} k"
 print("| Workload | nginx instructions / request | bare hyper proxy (floor) | v1compat instructions / request | ratio (target) | floor / nginx | v1compat above the floor | syscalls / request nginx → floor → v1compat | bytes to the client nginx / v1compat |")
@@ -334,7 +340,7 @@ MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
   echo "| Commit | $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (with uncommitted changes)') |"
   echo "| Machine | $(nproc) CPUs, ${MODEL:-unknown CPU}, Linux $(uname -r) |"
   echo "| Versions | $("$BIN" --version), $("$NGINX" -v 2>&1 | sed 's/.*: //'), $(valgrind --version), $(strace -V | head -1 | sed 's/ -- version / /'), $(rustc --version 2>/dev/null | awk '{print "rustc " $2}') |"
-  echo "| Requests | one keep-alive connection per workload and tool; $WARMUP warm-up then $REQUESTS counted requests through nginx; through v1compat the same for run detail, 100 rows and the run list, $WARMUP_1000 then $REQUESTS_1000 for 1,000 rows |"
+  echo "| Requests | one keep-alive connection per workload and tool; $WARMUP warm-up then $REQUESTS counted requests through nginx; through v1compat the same for run detail, 100 rows, the run list and the store search, $WARMUP_1000 then $REQUESTS_1000 for 1,000 rows |"
   echo "| Pinning | each proxy on cpu $PROXY_CPU (\`taskset\`), the V2 sandbox unpinned |"
   echo "| v1compat | \`serve\`, release build, log level \`$LOG_LEVEL\`, metrics recorder on, no shadow mirror; on one CPU, tokio's single-threaded runtime (\`runtime.threads = 0\`) |"
   echo "| nginx | one process (\`master_process off\`), keep-alive upstream, access log off |"
