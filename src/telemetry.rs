@@ -157,21 +157,25 @@ struct Look {
 impl Upkeep {
     /// How many looks may be skipped now, with `waiting` requests counted
     /// since the last drain: none while any is; with none, every look
-    /// before the next reading of the process metrics (nothing waits to be
-    /// drained, and a drain due by time is made at that reading's look).
-    /// An idle gateway's upkeep thread wakes every 5 s, not 4 times a
-    /// second.
+    /// before the next one due to read the process metrics or to drain by
+    /// time (samples no request counts, a shadow copy's V2 timings, wait
+    /// for that). An idle gateway's upkeep thread wakes every 5 s, not 4
+    /// times a second.
     fn idle_looks(&self, waiting: u32) -> u32 {
         if waiting == 0 {
-            PROCESS_EVERY - 1 - self.looks
+            let to_reading = PROCESS_EVERY - 1 - self.looks;
+            let to_drain = DRAIN_AT_LEAST_EVERY.saturating_sub(self.looks_since_drain + 1);
+            to_reading.min(to_drain)
         } else {
             0
         }
     }
 
-    /// `n` looks passed without being made (see [`Upkeep::idle_looks`]).
+    /// `n` looks passed without being made (see [`Upkeep::idle_looks`]),
+    /// never as many as reach the next reading.
     fn skip(&mut self, n: u32) {
-        self.looks = (self.looks + n) % PROCESS_EVERY;
+        debug_assert!(self.looks + n < PROCESS_EVERY);
+        self.looks += n;
         self.looks_since_drain += n;
     }
 
@@ -379,13 +383,23 @@ mod tests {
         assert_eq!(upkeep.idle_looks(0), 19);
         // A request waiting: every look is made.
         assert_eq!(upkeep.idle_looks(1), 0);
-        // Woken early, after 3 looks' time: the rest still lead to a
-        // reading 5 s after the last one.
+        // Woken early, three looks' time later (the look made on waking
+        // counts as one), by a burst drained by load: the rest lead to the
+        // next reading, 20 looks after the last.
         upkeep.skip(3);
-        assert!(!upkeep.look(1).read_process);
+        let look = upkeep.look(DRAIN_AFTER);
+        assert!(look.drain && !look.read_process);
         assert_eq!(upkeep.idle_looks(0), 15);
         upkeep.skip(15);
-        assert!(upkeep.look(0).read_process);
+        let look = upkeep.look(0);
+        assert!(look.read_process && !look.drain);
+        // The drain due by time, 20 looks after the last one, comes
+        // before the next reading: a doze ends there.
+        assert_eq!(upkeep.idle_looks(0), 3);
+        upkeep.skip(3);
+        let look = upkeep.look(0);
+        assert!(look.drain && !look.read_process);
+        assert_eq!(upkeep.idle_looks(0), 15);
     }
 
     #[test]

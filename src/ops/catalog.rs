@@ -25,9 +25,9 @@ use crate::dialect::EmptyStoreSearch;
 use crate::error::{GatewayError, Subject};
 use crate::ops::exchange::Read;
 use crate::ops::input::Query;
-use crate::ops::wire::{self, List, OrDefault, StrOrNum};
+use crate::ops::wire::{List, OrDefault, StrOrNum};
 use crate::ops::{list_of, raw_json, string_of, Exchange};
-use crate::paging::Window;
+use crate::paging::{Plan, Window};
 use crate::upstream::V2Call;
 use crate::v1::Json;
 use crate::v2::{Part, Segment, V2Path};
@@ -63,18 +63,18 @@ pub fn store_keyword(
 
 /// A V2 store page's `data`, read without a `Value` tree: its `scraper` as
 /// [`list_of`] reads it, each item's fields as [`string_of`] reads them (see
-/// [`wire`]; strings borrow from the V2 body). A page this cannot read (a
-/// field given twice, say) is read as a `Value` instead, to the same answer.
+/// [`wire`](crate::ops::wire); strings borrow from the V2 body). A page
+/// this cannot read (a field given twice, an object `Value` reads as raw
+/// JSON text) is read as a `Value` instead, to the same answer. What serde
+/// skips (a field V1 does not keep, what a kept one holds when it is
+/// neither text nor a number) it does not judge: a number past `f64`'s
+/// range or a lone surrogate there, which made the `Value` reading refuse
+/// the whole answer, is passed over.
 #[derive(Default, Deserialize)]
 #[serde(default)]
 struct V2StorePage<'a> {
     #[serde(borrow)]
     scraper: List<OrDefault<V2StoreItem<'a>>>,
-    #[serde(
-        rename = "$serde_json::private::RawValue",
-        deserialize_with = "wire::refuse_raw_value"
-    )]
-    _raw: (),
 }
 
 /// The three fields V1 keeps of a V2 store item.
@@ -87,11 +87,6 @@ struct V2StoreItem<'a> {
     title: StrOrNum<'a>,
     #[serde(borrow)]
     description: StrOrNum<'a>,
-    #[serde(
-        rename = "$serde_json::private::RawValue",
-        deserialize_with = "wire::refuse_raw_value"
-    )]
-    _raw: (),
 }
 
 impl<'a> V2StoreItem<'a> {
@@ -103,7 +98,6 @@ impl<'a> V2StoreItem<'a> {
             slug: s("slug"),
             title: s("title"),
             description: s("description"),
-            _raw: (),
         }
     }
 
@@ -158,36 +152,31 @@ pub async fn store_search(ex: &Exchange<'_>, query: &Query<'_>) -> Result<Json, 
         .iter()
         .map(|page| ex.read::<OrDefault<V2StorePage>>(page, Subject::Other))
         .collect::<Result<Vec<_>, _>>()?;
-    // Items of pages read as `Value`s, owned, kept while the answer
-    // borrows from them.
-    let general: Vec<Vec<V2StoreItem>> = reads
-        .iter()
+    v1_store(&plan, reads)
+}
+
+/// The V1 store page cut by `plan` from its V2 pages, each as
+/// [`Exchange::read`] read it (typed, or its `data` as a `Value`).
+fn v1_store(
+    plan: &Plan,
+    reads: Vec<Read<OrDefault<V2StorePage<'_>>>>,
+) -> Result<Json, GatewayError> {
+    let pages = reads
+        .into_iter()
         .map(|read| match read {
-            Read::Untyped(data) => list_of(data, "scraper")
+            Read::Typed(page) => page
+                .map(|page| page.0.scraper.0.into_iter().map(|item| item.0).collect())
+                .unwrap_or_default(),
+            Read::Untyped(data) => list_of(&data, "scraper")
                 .iter()
                 .map(V2StoreItem::of_value)
                 .collect(),
-            Read::Typed(_) => Vec::new(),
         })
         .collect();
-    let pages = reads
-        .iter()
-        .zip(&general)
-        .map(|(read, general)| match read {
-            Read::Typed(page) => page
-                .iter()
-                .flat_map(|page| &page.0.scraper.0)
-                .map(|item| &item.0)
-                .collect(),
-            Read::Untyped(_) => general.iter().collect(),
-        })
-        .collect();
-    let scraper = plan
-        .assemble(pages)
-        .into_iter()
-        .map(V2StoreItem::v1)
-        .collect();
-    raw_json(&V1Store { scraper })
+    let items: Vec<V2StoreItem> = plan.assemble(pages);
+    raw_json(&V1Store {
+        scraper: items.iter().map(V2StoreItem::v1).collect(),
+    })
 }
 
 /// The shipped system defaults, for fields V2 leaves out.
@@ -379,10 +368,63 @@ mod tests {
 
     #[test]
     fn store_items_are_exactly_three_fields() {
-        let v = v1_store_item(
-            &json!({"slug":"s","name":"n","path":"o~n","title":"T","username":"o","description":"D"}),
+        let page = r#"{"scraper":[{"slug":"s","name":"n","path":"o~n","title":"T","username":"o","description":"D"},{"title":"U"}]}"#;
+        assert_eq!(
+            typed(page).unwrap(),
+            r#"{"scraper":[{"slug":"s","title":"T","description":"D"},{"slug":"","title":"U","description":""}]}"#
         );
-        assert_eq!(v, json!({"slug":"s","title":"T","description":"D"}));
+    }
+
+    /// V2 store pages of `n` items from `first` on, as text.
+    fn store_page(first: usize, n: usize) -> String {
+        let items: Vec<Value> = (first..first + n)
+            .map(|i| json!({"slug": format!("s{i}"), "title": i, "name": "x"}))
+            .collect();
+        json!({ "scraper": items }).to_string()
+    }
+
+    #[test]
+    fn a_window_of_pages_read_typed_and_as_values_is_cut_as_before() {
+        // 180 items a V1 page, its second: V2 pages 2 to 4 of 100 items,
+        // the first read typed, the second as a `Value`, the third short.
+        let plan = Window {
+            page_index: 2,
+            page_size: 180,
+        }
+        .plan();
+        assert_eq!(plan.offsets.clone().count(), 3);
+        let texts = [
+            store_page(100, 100),
+            store_page(200, 100),
+            store_page(300, 60),
+        ];
+        let reads = vec![
+            Read::Typed(serde_json::from_str(&texts[0]).ok()),
+            Read::Untyped(serde_json::from_str(&texts[1]).unwrap()),
+            Read::Typed(serde_json::from_str(&texts[2]).ok()),
+        ];
+        let answer = v1_store(&plan, reads).unwrap();
+        // As the `Value` reading cut it.
+        let values: Vec<Value> = texts
+            .iter()
+            .map(|t| serde_json::from_str(t).unwrap())
+            .collect();
+        let rows = plan.assemble(
+            values
+                .iter()
+                .map(|p| list_of(p, "scraper").iter().collect())
+                .collect(),
+        );
+        let items: Vec<Value> = rows.into_iter().map(v1_store_item).collect();
+        let expected = json!({ "scraper": items });
+        let got: Value = serde_json::from_slice(&answer.data_bytes()).unwrap();
+        assert_eq!(got, expected);
+        assert_eq!(got["scraper"].as_array().unwrap().len(), 180);
+        assert_eq!(got["scraper"][0]["slug"], "s180");
+        assert_eq!(got["scraper"][179]["title"], "359");
+        // No page at all, or one without data: no items.
+        let none = v1_store(&plan, vec![Read::Typed(None)]).unwrap();
+        assert_eq!(&*none.data_bytes(), br#"{"scraper":[]}"#);
     }
 
     /// A store page's `data` as the typed reading answers it, if it reads it.
@@ -419,6 +461,8 @@ mod tests {
             r#"{"scraper":[{"slug":12,"title":1.5,"description":-3},{"slug":18446744073709551615,"title":1e3}]}"#,
             r#"{"scraper":[{"slug":null,"title":true,"description":{"a":[1]}},{"title":[1,{"b":2}]}]}"#,
             r#"{"scraper":[null,1,"x",[1,2],{},false]}"#,
+            // The raw-value token later in an object is an ordinary key.
+            r#"{"scraper":[{"slug":"a","$serde_json::private::RawValue":"x"}]}"#,
             r#"{"scraper":[{"slug":"a\"b\\c\u00e9\n\t","title":"\ud83d\ude00 é","description":"<\/>"}]}"#,
             r#"{"scraper":{"slug":"s"}}"#,
             r#"{"scraper":null}"#,
@@ -442,6 +486,9 @@ mod tests {
             // serde_json's raw-value token: `Value` reads the text inside.
             r#"{"scraper":[{"$serde_json::private::RawValue":"{\"slug\":\"x\"}"}]}"#,
             r#"{"$serde_json::private::RawValue":"{\"scraper\":[{\"slug\":\"x\"}]}"}"#,
+            // ... wherever it opens an object.
+            r#"{"scraper":[{"slug":{"$serde_json::private::RawValue":"\"x\""}}]}"#,
+            r#"{"scraper":{"$serde_json::private::RawValue":"[{\"slug\":\"x\"}]"}}"#,
         ] {
             assert_eq!(typed(data), None, "{data}");
             general(data);

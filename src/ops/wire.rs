@@ -20,19 +20,99 @@ use serde::Deserialize;
 /// The key serde_json (built with `raw_value`, as the gateway is) reads
 /// specially when it opens an object: `{"$serde_json::private::RawValue":
 /// "<text>"}` is read as the JSON in `<text>`, not as an object. Readers that
-/// stand in for a `Value` (the V1 body's members, the result scanner) leave
-/// such an object to `Value` itself, so both read it the same way.
+/// stand in for a `Value` (the V1 body's members, the result scanner, the
+/// readers here) leave such an object to `Value` itself, so both read it
+/// the same way.
 pub(crate) const RAW_VALUE_KEY: &str = "$serde_json::private::RawValue";
 
-/// For a field named [`RAW_VALUE_KEY`] in a derived reader: refused, so an
-/// object serde_json's `Value` reads as raw JSON text is left to `Value`.
-pub(crate) fn refuse_raw_value<'de, D: Deserializer<'de>>(_: D) -> Result<(), D::Error> {
-    Err(de::Error::custom("a raw JSON value, left to `Value`"))
+/// An object's members, its first key checked: one that opens with
+/// [`RAW_VALUE_KEY`] is refused (see there), so that the reading falls back
+/// to `Value`. A key later in an object is an ordinary key, to `Value` too.
+struct FirstKeyChecked<A> {
+    map: A,
+    first: bool,
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for FirstKeyChecked<A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        if std::mem::take(&mut self.first) {
+            self.map.next_key_seed(Checked(seed))
+        } else {
+            self.map.next_key_seed(seed)
+        }
+    }
+
+    fn next_value_seed<V: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> Result<V::Value, A::Error> {
+        self.map.next_value_seed(seed)
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.map.size_hint()
+    }
+}
+
+/// A key read as text, refused if it is [`RAW_VALUE_KEY`], else handed to
+/// the seed it wraps as the same text.
+struct Checked<K>(K);
+
+impl<'de, K: de::DeserializeSeed<'de>> de::DeserializeSeed<'de> for Checked<K> {
+    type Value = K::Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<K::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de, K: de::DeserializeSeed<'de>> Visitor<'de> for Checked<K> {
+    type Value = K::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, key: &'de str) -> Result<K::Value, E> {
+        refuse_raw(key)?;
+        self.0
+            .deserialize(de::value::BorrowedStrDeserializer::new(key))
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<K::Value, E> {
+        refuse_raw(key)?;
+        self.0.deserialize(de::value::StrDeserializer::new(key))
+    }
+
+    fn visit_string<E: de::Error>(self, key: String) -> Result<K::Value, E> {
+        refuse_raw(&key)?;
+        self.0.deserialize(de::value::StringDeserializer::new(key))
+    }
+}
+
+fn refuse_raw<E: de::Error>(key: &str) -> Result<(), E> {
+    if key == RAW_VALUE_KEY {
+        Err(E::custom("a raw JSON value, left to `Value`"))
+    } else {
+        Ok(())
+    }
+}
+
+/// `map` with its first key checked (see [`FirstKeyChecked`]).
+pub(crate) fn checked<'de, A: MapAccess<'de>>(map: A) -> impl MapAccess<'de, Error = A::Error> {
+    FirstKeyChecked { map, first: true }
 }
 
 /// Consumes whatever a `visit_map`/`visit_seq` was given, so a reader that
-/// does not want it can still leave the parser past it.
-pub(crate) fn drain_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
+/// does not want it can still leave the parser past it; an object `Value`
+/// would read as raw JSON text is refused (see [`RAW_VALUE_KEY`]).
+pub(crate) fn drain_map<'de, A: MapAccess<'de>>(map: A) -> Result<(), A::Error> {
+    let mut map = checked(map);
     while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
     Ok(())
 }
@@ -248,7 +328,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
                 f.write_str("a JSON object")
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(Object)
+                T::deserialize(de::value::MapAccessDeserializer::new(checked(map))).map(Object)
             }
         }
         d.deserialize_map(V(PhantomData))
@@ -269,7 +349,7 @@ impl<'de, T: Deserialize<'de> + Default> Deserialize<'de> for OrDefault<T> {
                 f.write_str("any JSON value")
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(OrDefault)
+                T::deserialize(de::value::MapAccessDeserializer::new(checked(map))).map(OrDefault)
             }
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
                 drain_seq(seq)?;
@@ -411,5 +491,35 @@ mod tests {
         }
         assert!(serde_json::from_str::<Object<S>>(r#"{"a":1}"#).is_ok());
         assert!(serde_json::from_str::<Object<S>>("[1]").is_err());
+    }
+
+    #[test]
+    fn objects_value_reads_as_raw_json_text_are_left_to_value() {
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(default)]
+        struct S<'a> {
+            #[serde(borrow)]
+            a: StrOrNum<'a>,
+        }
+        // `Value` reads this object as the JSON text it holds: `"x"`.
+        let raw = r#"{"$serde_json::private::RawValue":"\"x\""}"#;
+        let v: Value = serde_json::from_str(raw).unwrap();
+        assert_eq!(v, Value::String("x".into()));
+        assert!(serde_json::from_str::<StrOrNum>(raw).is_err());
+        assert!(serde_json::from_str::<IntLike>(raw).is_err());
+        assert!(serde_json::from_str::<List<IgnoredAny>>(raw).is_err());
+        assert!(serde_json::from_str::<Kind>(raw).is_err());
+        assert!(serde_json::from_str::<OrDefault<S>>(raw).is_err());
+        assert!(serde_json::from_str::<Object<S>>(raw).is_err());
+        // Nested, the reading of the whole is refused.
+        let nested = format!(r#"{{"a":{raw}}}"#);
+        assert!(serde_json::from_str::<OrDefault<S>>(&nested).is_err());
+        // Later in an object the key is an ordinary one, to `Value` too.
+        let later = r#"{"a":"y","$serde_json::private::RawValue":"1"}"#;
+        let s: OrDefault<S> = serde_json::from_str(later).unwrap();
+        assert_eq!(s.0.a.or_default(), "y");
+        let v: Value = serde_json::from_str(later).unwrap();
+        assert_eq!(v["a"], "y");
+        assert!(serde_json::from_str::<StrOrNum>(later).unwrap().0.is_none());
     }
 }

@@ -81,14 +81,16 @@ impl Batch {
         };
         // Sequentially consistent, with `rest`'s: either the flush thread
         // sees this line held, or this sees the thread resting and wakes
-        // it (a wake-up of a thread already awake is no system call).
+        // it (a wake-up of a thread already awake is no system call). A
+        // line due now is written by the caller: nothing to wake it for.
         self.pending.store(true, Ordering::SeqCst);
-        if self.resting.load(Ordering::SeqCst) {
+        let due = urgent || full;
+        if !due && self.resting.load(Ordering::SeqCst) {
             if let Some(flusher) = self.flusher.get() {
                 flusher.unpark();
             }
         }
-        urgent || full
+        due
     }
 
     /// The flush thread's wait: [`FLUSH_EVERY`], or, while nothing is held,
