@@ -59,6 +59,7 @@ pub mod bind;
 pub mod callbacks;
 pub mod config;
 pub mod conn;
+pub mod deadline;
 pub mod dialect;
 pub mod differences;
 pub mod error;

@@ -517,7 +517,8 @@ fn dispatch_counting<'a>(
     // in the future below, which then holds it once, not also the request.
     let handled = Box::pin(ops::handle_counting(&gw.translator, v1, calls));
     async move {
-        match tokio::time::timeout(deadline, handled).await {
+        let at = tokio::time::Instant::now() + deadline;
+        match crate::deadline::deadline_at(at, handled).await {
             Ok(result) => result,
             Err(_) => Err(GatewayError::Deadline(deadline)),
         }
