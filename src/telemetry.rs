@@ -3,9 +3,8 @@
 //! bounded: `operation` is an [`Operation`](crate::route::Operation) name,
 //! never a raw path; keys never appear in either.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
-use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -14,7 +13,10 @@ pub mod handles;
 mod json_lines;
 pub mod log_batch;
 mod series;
+mod sleeper;
+
 pub use series::BUILD_INFO;
+use sleeper::Sleeper;
 
 /// V1 requests by `operation` and V1 `status`.
 pub const REQUESTS: &str = "v1compat_requests_total";
@@ -95,28 +97,18 @@ pub fn prometheus() -> Option<PrometheusHandle> {
 /// leaves a few samples waiting in memory (about 24 bytes).
 static SINCE_DRAIN: AtomicU32 = AtomicU32::new(0);
 
-/// The upkeep thread, once started, and whether it sleeps with no request
-/// waiting (see [`Upkeep::idle_looks`]): the next request counted wakes it.
-static UPKEEP: OnceLock<Thread> = OnceLock::new();
-static DOZING: AtomicBool = AtomicBool::new(false);
+/// The upkeep thread, asleep while no request waits (see
+/// [`Upkeep::idle_looks`]): the next request counted wakes it.
+static UPKEEP: Sleeper = Sleeper::new();
 
 /// Counts one answered request towards the next drain (see `Upkeep`).
 #[inline]
 pub fn count_request() {
-    // Sequentially consistent, with the upkeep thread's: either it sees
-    // this request waiting, or this sees it dozing and wakes it. On x86
-    // neither costs more than the relaxed forms.
+    // Sequentially consistent, as the upkeep thread reads it (see
+    // `Sleeper::sleep_while`). On x86 neither costs more than the relaxed
+    // forms.
     SINCE_DRAIN.fetch_add(1, Ordering::SeqCst);
-    if DOZING.load(Ordering::SeqCst) {
-        wake_upkeep();
-    }
-}
-
-#[cold]
-fn wake_upkeep() {
-    if let Some(upkeep) = UPKEEP.get() {
-        upkeep.unpark();
-    }
+    UPKEEP.wake();
 }
 
 /// How often the upkeep thread looks at [`SINCE_DRAIN`].
@@ -214,21 +206,19 @@ fn spawn_upkeep(handle: PrometheusHandle, process: metrics_process::Collector) {
     let spawned = std::thread::Builder::new()
         .name("metrics-upkeep".into())
         .spawn(move || {
-            // Known before it first dozes: no request can miss waking it.
-            let _ = UPKEEP.set(std::thread::current());
+            UPKEEP.adopt_current();
             let mut upkeep = Upkeep::default();
             loop {
                 match upkeep.idle_looks(SINCE_DRAIN.load(Ordering::SeqCst)) {
                     0 => std::thread::sleep(LOOK_EVERY),
                     idle => {
                         let from = Instant::now();
-                        DOZING.store(true, Ordering::SeqCst);
-                        if SINCE_DRAIN.load(Ordering::SeqCst) == 0 {
-                            // Until the look that reads the process, or a
-                            // request (or spuriously: then a look early).
-                            std::thread::park_timeout(LOOK_EVERY * (idle + 1));
-                        }
-                        DOZING.store(false, Ordering::SeqCst);
+                        // Until the look that reads the process, or a
+                        // request (or spuriously: then a look early).
+                        UPKEEP.sleep_while(
+                            || SINCE_DRAIN.load(Ordering::SeqCst) == 0,
+                            Some(LOOK_EVERY * (idle + 1)),
+                        );
                         let passed = from.elapsed().as_millis() / LOOK_EVERY.as_millis();
                         upkeep.skip(idle.min(passed as u32));
                     }

@@ -24,12 +24,13 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, Once, OnceLock};
-use std::thread::Thread;
+use std::sync::{Mutex, MutexGuard, Once};
 use std::time::Duration;
 
 use tracing::{Level, Metadata};
 use tracing_subscriber::fmt::MakeWriter;
+
+use super::sleeper::Sleeper;
 
 /// The buffer is written once it holds this much (about a hundred access
 /// lines).
@@ -47,11 +48,9 @@ struct Batch {
     /// The buffer being written, held while it is: batches reach stderr in
     /// the order they were taken. Kept (cleared) for the next batch.
     writing: Mutex<Vec<u8>>,
-    /// The thread that writes the batch every [`FLUSH_EVERY`], once started.
-    flusher: OnceLock<Thread>,
-    /// Set while that thread sleeps with nothing held: the next line
-    /// appended wakes it.
-    resting: AtomicBool,
+    /// The thread that writes the batch every [`FLUSH_EVERY`], asleep
+    /// while nothing is held: the next line appended wakes it.
+    flusher: Sleeper,
 }
 
 static BATCH: Batch = Batch::new();
@@ -67,8 +66,7 @@ impl Batch {
             lines: Mutex::new(Vec::new()),
             pending: AtomicBool::new(false),
             writing: Mutex::new(Vec::new()),
-            flusher: OnceLock::new(),
-            resting: AtomicBool::new(false),
+            flusher: Sleeper::new(),
         }
     }
 
@@ -79,30 +77,23 @@ impl Batch {
             lines.extend_from_slice(line);
             lines.len() >= FLUSH_AT
         };
-        // Sequentially consistent, with `rest`'s: either the flush thread
-        // sees this line held, or this sees the thread resting and wakes
-        // it (a wake-up of a thread already awake is no system call). A
-        // line due now is written by the caller: nothing to wake it for.
+        // Sequentially consistent, as the flush thread reads it (see
+        // `Sleeper::sleep_while`). A line due now is written by the
+        // caller: nothing to wake the thread for.
         self.pending.store(true, Ordering::SeqCst);
         let due = urgent || full;
-        if !due && self.resting.load(Ordering::SeqCst) {
-            if let Some(flusher) = self.flusher.get() {
-                flusher.unpark();
-            }
+        if !due {
+            self.flusher.wake();
         }
         due
     }
 
     /// The flush thread's wait: [`FLUSH_EVERY`], or, while nothing is held,
-    /// until a line is appended (and then [`FLUSH_EVERY`]).
+    /// until a line is appended (and then [`FLUSH_EVERY`]). Woken
+    /// spuriously, a flush with nothing to write is one load.
     fn rest(&self) {
-        self.resting.store(true, Ordering::SeqCst);
-        if !self.pending.load(Ordering::SeqCst) {
-            // Woken by `append` (or spuriously: a flush with nothing to
-            // write is one load).
-            std::thread::park();
-        }
-        self.resting.store(false, Ordering::SeqCst);
+        self.flusher
+            .sleep_while(|| !self.pending.load(Ordering::SeqCst), None);
         std::thread::park_timeout(FLUSH_EVERY);
     }
 
@@ -146,7 +137,7 @@ pub fn install() {
             .name("log-flush".into())
             .spawn(|| {
                 // Known before it first rests: no line can miss waking it.
-                let _ = BATCH.flusher.set(std::thread::current());
+                BATCH.flusher.adopt_current();
                 loop {
                     BATCH.rest();
                     flush();
@@ -235,12 +226,12 @@ mod tests {
         let b: &'static Batch = Box::leak(Box::new(batch()));
         let (done, rested) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let _ = b.flusher.set(std::thread::current());
+            b.flusher.adopt_current();
             b.rest();
             let _ = done.send(());
         });
         // Resting with nothing held: parked until a line comes.
-        while !b.resting.load(Ordering::SeqCst) {
+        while !b.flusher.is_asleep() {
             std::thread::yield_now();
         }
         assert!(!b.append(b"one\n", false));
