@@ -73,6 +73,7 @@ pub mod pipeline;
 pub mod probe;
 pub mod quickstart;
 pub mod reload;
+pub mod request_id;
 pub mod route;
 pub mod runtime;
 pub mod sandbox;

@@ -37,6 +37,7 @@ use crate::error::{GatewayError, Rendered};
 use crate::gateway::Gateway;
 use crate::ops::{self, V1Request};
 use crate::reload::Live;
+use crate::request_id::RequestId;
 use crate::route::{self, Operation};
 use crate::telemetry;
 use crate::telemetry::handles::RequestMetrics;
@@ -80,7 +81,7 @@ pub struct RawV1Request<B> {
 /// A request's id and operation, as the server's front settled them.
 pub struct Settled {
     /// The client's `x-request-id` if usable, else a new one.
-    pub request_id: HeaderValue,
+    pub request_id: RequestId,
     /// `None`: no V1 operation has this method and path.
     pub op: Option<Operation>,
 }
@@ -159,11 +160,9 @@ impl V1Response {
 /// unwinding) frees the slot and the in-flight gauge.
 pub struct Admitted {
     pub op: Operation,
-    /// Shared with the operation (and a shadow copy) rather than copied.
-    pub request_id: Arc<str>,
-    /// The same id as the header value the answer echoes (and a shadow
-    /// copy carries).
-    id_header: HeaderValue,
+    /// Shared with the operation, the answer (and a shadow copy) rather
+    /// than copied.
+    pub request_id: RequestId,
     pub method: Method,
     pub path: String,
     pub query: Option<String>,
@@ -187,7 +186,7 @@ impl Admitted {
             query: self.query.clone(),
             body: self.body.clone(),
             key: self.key.clone(),
-            request_id: Arc::clone(&self.request_id),
+            request_id: self.request_id.clone(),
         }
     }
 
@@ -199,19 +198,8 @@ impl Admitted {
             query: self.query.take(),
             body: std::mem::take(&mut self.body),
             key: self.key.take(),
-            request_id: Arc::clone(&self.request_id),
+            request_id: self.request_id.clone(),
         }
-    }
-
-    /// The request's id as a header value.
-    pub fn id_header(&self) -> &HeaderValue {
-        &self.id_header
-    }
-
-    /// The id's header value, moved out for the answer: its last use, so
-    /// not copied (a copy of a value read from the request allocates).
-    fn take_id_header(&mut self) -> HeaderValue {
-        std::mem::replace(&mut self.id_header, HeaderValue::from_static(""))
     }
 
     /// When the request arrived.
@@ -339,9 +327,11 @@ impl Pipeline {
                 Some(settled) => (Some(settled.request_id), settled.op),
                 None => (None, route::route(&req.method, &req.path)),
             };
-            let (request_id, id_header) = request_ident(settled_id, &req.headers);
+            let request_id = settled_id
+                .or_else(|| req.headers.get(&REQUEST_ID).and_then(RequestId::usable))
+                .unwrap_or_else(RequestId::generate);
             if let Some(span) = &span {
-                span.record("request_id", &*request_id);
+                span.record("request_id", request_id.as_str());
             }
             let mut cx = access::Context {
                 method: &req.method,
@@ -354,7 +344,6 @@ impl Pipeline {
             let Some(op) = routed else {
                 return Err(finish(
                     &cx,
-                    id_header,
                     Err(GatewayError::UnknownRoute),
                     0,
                     self.metrics(),
@@ -365,7 +354,7 @@ impl Pipeline {
                 span.record("operation", op.name());
             }
             cx.op = Some(op);
-            let refuse = |err| finish(&cx, id_header.clone(), Err(err), 0, self.metrics(), None);
+            let refuse = |err| finish(&cx, Err(err), 0, self.metrics(), None);
             // The body is read as JSON whatever its `Content-Type` says, as V1
             // did (`curl -d` sends `application/x-www-form-urlencoded`); a body
             // that is not JSON is still refused, naming the problem.
@@ -398,7 +387,6 @@ impl Pipeline {
             Ok(Admitted {
                 op,
                 request_id,
-                id_header,
                 method: req.method,
                 path: req.path,
                 query: req.query,
@@ -425,10 +413,8 @@ impl Pipeline {
             // hyper reads a request's headers into the map of the answer
             // before it), and the answer needs no map of its own.
             let room = std::mem::take(&mut req.headers);
-            let id_header = req.take_id_header();
             finish(
                 &self.context(&req),
-                id_header,
                 result,
                 calls.load(Ordering::Relaxed),
                 self.metrics(),
@@ -471,16 +457,8 @@ impl Pipeline {
     }
 
     /// An admitted request the gateway could not serve, rendered and counted.
-    pub fn refuse(&self, mut req: Admitted, err: GatewayError) -> V1Response {
-        let id_header = req.take_id_header();
-        finish(
-            &self.context(&req),
-            id_header,
-            Err(err),
-            0,
-            self.metrics(),
-            None,
-        )
+    pub fn refuse(&self, req: Admitted, err: GatewayError) -> V1Response {
+        finish(&self.context(&req), Err(err), 0, self.metrics(), None)
     }
 }
 
@@ -525,40 +503,6 @@ fn dispatch_counting<'a>(
     }
 }
 
-/// A request's id as text (logs, V2) and as the header value its answer
-/// echoes: the one the server's front settled on, else the client's if
-/// usable, else a new ULID.
-fn request_ident(settled: Option<HeaderValue>, headers: &HeaderMap) -> (Arc<str>, HeaderValue) {
-    let value = settled
-        .or_else(|| request_id_of(headers).cloned())
-        .unwrap_or_else(new_request_id);
-    // Printable ASCII, a usable id or a ULID: it is text.
-    (Arc::from(value.to_str().unwrap_or_default()), value)
-}
-
-/// A new request id: a ULID, as text in a header value.
-pub(crate) fn new_request_id() -> HeaderValue {
-    let mut buf = [0u8; ulid::ULID_LEN];
-    // A ULID is 26 letters and digits, always a valid header value.
-    HeaderValue::from_str(ulid::Ulid::new().array_to_str(&mut buf))
-        .unwrap_or(HeaderValue::from_static(""))
-}
-
-/// The client's `x-request-id`, if usable ([`usable_request_id`]).
-pub fn request_id_of(headers: &HeaderMap) -> Option<&HeaderValue> {
-    headers.get(&REQUEST_ID).filter(|v| usable_request_id(v))
-}
-
-/// A client-sent id is kept only if it is short and printable; otherwise it
-/// is replaced, so it cannot smuggle anything into logs or upstream headers.
-pub(crate) fn usable_request_id(value: &HeaderValue) -> bool {
-    let v = value.as_bytes();
-    !v.is_empty()
-        && v.len() <= 128
-        && v.iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
-}
-
 /// The client's key from `api-key` or `Authorization: Bearer`. A header that
 /// is present but unusable is an error rather than silently ignored.
 fn client_key(headers: &HeaderMap) -> Result<Option<ApiKey>, GatewayError> {
@@ -583,7 +527,6 @@ fn client_key(headers: &HeaderMap) -> Result<Option<ApiKey>, GatewayError> {
 /// line. `calls` is the number of V2 calls made (an answer carries its own).
 fn finish(
     cx: &access::Context<'_>,
-    id_header: HeaderValue,
     result: Result<ops::Translated, GatewayError>,
     calls: u32,
     metrics: &RequestMetrics,
@@ -638,7 +581,9 @@ fn finish(
             (resp, calls)
         }
     };
-    response.headers.insert(REQUEST_ID, id_header);
+    response
+        .headers
+        .insert(REQUEST_ID, cx.request_id.header().clone());
     record_answer(metrics, cx.op, response.status, elapsed, Some(calls));
     response
 }

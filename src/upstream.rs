@@ -17,6 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, StatusCode};
 
+use crate::request_id::RequestId;
 use crate::v2::V2Path;
 
 mod client;
@@ -154,5 +155,5 @@ pub type UpstreamFuture<'a> =
 
 /// The one way operations reach V2.
 pub trait Upstream: Send + Sync + 'static {
-    fn call(&self, call: V2Call, request_id: &str) -> UpstreamFuture<'_>;
+    fn call(&self, call: V2Call, request_id: &RequestId) -> UpstreamFuture<'_>;
 }

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use percent_encoding::percent_decode_str;
 
+use v1compat::request_id::RequestId;
 use v1compat::ops::{self, Translator, V1Request};
 use v1compat::route::Operation;
 use v1compat::upstream::{ApiKey, Upstream, UpstreamFuture, V2Call, V2Reply};
@@ -19,7 +20,7 @@ use v1compat::v2::RESERVED_RUN_WORDS;
 struct Recorder(Mutex<Vec<String>>);
 
 impl Upstream for Recorder {
-    fn call(&self, call: V2Call, _request_id: &str) -> UpstreamFuture<'_> {
+    fn call(&self, call: V2Call, _request_id: &RequestId) -> UpstreamFuture<'_> {
         self.0.lock().unwrap().push(call.path.path_and_query());
         let body = r#"{"code":0,"message":"success","data":{"run_slug":"01KS2A1M515HG7PZX9STTB0KPH","list":[],"count":0,"headers":[],"input_schema":{"properties":[]},"version":"v1"}}"#;
         Box::pin(async move {
@@ -96,7 +97,7 @@ fuzz_target!(|data: &[u8]| {
         query,
         body: Bytes::copy_from_slice(body),
         key: ApiKey::new("client-key"),
-        request_id: "fuzz".into(),
+        request_id: RequestId::from_static("fuzz"),
     };
     if let Err(err) = runtime().block_on(ops::handle(&tr, req)) {
         let r = err.render();

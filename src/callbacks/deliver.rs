@@ -37,6 +37,7 @@ use crate::http_client;
 use crate::ops::run_records::{detail_call, v1_status};
 use crate::ops::Compat;
 use crate::ops::{int_of, string_of};
+use crate::request_id::RequestId;
 use crate::upstream::{ApiKey, Upstream};
 use crate::v2::Segment;
 
@@ -376,7 +377,7 @@ impl Deliverer {
         let call = detail_call(&run).with_key(Some(key));
         let reply = self
             .upstream
-            .call(call, &ulid::Ulid::new().to_string())
+            .call(call, &RequestId::generate())
             .await
             .ok()?;
         let env: crate::v2::Envelope = serde_json::from_slice(&reply.body).ok()?;

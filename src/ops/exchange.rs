@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::{Settings, Translator};
 use crate::error::{GatewayError, Subject};
+use crate::request_id::RequestId;
 use crate::upstream::{ApiKey, V2Call};
 use crate::v2::{DataEnvelope, Envelope};
 
@@ -21,7 +22,7 @@ use crate::v2::{DataEnvelope, Envelope};
 /// propagate, and a record of V2 request ids and call counts.
 pub struct Exchange<'a> {
     pub translator: &'a Translator,
-    pub request_id: &'a str,
+    pub request_id: &'a RequestId,
     key: Option<ApiKey>,
     /// For a V1 public operation sent with the client's own key: the service
     /// key, to retry with when V2 refuses the client's key. V1 never looked at a
@@ -40,7 +41,7 @@ impl<'a> Exchange<'a> {
     /// operations only), `calls` counting every V2 call sent.
     pub(super) fn new(
         translator: &'a Translator,
-        request_id: &'a str,
+        request_id: &'a RequestId,
         key: Option<ApiKey>,
         fallback_key: Option<ApiKey>,
         calls: &'a AtomicU32,

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::error::GatewayError;
+use crate::request_id::RequestId;
 use crate::route::Operation;
 use crate::upstream::{ApiKey, Upstream};
 use crate::v1::Json;
@@ -77,7 +78,7 @@ pub struct V1Request {
     pub body: Bytes,
     /// The client's key (`api-key` or `Authorization: Bearer`), if any.
     pub key: Option<ApiKey>,
-    pub request_id: Arc<str>,
+    pub request_id: RequestId,
 }
 
 /// A successfully translated request: the V1 `data` (JSON, written once by
@@ -185,7 +186,7 @@ mod tests {
     }
 
     impl Upstream for KeyCheckingV2 {
-        fn call(&self, call: V2Call, _request_id: &str) -> UpstreamFuture<'_> {
+        fn call(&self, call: V2Call, _request_id: &RequestId) -> UpstreamFuture<'_> {
             let key = call.key.as_ref().map(|k| k.expose().to_owned());
             self.seen
                 .lock()
@@ -232,7 +233,7 @@ mod tests {
             query: Some(query.to_owned()),
             body: Bytes::new(),
             key: ApiKey::new(key),
-            request_id: "t".into(),
+            request_id: RequestId::from_static("t"),
         };
         let result = handle(&tr, req).await;
         let seen = v2.seen.lock().unwrap().clone();

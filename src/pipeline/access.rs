@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use http::{Method, StatusCode};
 
 use crate::error::{GatewayError, Origin, Rendered};
+use crate::request_id::RequestId;
 use crate::route::Operation;
 
 /// Log target of access lines, for filters such as `v1compat::access=off`.
@@ -23,7 +24,7 @@ pub const TARGET: &str = "v1compat::access";
 pub(super) struct Context<'a> {
     pub method: &'a Method,
     pub op: Option<Operation>,
-    pub request_id: &'a str,
+    pub request_id: &'a RequestId,
     pub started: Instant,
     /// `log.access`: write a line for every request, not only failures.
     pub every_request: bool,
@@ -66,7 +67,7 @@ pub(super) fn log(cx: &Context<'_>, out: &Outcome<'_>) {
                 code = out.code,
                 duration_ms,
                 upstream_calls = out.upstream_calls,
-                request_id = cx.request_id,
+                request_id = cx.request_id.as_str(),
                 v2_request_id = out.v2_request_id,
                 origin,
                 cause,

@@ -22,12 +22,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{header, HeaderMap, HeaderValue, Request, Response};
+use http::{header, HeaderMap, Request, Response};
 use tracing::Span;
 
 use crate::answer::AnswerBody;
 use crate::error::GatewayError;
-use crate::pipeline::{self, usable_request_id, Pipeline, Settled, API_KEY, REQUEST_ID};
+use crate::pipeline::{self, Pipeline, Settled, API_KEY, REQUEST_ID};
+use crate::request_id::RequestId;
 use crate::route::{self, Operation};
 
 /// Marks the headers a key can travel in as sensitive, so that no log line
@@ -43,16 +44,16 @@ pub(super) fn mark_sensitive(headers: &mut HeaderMap) {
 }
 
 /// The request's id: the client's `x-request-id` if usable (see
-/// [`usable_request_id`]), else a new ULID. An unusable client id is
+/// [`RequestId::usable`]), else a new ULID. An unusable client id is
 /// removed from `headers`, so that nothing downstream can pick it up.
-fn settle_request_id(headers: &mut HeaderMap) -> HeaderValue {
-    match headers.get(&REQUEST_ID) {
-        Some(id) if usable_request_id(id) => id.clone(),
-        Some(_) => {
+fn settle_request_id(headers: &mut HeaderMap) -> RequestId {
+    match headers.get(&REQUEST_ID).map(RequestId::usable) {
+        Some(Some(id)) => id,
+        Some(None) => {
             headers.remove(&REQUEST_ID);
-            pipeline::new_request_id()
+            RequestId::generate()
         }
-        None => pipeline::new_request_id(),
+        None => RequestId::generate(),
     }
 }
 
@@ -73,7 +74,7 @@ pub(super) fn span_of<B>(req: &Request<B>, settled: &Settled) -> Span {
         "request",
         method = req.method().as_str(),
         path = crate::callbacks::loggable_path(req.uri().path()),
-        request_id = settled.request_id.to_str().ok(),
+        request_id = settled.request_id.as_str(),
         operation = settled.op.map(Operation::name)
     )
 }
@@ -171,7 +172,7 @@ mod tests {
         for (name, value) in pairs {
             map.append(
                 http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_str(value).unwrap(),
+                http::HeaderValue::from_str(value).unwrap(),
             );
         }
         map
@@ -198,21 +199,18 @@ mod tests {
     #[test]
     fn a_usable_client_id_is_kept_and_any_other_replaced() {
         let mut kept = headers(&[("x-request-id", "client-id-1")]);
-        assert_eq!(
-            settle_request_id(&mut kept),
-            HeaderValue::from_static("client-id-1")
-        );
+        assert_eq!(settle_request_id(&mut kept), "client-id-1");
         assert_eq!(kept.get(&REQUEST_ID).unwrap(), "client-id-1");
 
         for bad in ["has space", "semi;colon", &"x".repeat(129)] {
             let mut map = headers(&[("x-request-id", bad)]);
             let id = settle_request_id(&mut map);
             assert_ne!(id, bad);
-            assert_eq!(id.len(), ulid::ULID_LEN, "{bad}");
+            assert_eq!(id.as_str().len(), ulid::ULID_LEN, "{bad}");
             assert!(map.get(&REQUEST_ID).is_none(), "{bad} left in the request");
         }
         let id = settle_request_id(&mut HeaderMap::new());
-        assert!(id.len() == ulid::ULID_LEN);
+        assert!(id.as_str().len() == ulid::ULID_LEN);
     }
 
     #[test]
@@ -278,7 +276,7 @@ mod tests {
         let unsettled = pipeline.answer(request(None)).await;
         assert_eq!(unsettled.status, http::StatusCode::NOT_FOUND);
         let settled = Settled {
-            request_id: HeaderValue::from_static("front-id"),
+            request_id: RequestId::from_static("front-id"),
             op: Some(Operation::RunDetail),
         };
         let answer = pipeline.answer(request(Some(settled))).await;

@@ -410,7 +410,7 @@ fn call_of(req: &Admitted) -> V1Call {
     let mut headers = V1Call::forwarded_headers(&req.headers);
     // The id the client is answered with, whether it sent it or the
     // gateway made it, so that both sides' logs name the same request.
-    headers.insert(pipeline::REQUEST_ID, req.id_header().clone());
+    headers.insert(pipeline::REQUEST_ID, req.request_id.header().clone());
     V1Call {
         method: req.method.clone(),
         path: req.path.clone(),

@@ -31,6 +31,7 @@ use super::{ApiKey, RetryPolicy, Upstream, UpstreamFailure, UpstreamFuture, V2Ca
 
 use super::pool::Pool;
 use crate::http_client::{connector, error_chain, origin_and_prefix, tls_config, CONNECT_TIMEOUT};
+use crate::request_id::RequestId;
 use crate::telemetry::handles::UpstreamMetrics;
 use crate::telemetry::{
     UPSTREAM_DURATION_SECONDS, UPSTREAM_REQUESTS_TOTAL, UPSTREAM_RETRIES_SKIPPED_TOTAL,
@@ -271,14 +272,6 @@ impl HttpUpstream {
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static API_KEY: HeaderName = HeaderName::from_static("api-key");
 
-/// The gateway's request ids are header-safe; a value that is not is
-/// dropped rather than failing the call over a correlation aid.
-fn request_id_header(request_id: &str) -> Option<HeaderValue> {
-    HeaderValue::from_str(request_id)
-        .ok()
-        .filter(|_| !request_id.is_empty())
-}
-
 /// The headers of every attempt, in the order they are written: `Host`,
 /// `Accept`, `User-Agent`, `Content-Type` (calls with a body), the request
 /// id and the key. Made once with empty values for the last two, which each
@@ -408,11 +401,12 @@ struct AttemptReply {
 }
 
 impl Upstream for HttpUpstream {
-    fn call(&self, call: V2Call, request_id: &str) -> UpstreamFuture<'_> {
+    fn call(&self, call: V2Call, request_id: &RequestId) -> UpstreamFuture<'_> {
         // The call is prepared before its future is made (the id's header
-        // value too, so the future does not borrow `request_id`): the future
-        // then holds what the attempts send, not also the call it came from.
-        match self.inner.prepare(call, request_id_header(request_id)) {
+        // value too, shared, so the future does not borrow `request_id`):
+        // the future then holds what the attempts send, not also the call it
+        // came from.
+        match self.inner.prepare(call, Some(request_id.header().clone())) {
             Ok((prepared, policy)) => Box::pin(self.inner.run(prepared, policy)),
             Err(failure) => Box::pin(std::future::ready(Err(failure))),
         }
@@ -756,22 +750,23 @@ mod tests {
         let key = ApiKey::new("k-123").unwrap();
         let ua = HeaderValue::from_static("ua");
         let host = HeaderValue::from_static("v2.example:8080");
-        let prepared = |headers: &CallHeaders, has_body, request_id| Prepared {
-            method: Method::GET,
-            uri: Uri::from_static("/api/v2/store"),
-            has_body,
-            request_id: request_id_header(request_id),
-            key: headers.key_value(&key),
-            body: Bytes::new(),
-            timeout: Duration::from_secs(1),
-            route: "/api/v2/store",
-        };
+        let prepared =
+            |headers: &CallHeaders, has_body, request_id: Option<&'static str>| Prepared {
+                method: Method::GET,
+                uri: Uri::from_static("/api/v2/store"),
+                has_body,
+                request_id: request_id.map(|id| RequestId::from_static(id).header().clone()),
+                key: headers.key_value(&key),
+                body: Bytes::new(),
+                timeout: Duration::from_secs(1),
+                route: "/api/v2/store",
+            };
         // The headers of a call prepared, and sent, in one key style.
         let call_headers = |has_body, request_id, style| {
             let headers = CallHeaders::new(&host, &ua, style);
             headers.of(&prepared(&headers, has_body, request_id))
         };
-        let h = call_headers(false, "req-1", AuthStyle::Bearer);
+        let h = call_headers(false, Some("req-1"), AuthStyle::Bearer);
         let names: Vec<_> = h.keys().map(HeaderName::as_str).collect();
         assert_eq!(
             names,
@@ -790,7 +785,7 @@ mod tests {
         assert!(h[AUTHORIZATION].is_sensitive());
         assert_eq!(h["x-request-id"], "req-1");
         assert!(h.get(CONTENT_TYPE).is_none());
-        let h = call_headers(true, "bad\nid", AuthStyle::ApiKeyHeader);
+        let h = call_headers(true, None, AuthStyle::ApiKeyHeader);
         assert_eq!(h["api-key"], "k-123");
         assert!(h["api-key"].is_sensitive());
         assert!(h.get(AUTHORIZATION).is_none());
@@ -801,14 +796,11 @@ mod tests {
             names,
             ["host", "accept", "user-agent", "content-type", "api-key"]
         );
-        assert!(call_headers(false, "", AuthStyle::Bearer)
-            .get("x-request-id")
-            .is_none());
         // Without a key, no key header, in either style; nothing is sent
         // with the empty value the headers are made with.
         for style in [AuthStyle::Bearer, AuthStyle::ApiKeyHeader] {
             let headers = CallHeaders::new(&host, &ua, style);
-            let mut keyless = prepared(&headers, true, "");
+            let mut keyless = prepared(&headers, true, None);
             keyless.key = None;
             let h = headers.of(&keyless);
             assert!(h.get(AUTHORIZATION).is_none() && h.get("api-key").is_none());

@@ -56,6 +56,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 // How a field allowed to differ is compared: the registry's treatments.
 use v1compat::differences::Differential as Rule;
+use v1compat::request_id::RequestId;
 use v1compat::sandbox::{Sandbox, SandboxConfig};
 use v1compat::upstream::{HttpUpstream, Upstream, UpstreamFuture, V2Call};
 
@@ -1735,7 +1736,7 @@ struct CountingUpstream {
 }
 
 impl Upstream for CountingUpstream {
-    fn call(&self, call: V2Call, request_id: &str) -> UpstreamFuture<'_> {
+    fn call(&self, call: V2Call, request_id: &RequestId) -> UpstreamFuture<'_> {
         self.paths
             .lock()
             .unwrap()

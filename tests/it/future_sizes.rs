@@ -10,6 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use crate::support::rid;
 use bytes::Bytes;
 use http::{HeaderMap, Method};
 use v1compat::gateway::Gateway;
@@ -62,7 +63,7 @@ async fn a_requests_pipeline_future_stays_under_its_bound() {
 async fn a_v2_calls_future_stays_under_its_bound() {
     let (_, upstream) = pipeline_and_upstream();
     let call = detail_call(&Segment::new("01M8B35ENF3QHQVJCEJAR20SCG").unwrap());
-    let future = upstream.call(call, "01M8B35ENF3QHQVJCEJAR20SCH");
+    let future = upstream.call(call, &rid("01M8B35ENF3QHQVJCEJAR20SCH"));
     let size = std::mem::size_of_val(&*future);
     assert!(
         size <= V2_CALL_BOUND,

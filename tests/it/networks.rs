@@ -10,6 +10,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use crate::support::rid;
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use http_body_util::Full;
@@ -151,7 +152,7 @@ fn upstream(config: &str, env: Vec<(String, String)>) -> HttpUpstream {
 
 async fn call(up: &HttpUpstream) -> Result<StatusCode, UpstreamFailure> {
     let path = V2Path::new(&[Part::Lit("store")]);
-    up.call(V2Call::get(path), "req-net")
+    up.call(V2Call::get(path), &rid("req-net"))
         .await
         .map(|r| r.status)
 }

@@ -190,7 +190,7 @@ proptest! {
             query,
             body: Bytes::from(body),
             key: keyed.then(|| ApiKey::new("client-key").unwrap()),
-            request_id: "prop".into(),
+            request_id: v1compat::request_id::RequestId::from_static("prop"),
         };
         // An error must render as a V1 envelope; neither side may panic.
         if let Err(err) = rt.block_on(ops::handle(&tr, req)) {

@@ -26,6 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use v1compat::request_id::RequestId;
 use v1compat::shadow::Mirror;
 use v1compat::upstream::{
     HttpUpstream, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply,
@@ -108,6 +109,11 @@ impl Drop for TestGateway {
             let _ = tx.send(());
         }
     }
+}
+
+/// A request id for a V2 call made by hand.
+pub fn rid(id: &str) -> RequestId {
+    RequestId::usable(&http::HeaderValue::from_str(id).unwrap()).expect("a usable request id")
 }
 
 /// The metrics of one test alone: a recorder local to the test's thread.
@@ -590,7 +596,7 @@ impl MockV2 {
 /// In process: the call as the operation made it, the reply as the
 /// upstream client would have returned it.
 impl Upstream for MockV2 {
-    fn call(&self, call: V2Call, _request_id: &str) -> UpstreamFuture<'_> {
+    fn call(&self, call: V2Call, _request_id: &RequestId) -> UpstreamFuture<'_> {
         let body = call
             .body
             .as_ref()

@@ -21,6 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+use crate::support::rid;
 use v1compat::upstream::{
     ApiKey, AuthStyle, HttpUpstream, RetryPolicy, Upstream, UpstreamFailure, UpstreamSettings,
     V2Call,
@@ -155,7 +156,10 @@ async fn get_is_retried_after_503_and_returns_the_200() {
     })
     .await;
     let up = HttpUpstream::new(settings(server.url())).unwrap();
-    let reply = up.call(V2Call::get(run_log_path()), "req-1").await.unwrap();
+    let reply = up
+        .call(V2Call::get(run_log_path()), &rid("req-1"))
+        .await
+        .unwrap();
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.body, OK_BODY.as_bytes());
     assert_eq!(reply.attempts, 2);
@@ -180,7 +184,10 @@ async fn a_retried_attempt_carries_the_key_and_request_id_again() {
         let up = HttpUpstream::new(s).unwrap();
         let key = ApiKey::new("sk-retry-789").unwrap();
         let reply = up
-            .call(V2Call::get(run_log_path()).with_key(Some(key)), "req-retry")
+            .call(
+                V2Call::get(run_log_path()).with_key(Some(key)),
+                &rid("req-retry"),
+            )
             .await
             .unwrap();
         assert_eq!(reply.attempts, 2);
@@ -206,7 +213,10 @@ async fn a_retried_attempt_carries_the_key_and_request_id_again() {
 async fn persistent_503_returns_the_last_reply_after_max_attempts() {
     let server = serve(|_| async { reply(StatusCode::BAD_GATEWAY, r#"{"code":10000}"#) }).await;
     let up = HttpUpstream::new(settings(server.url())).unwrap();
-    let reply = up.call(V2Call::get(run_log_path()), "req-1").await.unwrap();
+    let reply = up
+        .call(V2Call::get(run_log_path()), &rid("req-1"))
+        .await
+        .unwrap();
     assert_eq!(reply.status, StatusCode::BAD_GATEWAY);
     assert_eq!(reply.attempts, 3);
     assert_eq!(server.hits(), 3);
@@ -225,7 +235,10 @@ async fn too_many_requests_with_retry_after_zero_is_retried() {
     })
     .await;
     let up = HttpUpstream::new(settings(server.url())).unwrap();
-    let reply = up.call(V2Call::get(store_path()), "req-1").await.unwrap();
+    let reply = up
+        .call(V2Call::get(store_path()), &rid("req-1"))
+        .await
+        .unwrap();
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.attempts, 2);
 }
@@ -241,7 +254,10 @@ async fn retry_after_longer_than_the_cap_is_not_waited_for() {
     .await;
     let up = HttpUpstream::new(settings(server.url())).unwrap();
     let started = Instant::now();
-    let reply = up.call(V2Call::get(store_path()), "req-1").await.unwrap();
+    let reply = up
+        .call(V2Call::get(store_path()), &rid("req-1"))
+        .await
+        .unwrap();
     assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(reply.attempts, 1);
     assert_eq!(server.hits(), 1);
@@ -256,7 +272,7 @@ async fn post_is_sent_exactly_once_even_on_503() {
     let body = serde_json::json!({"workerId": "coreclaw~maps", "input": {"q": 1}});
     let call = V2Call::post(path, Some(body.clone()));
     assert_eq!(call.retry, RetryPolicy::Never);
-    let reply = up.call(call, "req-post").await.unwrap();
+    let reply = up.call(call, &rid("req-post")).await.unwrap();
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(reply.attempts, 1);
     assert_eq!(server.hits(), 1);
@@ -272,7 +288,10 @@ async fn post_is_sent_exactly_once_even_on_503() {
 async fn client_errors_are_not_retried() {
     let server = serve(|_| async { reply(StatusCode::NOT_FOUND, r#"{"code":11004}"#) }).await;
     let up = HttpUpstream::new(settings(server.url())).unwrap();
-    let reply = up.call(V2Call::get(run_log_path()), "req-1").await.unwrap();
+    let reply = up
+        .call(V2Call::get(run_log_path()), &rid("req-1"))
+        .await
+        .unwrap();
     assert_eq!(reply.status, StatusCode::NOT_FOUND);
     assert_eq!(reply.attempts, 1);
     assert_eq!(server.hits(), 1);
@@ -284,7 +303,10 @@ async fn no_retry_starts_past_the_retry_window() {
     let mut s = settings(server.url());
     s.retry.retry_window = Duration::ZERO;
     let up = HttpUpstream::new(s).unwrap();
-    let reply = up.call(V2Call::get(store_path()), "req-1").await.unwrap();
+    let reply = up
+        .call(V2Call::get(store_path()), &rid("req-1"))
+        .await
+        .unwrap();
     assert_eq!(reply.attempts, 1);
     assert_eq!(server.hits(), 1);
 }
@@ -296,7 +318,10 @@ async fn an_empty_retry_budget_stops_retries() {
     s.retry.budget_percent = 0.0;
     s.retry.budget_min_per_sec = 0;
     let up = HttpUpstream::new(s).unwrap();
-    let reply = up.call(V2Call::get(store_path()), "req-1").await.unwrap();
+    let reply = up
+        .call(V2Call::get(store_path()), &rid("req-1"))
+        .await
+        .unwrap();
     assert_eq!(reply.attempts, 1);
     assert_eq!(server.hits(), 1);
 }
@@ -310,7 +335,7 @@ async fn a_closed_port_is_unreachable() {
     let base = url::Url::parse(&format!("http://{addr}")).unwrap();
     let up = HttpUpstream::new(settings(base)).unwrap();
     let err = up
-        .call(V2Call::get(store_path()), "req-1")
+        .call(V2Call::get(store_path()), &rid("req-1"))
         .await
         .unwrap_err();
     assert!(matches!(err, UpstreamFailure::Unreachable(_)), "{err:?}");
@@ -325,7 +350,7 @@ async fn a_silent_server_times_out_within_the_attempt_timeout() {
     let mut call = V2Call::get(store_path()).with_attempt_timeout(timeout);
     call.retry = RetryPolicy::Never;
     let started = Instant::now();
-    let err = up.call(call, "req-1").await.unwrap_err();
+    let err = up.call(call, &rid("req-1")).await.unwrap_err();
     let elapsed = started.elapsed();
     assert!(
         matches!(err, UpstreamFailure::Timeout(t) if t == timeout),
@@ -352,7 +377,7 @@ async fn a_read_that_timed_out_is_not_retried() {
     let up = HttpUpstream::new(s).unwrap();
     let started = Instant::now();
     let err = up
-        .call(V2Call::get(store_path()), "req-1")
+        .call(V2Call::get(store_path()), &rid("req-1"))
         .await
         .unwrap_err();
     assert!(matches!(err, UpstreamFailure::Timeout(_)), "{err:?}");
@@ -368,7 +393,10 @@ async fn no_retry_starts_that_would_outlive_the_window() {
     s.attempt_timeout = Duration::from_secs(5);
     s.retry.retry_window = Duration::from_secs(4);
     let up = HttpUpstream::new(s).unwrap();
-    let reply = up.call(V2Call::get(store_path()), "req-1").await.unwrap();
+    let reply = up
+        .call(V2Call::get(store_path()), &rid("req-1"))
+        .await
+        .unwrap();
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(reply.attempts, 1);
 }
@@ -381,7 +409,7 @@ async fn a_body_over_the_cap_is_too_large() {
     s.max_response_bytes = 1024;
     let up = HttpUpstream::new(s).unwrap();
     let err = up
-        .call(V2Call::get(store_path()), "req-1")
+        .call(V2Call::get(store_path()), &rid("req-1"))
         .await
         .unwrap_err();
     assert!(matches!(err, UpstreamFailure::TooLarge(1024)), "{err:?}");
@@ -403,7 +431,7 @@ async fn a_chunked_body_over_the_cap_is_too_large() {
     s.max_response_bytes = 1024;
     let up = HttpUpstream::new(s).unwrap();
     let err = up
-        .call(V2Call::get(store_path()), "req-1")
+        .call(V2Call::get(store_path()), &rid("req-1"))
         .await
         .unwrap_err();
     assert!(matches!(err, UpstreamFailure::TooLarge(1024)), "{err:?}");
@@ -427,7 +455,7 @@ async fn a_body_cut_short_is_broken() {
     let base = url::Url::parse(&format!("http://{addr}")).unwrap();
     let up = HttpUpstream::new(settings(base)).unwrap();
     let call = V2Call::post(V2Path::new(&[Part::Lit("worker-runs")]), None);
-    let err = up.call(call, "req-1").await.unwrap_err();
+    let err = up.call(call, &rid("req-1")).await.unwrap_err();
     assert!(matches!(err, UpstreamFailure::Broken(_)), "{err:?}");
 }
 
@@ -438,7 +466,7 @@ async fn bearer_auth_request_id_and_fixed_headers_arrive() {
     let key = ApiKey::new("sk-test-123").unwrap();
     up.call(
         V2Call::get(store_path()).with_key(Some(key)),
-        "01JREQUESTID",
+        &rid("01JREQUESTID"),
     )
     .await
     .unwrap();
@@ -464,7 +492,7 @@ async fn api_key_header_style_arrives_as_configured() {
     s.auth_style = AuthStyle::ApiKeyHeader;
     let up = HttpUpstream::new(s).unwrap();
     let key = ApiKey::new("sk-test-456").unwrap();
-    up.call(V2Call::get(store_path()).with_key(Some(key)), "req-2")
+    up.call(V2Call::get(store_path()).with_key(Some(key)), &rid("req-2"))
         .await
         .unwrap();
     let seen = server.seen.recv().await.unwrap();
@@ -477,7 +505,9 @@ async fn api_key_header_style_arrives_as_configured() {
 async fn no_key_means_no_auth_header() {
     let mut server = serve(|_| async { reply(StatusCode::OK, OK_BODY) }).await;
     let up = HttpUpstream::new(settings(server.url())).unwrap();
-    up.call(V2Call::get(store_path()), "req-3").await.unwrap();
+    up.call(V2Call::get(store_path()), &rid("req-3"))
+        .await
+        .unwrap();
     let seen = server.seen.recv().await.unwrap();
     assert!(seen.headers.get("authorization").is_none());
     assert!(seen.headers.get("api-key").is_none());
@@ -491,7 +521,9 @@ async fn a_base_path_prefix_is_kept() {
         format!("http://{}/v2-gateway/coreclaw/", server.addr),
     ] {
         let up = HttpUpstream::new(settings(url::Url::parse(&base).unwrap())).unwrap();
-        up.call(V2Call::get(run_log_path()), "req-1").await.unwrap();
+        up.call(V2Call::get(run_log_path()), &rid("req-1"))
+            .await
+            .unwrap();
         let seen = server.seen.recv().await.unwrap();
         assert_eq!(
             seen.uri,
@@ -505,7 +537,9 @@ async fn connections_are_reused_across_calls() {
     let server = serve(|_| async { reply(StatusCode::OK, OK_BODY) }).await;
     let up = HttpUpstream::new(settings(server.url())).unwrap();
     for _ in 0..5 {
-        up.call(V2Call::get(store_path()), "req").await.unwrap();
+        up.call(V2Call::get(store_path()), &rid("req"))
+            .await
+            .unwrap();
     }
     assert_eq!(server.hits(), 5);
     assert_eq!(server.connections.load(Ordering::SeqCst), 1);
@@ -531,7 +565,7 @@ async fn a_burst_of_calls_keeps_its_connections_for_the_next() {
     .await;
     let up = HttpUpstream::new(settings(server.url())).unwrap();
     for burst in 1..=2 {
-        let calls = (0..BURST).map(|_| up.call(V2Call::get(store_path()), "req"));
+        let calls = (0..BURST).map(|_| up.call(V2Call::get(store_path()), &rid("req")));
         for reply in futures_util::future::join_all(calls).await {
             assert_eq!(reply.unwrap().status, StatusCode::OK);
         }
@@ -552,14 +586,18 @@ async fn an_idle_connection_is_closed_after_the_idle_timeout() {
     let mut s = settings(server.url());
     s.pool_idle_timeout = Duration::from_millis(100);
     let up = HttpUpstream::new(s).unwrap();
-    up.call(V2Call::get(store_path()), "req").await.unwrap();
+    up.call(V2Call::get(store_path()), &rid("req"))
+        .await
+        .unwrap();
     // The bound only keeps a broken pool from hanging the suite.
     tokio::time::timeout(Duration::from_secs(30), server.closed.recv())
         .await
         .expect("the idle connection was never closed")
         .unwrap();
     // The upstream itself lives on and connects again.
-    up.call(V2Call::get(store_path()), "req").await.unwrap();
+    up.call(V2Call::get(store_path()), &rid("req"))
+        .await
+        .unwrap();
     assert_eq!(server.connections.load(Ordering::SeqCst), 2);
     assert_eq!(server.hits(), 2);
 }
@@ -597,13 +635,16 @@ async fn calls_succeed_when_the_server_closes_connections_after_each_answer() {
     let base = url::Url::parse(&format!("http://{addr}")).unwrap();
     let up = HttpUpstream::new(settings(base)).unwrap();
     for _ in 0..5 {
-        let reply = up.call(V2Call::get(store_path()), "req").await.unwrap();
+        let reply = up
+            .call(V2Call::get(store_path()), &rid("req"))
+            .await
+            .unwrap();
         assert_eq!((reply.status, reply.attempts), (StatusCode::OK, 1));
         let post = V2Call::post(
             V2Path::new(&[Part::Lit("worker-runs")]),
             Some(serde_json::json!({"workerId": "coreclaw~maps"})),
         );
-        let reply = up.call(post, "req").await.unwrap();
+        let reply = up.call(post, &rid("req")).await.unwrap();
         assert_eq!((reply.status, reply.attempts), (StatusCode::OK, 1));
     }
     let mut lines = Vec::new();
@@ -677,7 +718,9 @@ fn upstream_metrics_have_bounded_labels() {
             })
             .await;
             let up = HttpUpstream::new(settings(server.url())).unwrap();
-            up.call(V2Call::get(run_log_path()), "req-1").await.unwrap();
+            up.call(V2Call::get(run_log_path()), &rid("req-1"))
+                .await
+                .unwrap();
         })
     });
     let text = handle.render();
@@ -754,7 +797,10 @@ async fn https_with_an_extra_root_negotiates_http2() {
     let mut s = settings(base);
     s.extra_root_pem = Some(cert_pem.into_bytes());
     let up = HttpUpstream::new(s).unwrap();
-    let reply = up.call(V2Call::get(store_path()), "req-tls").await.unwrap();
+    let reply = up
+        .call(V2Call::get(store_path()), &rid("req-tls"))
+        .await
+        .unwrap();
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.body, OK_BODY.as_bytes());
     assert_eq!(versions.recv().await.unwrap(), http::Version::HTTP_2);
@@ -771,14 +817,14 @@ async fn calls_share_one_http2_connection() {
     let up = HttpUpstream::new(s).unwrap();
     for i in 0..3 {
         let reply = up
-            .call(V2Call::get(store_path()), &format!("seq-{i}"))
+            .call(V2Call::get(store_path()), &rid(&format!("seq-{i}")))
             .await;
         assert_eq!(reply.unwrap().status, StatusCode::OK);
     }
     let together = (0..8).map(|i| {
         let up = up.clone();
         async move {
-            up.call(V2Call::get(store_path()), &format!("par-{i}"))
+            up.call(V2Call::get(store_path()), &rid(&format!("par-{i}")))
                 .await
         }
     });
@@ -797,7 +843,7 @@ async fn https_with_an_untrusted_certificate_is_unreachable() {
     let base = url::Url::parse(&format!("https://localhost:{}/", addr.port())).unwrap();
     let up = HttpUpstream::new(settings(base)).unwrap();
     let err = up
-        .call(V2Call::get(store_path()), "req-tls")
+        .call(V2Call::get(store_path()), &rid("req-tls"))
         .await
         .unwrap_err();
     assert!(matches!(err, UpstreamFailure::Unreachable(_)), "{err:?}");
