@@ -13,7 +13,8 @@
 //! Used for every connection task: the public and admin listeners' (in
 //! [`super::serve`]) and the V2 client's and HTTP/2 streams', through
 //! [`CoalescingExecutor`]. [`WhenWoken`], beside it, spares the connection
-//! task's rarely-ready branches a poll each time the task runs.
+//! task's rarely-ready branches, and a request's answer, a poll each time
+//! the task runs for something else.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -103,7 +104,8 @@ pin_project_lite::pin_project! {
     /// `inner`, polled only when it asked to be: after its first poll, a
     /// poll of the task reaches it only if its waker fired since. For the
     /// branches of the connection task's `select!` that seldom complete (the
-    /// stop signal, the idle deadline): the task is polled several times per
+    /// stop signal, the idle deadline), and for a request's answer
+    /// ([`super::service::ConnFuture`]): the task is polled several times per
     /// request, and each poll went through these too.
     pub struct WhenWoken<F> {
         #[pin]

@@ -21,6 +21,7 @@ use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
 
 use super::activity::{Activity, Busy};
+use super::coalesce::WhenWoken;
 use super::drain::Drain;
 
 /// Builds the answer to a request cut at the grace deadline.
@@ -110,7 +111,7 @@ where
             Poll::Pending => Called::Right(Box::pin(service.oneshot(req))),
         };
         ConnFuture {
-            answer,
+            answer: WhenWoken::new(answer),
             rest: Some(Rest {
                 busy,
                 drain: self.drain.clone(),
@@ -128,12 +129,18 @@ pin_project_lite::pin_project! {
     /// grace deadline passes, whichever is ready first (the service's when
     /// both are). Not boxed: hyper keeps it in place, and the service's own
     /// future is boxed below it (`server`).
+    ///
+    /// The service's future is polled only when its own waker fired: the
+    /// connection's task is also woken for hyper's own sake (its request
+    /// body's channel wakes the connection as soon as the body is taken,
+    /// after the last of it too), and each such poll would otherwise go down
+    /// the whole request's chain of futures to find it still waiting on V2.
     pub struct ConnFuture<S>
     where
         S: Service<Request<Incoming>>,
     {
         #[pin]
-        answer: Called<S::Future, Pin<Box<Oneshot<S, Request<Incoming>>>>>,
+        answer: WhenWoken<Called<S::Future, Pin<Box<Oneshot<S, Request<Incoming>>>>>>,
         // Taken when the answer is given.
         rest: Option<Rest>,
     }
