@@ -409,6 +409,9 @@ pub fn http1_bytes<B: http_body::Body<Data = Bytes>>(resp: Response<B>) -> Bytes
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body_util::BodyExt;
+    use std::future::Future;
+    use std::pin::Pin;
 
     #[test]
     fn raw_answers_are_complete_http1_with_close() {
@@ -520,6 +523,100 @@ mod tests {
         assert!(answer.ends_with("\r\n\r\nready"), "{answer}");
         // Asked once without a waker, then again by the general way.
         assert!(asked.load(std::sync::atomic::Ordering::SeqCst) >= 2);
+        served.stop().await;
+    }
+
+    /// A future that counts its polls and the wake-ups it asked for (its
+    /// own waker's), passing those on to whoever polls it.
+    struct Counted<F> {
+        inner: Pin<Box<F>>,
+        polls: Arc<std::sync::atomic::AtomicUsize>,
+        own: Arc<OwnWakes>,
+    }
+
+    #[derive(Default)]
+    struct OwnWakes {
+        count: std::sync::atomic::AtomicUsize,
+        outer: futures_util::task::AtomicWaker,
+    }
+
+    impl std::task::Wake for OwnWakes {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.outer.wake();
+        }
+    }
+
+    impl<F: Future> Future for Counted<F> {
+        type Output = F::Output;
+        fn poll(
+            mut self: Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<F::Output> {
+            self.polls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.own.outer.register(cx.waker());
+            let waker = std::task::Waker::from(self.own.clone());
+            self.inner
+                .as_mut()
+                .poll(&mut std::task::Context::from_waker(&waker))
+        }
+    }
+
+    /// The connection's task is woken for hyper's sake as well as the
+    /// request's (its body channel wakes the connection once the body is
+    /// taken): a request's future is polled again only when it asked to be.
+    #[tokio::test]
+    async fn a_request_is_polled_only_when_it_asked_to_be() {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let polls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let own = Arc::new(OwnWakes::default());
+        let (read_tx, mut body_read) = tokio::sync::mpsc::unbounded_channel();
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let released = Arc::new(std::sync::Mutex::new(Some(released)));
+        let (p, o) = (polls.clone(), own.clone());
+        let service_of = move |_: &ConnHandle| {
+            let (p, o, read_tx, released) =
+                (p.clone(), o.clone(), read_tx.clone(), released.clone());
+            tower::service_fn(move |req: Request<Incoming>| {
+                let read_tx = read_tx.clone();
+                let released = released.lock().unwrap().take();
+                Counted {
+                    inner: Box::pin(async move {
+                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        let _ = read_tx.send(body);
+                        if let Some(released) = released {
+                            let _ = released.await;
+                        }
+                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"done"))))
+                    }),
+                    polls: p.clone(),
+                    own: o.clone(),
+                }
+            })
+        };
+        let (mut stream, served) = serving(service_of).await;
+        stream
+            .write_all(b"POST / HTTP/1.1\r\nhost: test\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
+            .await
+            .unwrap();
+        assert_eq!(&body_read.recv().await.unwrap()[..], b"{}");
+        release.send(()).unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.ends_with("\r\n\r\ndone"), "{answer}");
+        let (polls, wakes) = (
+            polls.load(Ordering::SeqCst),
+            own.count.load(Ordering::SeqCst),
+        );
+        assert!(polls >= 2, "{polls} polls");
+        assert!(
+            polls <= 1 + wakes,
+            "polled {polls} times for {wakes} wake-ups of its own"
+        );
         served.stop().await;
     }
 
