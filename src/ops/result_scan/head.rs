@@ -18,7 +18,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use super::values::{byte, object, short_integer, string, value, ws};
+use super::values::{byte, object, short_integer, string, value, ws, Token};
 use super::At;
 use crate::ops::results::{V2Header, V2ResultPage};
 use crate::ops::wire::{IntLike, List, OrDefault, StrOnly};
@@ -258,7 +258,7 @@ fn header(b: &[u8], open: usize, stack: &mut Vec<u8>) -> Option<(Strings, usize)
 }
 
 /// A header's fields, as V2 writes their keys (see [`object`]).
-const HEADER_KEYS: [&[u8]; 3] = [b"\"key\":", b"\"label\":", b"\"format\":"];
+const HEADER_KEYS: [Token; 3] = Token::all([b"\"key\":", b"\"label\":", b"\"format\":"]);
 
 #[cfg(test)]
 mod tests {

@@ -62,7 +62,7 @@ mod values;
 pub use head::Head;
 use head::HeadReader;
 pub use run_record::{run_answer, run_list_answer, Answer, RunAnswer, RunListAnswer, RunPage};
-use values::{byte, field, plain_key, value, ws};
+use values::{byte, field, plain_key, value, ws, Token};
 
 #[cfg(test)]
 pub(crate) mod gen;
@@ -332,14 +332,14 @@ pub fn scan(body: &[u8], summarise: Range<usize>) -> Option<Scan<'_>> {
 
 /// The members of a V2 answer and of its page, as V2 writes their keys
 /// (see [`Scanner::object`]).
-const ENVELOPE_KEYS: [&[u8]; 5] = [
+const ENVELOPE_KEYS: [Token; 5] = Token::all([
     b"\"code\":",
     b"\"message\":",
     b"\"data\":",
     b"\"request_id\":",
     b"\"details\":",
-];
-const PAGE_KEYS: [&[u8]; 3] = [b"\"list\":", b"\"count\":", b"\"headers\":"];
+]);
+const PAGE_KEYS: [Token; 3] = Token::all([b"\"list\":", b"\"count\":", b"\"headers\":"]);
 
 /// A position in the body after what was read; `None` for anything the
 /// scanner will not decide (the general path reads the body then). The
@@ -361,7 +361,7 @@ impl<'a> Scanner<'a> {
     fn object(
         &mut self,
         i: usize,
-        known: &[&'static [u8]],
+        known: &[Token],
         mut member: impl FnMut(&mut Self, usize, &'a [u8]) -> At,
     ) -> At {
         let b = self.b;

@@ -22,7 +22,9 @@
 use std::borrow::Cow;
 
 use super::head::HeadReader;
-use super::values::{byte, literal, object, object_with, short_integer, string, value, ws, Key};
+use super::values::{
+    byte, literal, object, object_with, short_integer, string, value, ws, Key, Token,
+};
 use super::ENVELOPE_KEYS;
 use crate::ops::run_records::{StatusField, V2Run};
 use crate::ops::wire::{IntLike, StrOrNum};
@@ -116,7 +118,7 @@ pub fn run_list_answer(body: &[u8]) -> Option<RunListAnswer<'_>> {
 const MAX_SKIPPED_NESTING: usize = 64;
 
 /// The members of a run-list page's `data`, as V2 writes their keys.
-const PAGE_KEYS: [&[u8]; 2] = [b"\"count\":", b"\"list\":"];
+const PAGE_KEYS: [Token; 2] = Token::all([b"\"count\":", b"\"list\":"]);
 
 /// The run-list page's `data` at `i` of `text` (an object) and where it
 /// ends. Members other than `count` and `list` are checked and skipped.
@@ -181,20 +183,34 @@ fn records<'a>(text: &'a str, i: usize, stack: &mut Vec<u8>) -> Option<(Vec<V2Ru
 /// record (the sandbox's too); another order costs a search of this list a
 /// key, not a wrong reading. A field's index here is its bit in
 /// [`record`]'s `seen`.
-const RUN_FIELDS: [(&[u8], FieldOf); 13] = [
-    (b"\"slug\":", |r| Slot::Text(&mut r.slug)),
-    (b"\"scraper_slug\":", |r| Slot::Text(&mut r.scraper_slug)),
-    (b"\"scraper_title\":", |r| Slot::Text(&mut r.scraper_title)),
-    (b"\"version\":", |r| Slot::Text(&mut r.version)),
-    (b"\"status\":", |r| Slot::Status(&mut r.status)),
-    (b"\"results\":", |r| Slot::Integer(&mut r.results)),
-    (b"\"usage\":", |r| Slot::Text(&mut r.usage)),
-    (b"\"traffic\":", |r| Slot::Integer(&mut r.traffic)),
-    (b"\"origin\":", |r| Slot::Text(&mut r.origin)),
-    (b"\"started_at\":", |r| Slot::Integer(&mut r.started_at)),
-    (b"\"finished_at\":", |r| Slot::Integer(&mut r.finished_at)),
-    (b"\"duration\":", |r| Slot::Integer(&mut r.duration)),
-    (b"\"err_msg\":", |r| Slot::Text(&mut r.err_msg)),
+const RUN_FIELDS: [(Token, FieldOf); 13] = [
+    (Token::new(b"\"slug\":"), |r| Slot::Text(&mut r.slug)),
+    (Token::new(b"\"scraper_slug\":"), |r| {
+        Slot::Text(&mut r.scraper_slug)
+    }),
+    (Token::new(b"\"scraper_title\":"), |r| {
+        Slot::Text(&mut r.scraper_title)
+    }),
+    (Token::new(b"\"version\":"), |r| Slot::Text(&mut r.version)),
+    (Token::new(b"\"status\":"), |r| Slot::Status(&mut r.status)),
+    (Token::new(b"\"results\":"), |r| {
+        Slot::Integer(&mut r.results)
+    }),
+    (Token::new(b"\"usage\":"), |r| Slot::Text(&mut r.usage)),
+    (Token::new(b"\"traffic\":"), |r| {
+        Slot::Integer(&mut r.traffic)
+    }),
+    (Token::new(b"\"origin\":"), |r| Slot::Text(&mut r.origin)),
+    (Token::new(b"\"started_at\":"), |r| {
+        Slot::Integer(&mut r.started_at)
+    }),
+    (Token::new(b"\"finished_at\":"), |r| {
+        Slot::Integer(&mut r.finished_at)
+    }),
+    (Token::new(b"\"duration\":"), |r| {
+        Slot::Integer(&mut r.duration)
+    }),
+    (Token::new(b"\"err_msg\":"), |r| Slot::Text(&mut r.err_msg)),
 ];
 
 // `seen` in [`record`] has a bit for each field.
@@ -222,7 +238,7 @@ fn record<'a, const IN_LIST: bool>(
     // is tried first. A key found is known by its index from here on.
     let mut next = 0;
     let in_order = |i: usize| {
-        let here = |(t, _): &(&[u8], FieldOf)| b.get(i..i + t.len()) == Some(*t);
+        let here = |(t, _): &(Token, FieldOf)| t.at(b, i);
         let at = match RUN_FIELDS.get(next) {
             Some(f) if here(f) => next,
             _ => RUN_FIELDS.iter().position(here)?,
@@ -234,9 +250,7 @@ fn record<'a, const IN_LIST: bool>(
         // A key not written as V2 writes it (spaced, say) is looked up.
         let index = match key {
             Key::Known(index) => Some(index),
-            Key::Read(key) => RUN_FIELDS
-                .iter()
-                .position(|(t, _)| &t[1..t.len() - 2] == key),
+            Key::Read(key) => RUN_FIELDS.iter().position(|(t, _)| t.key() == key),
         };
         let Some(index) = index else {
             // A field V1 does not have: checked and skipped.

@@ -41,6 +41,66 @@ pub(super) fn plain_key(b: &[u8], i: usize) -> Option<(&[u8], usize)> {
     Some((key, at))
 }
 
+/// A key as V2 writes it, compact (`"key":`, at most 16 bytes), with the
+/// first 16 bytes of its text as one little-endian word: where 16 bytes of
+/// the body remain, a key is told by one load, a mask and a compare, rather
+/// than a call to compare bytes.
+#[derive(Clone, Copy)]
+pub(super) struct Token {
+    /// `"key":`, whole.
+    text: &'static [u8],
+    word: u128,
+    mask: u128,
+}
+
+impl Token {
+    pub(super) const fn new(text: &'static [u8]) -> Token {
+        assert!(text.len() >= 3 && text.len() <= 16);
+        let mut word = 0u128;
+        let mut k = 0;
+        while k < text.len() {
+            word |= (text[k] as u128) << (8 * k);
+            k += 1;
+        }
+        let mask = if text.len() == 16 {
+            u128::MAX
+        } else {
+            (1u128 << (8 * text.len())) - 1
+        };
+        Token { text, word, mask }
+    }
+
+    /// [`Token::new`] of each of `texts`.
+    pub(super) const fn all<const N: usize>(texts: [&'static [u8]; N]) -> [Token; N] {
+        let mut tokens = [Token::new(b"\"\":"); N];
+        let mut k = 0;
+        while k < N {
+            tokens[k] = Token::new(texts[k]);
+            k += 1;
+        }
+        tokens
+    }
+
+    /// Its length, quotes and colon included.
+    pub(super) fn len(&self) -> usize {
+        self.text.len()
+    }
+
+    /// The key alone, without its quotes and colon.
+    pub(super) fn key(&self) -> &'static [u8] {
+        &self.text[1..self.text.len() - 2]
+    }
+
+    /// Whether `b` holds it at `i`.
+    #[inline(always)]
+    pub(super) fn at(&self, b: &[u8], i: usize) -> bool {
+        match b.get(i..).and_then(<[u8]>::first_chunk::<16>) {
+            Some(word) => u128::from_le_bytes(*word) & self.mask == self.word,
+            None => b.get(i..i + self.text.len()) == Some(self.text),
+        }
+    }
+}
+
 /// An object at `i` whose keys are plain strings (no escapes), `member`
 /// reading each value (at its first byte) and returning where it ends:
 /// where the object ends. The keys it is expected to hold, compact, are
@@ -48,7 +108,7 @@ pub(super) fn plain_key(b: &[u8], i: usize) -> Option<(&[u8], usize)> {
 pub(super) fn object<'a>(
     b: &'a [u8],
     i: usize,
-    known: &[&'static [u8]],
+    known: &[Token],
     mut member: impl FnMut(usize, &'a [u8]) -> At,
 ) -> At {
     object_with(
@@ -101,9 +161,9 @@ pub(super) fn object_with<'a, T>(
 /// key, and where its value starts; `None` when none is there as written
 /// (for [`plain_key`] to read).
 #[inline(always)]
-fn known_key(b: &[u8], i: usize, tokens: &[&'static [u8]]) -> Option<(&'static [u8], usize)> {
-    let token = tokens.iter().find(|t| b.get(i..i + t.len()) == Some(t))?;
-    Some((&token[1..token.len() - 2], ws(b, i + token.len())))
+fn known_key(b: &[u8], i: usize, tokens: &[Token]) -> Option<(&'static [u8], usize)> {
+    let token = tokens.iter().find(|t| t.at(b, i))?;
+    Some((token.key(), ws(b, i + token.len())))
 }
 
 /// [`wire::RAW_VALUE_KEY`]: the general path would read a body holding it
@@ -530,6 +590,53 @@ fn stops(chunk: &[u8; 16]) -> [u8; 16] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A token is found wherever its bytes are, and nowhere else: far from
+    /// the end (one word) and within 16 bytes of it (bytes compared), for
+    /// the longest token and for short ones, one byte off in each place.
+    #[test]
+    fn tokens_are_found_exactly_where_their_bytes_are() {
+        let texts: [&'static [u8]; 4] =
+            [b"\"scraper_title\":", b"\"code\":", b"\"n\":", b"\"list\":"];
+        let tokens = Token::all(texts);
+        assert_eq!(tokens[0].len(), 16);
+        assert_eq!(tokens[0].key(), b"scraper_title");
+        for (token, text) in tokens.iter().zip(texts) {
+            let mut bodies = vec![];
+            for pad in 0..20 {
+                let mut body = vec![b' '; pad];
+                body.extend_from_slice(text);
+                for tail in [0, 1, 15, 16, 17] {
+                    let mut b = body.clone();
+                    b.extend(std::iter::repeat_n(b'x', tail));
+                    bodies.push(b);
+                }
+            }
+            for body in &bodies {
+                for k in 0..body.len() {
+                    // Each byte of the token changed in turn, then none.
+                    for flip in (0..text.len()).map(Some).chain([None]) {
+                        let mut b = body.clone();
+                        if let Some(f) = flip {
+                            if let Some(c) = b.get_mut(k + f) {
+                                *c ^= 0x20;
+                            }
+                        }
+                        let expected = b.get(k..k + text.len()) == Some(text);
+                        assert_eq!(
+                            token.at(&b, k),
+                            expected,
+                            "{:?} at {k} of {:?}",
+                            std::str::from_utf8(text),
+                            String::from_utf8_lossy(&b)
+                        );
+                    }
+                }
+                assert!(!token.at(body, body.len()));
+                assert!(!token.at(body, body.len() + 3));
+            }
+        }
+    }
 
     #[test]
     fn short_integers_are_read_as_found_and_others_left() {
