@@ -21,7 +21,7 @@ struct Recorder(Mutex<Vec<String>>);
 
 impl Upstream for Recorder {
     fn call(&self, call: V2Call, _request_id: &RequestId) -> UpstreamFuture<'_> {
-        self.0.lock().unwrap().push(call.path.path_and_query());
+        self.0.lock().unwrap().push(call.path.path_and_query().to_owned());
         let body = r#"{"code":0,"message":"success","data":{"run_slug":"01KS2A1M515HG7PZX9STTB0KPH","list":[],"count":0,"headers":[],"input_schema":{"properties":[]},"version":"v1"}}"#;
         Box::pin(async move {
             Ok(V2Reply {
