@@ -11,6 +11,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// Largest answer read: the admin endpoints answer with a line or two.
 const MAX_ANSWER: u64 = 64 * 1024;
 
+// The field docs are `--help` text, where `[::]` is an address, not a link.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Clone, clap::Args)]
 pub struct ProbeArgs {
     /// The admin path to ask for: /healthz (alive) or /readyz (can serve V1).

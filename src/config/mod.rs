@@ -7,7 +7,7 @@
 //! The parts: [`schema`] (sections, keys, defaults), `env` (the environment
 //! overlay, values typed by their key), `keys` (unknown keys and types,
 //! key by key), `source` (lines and variables of each key), [`validate`]
-//! (checks and the runtime values), [`print`] (`check-config --print`).
+//! (checks and the runtime values), `print` (`check-config --print`).
 //!
 //! An environment variable `V1COMPAT_SECTION__KEY=value` overrides `key` in
 //! `[section]` (double underscore between levels, names case-insensitive).

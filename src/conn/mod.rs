@@ -19,7 +19,7 @@
 //! Protocol-level refusals that hyper writes itself (a request line or
 //! header it cannot parse → 400, a URI over its limit → 414, too many or
 //! too large headers → 431) come with an empty body and no hook to change
-//! it; [`refusal`] recognises them on the way out, on the plaintext side of
+//! it; `refusal` recognises them on the way out, on the plaintext side of
 //! TLS, and writes the listener's envelope instead. What hyper refuses without any answer (garbage HTTP/2
 //! frames, a head that never completes) is closed without one; the README
 //! lists these cases.

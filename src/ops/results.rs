@@ -58,7 +58,7 @@ pub fn result_call(run: &Segment, offset: u64, limit: u64) -> V2Call {
 
 /// A V2 result page read without a `Value` tree: the rows stay the raw JSON
 /// V2 sent, to be copied into the V1 page unchanged. (On the request path
-/// the rows are found by [`result_scan`](super::result_scan) and this reads
+/// the rows are found by `result_scan` and this reads
 /// the rest of the page; it reads the rows too when the scanner declined.)
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -336,7 +336,7 @@ fn v1_headers<'a>(
         .collect()
 }
 
-/// [`v1_headers`] for headers and rows held as `Value`s (the results inside
+/// `v1_headers` for headers and rows held as `Value`s (the results inside
 /// a synchronous run's answer).
 pub fn v1_headers_of_values(v2_headers: &[Value], rows: &[Value]) -> Vec<Value> {
     let headers: Vec<OrDefault<V2Header>> = v2_headers

@@ -5,8 +5,8 @@
 //! stay raw JSON slices.
 //!
 //! Each reader is as lenient as the `Value` helpers it stands in for
-//! ([`string_of`](super::string_of), [`int_of`](super::int_of),
-//! [`list_of`](super::list_of)): a value of an unexpected type reads as
+//! (`string_of`, `int_of`,
+//! `list_of`): a value of an unexpected type reads as
 //! absent, never as an error, so the typed path and the `Value` path map
 //! the same V2 data to the same V1 answer.
 
@@ -147,7 +147,7 @@ macro_rules! anything_else_is {
 }
 pub(crate) use anything_else_is;
 
-/// A string, or a number written as a string (as [`string_of`](super::string_of)).
+/// A string, or a number written as a string (as `string_of`).
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct StrOrNum<'a>(pub Option<Cow<'a, str>>);
 
@@ -229,7 +229,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for StrOnly<'a> {
 }
 
 /// An integer: a number (a float truncated) or a numeric string (as
-/// [`int_of`](super::int_of)).
+/// `int_of`).
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub struct IntLike(pub Option<i64>);
 
@@ -260,7 +260,7 @@ impl<'de> Deserialize<'de> for IntLike {
 }
 
 /// The items of a list field; anything but an array reads as no items (as
-/// [`list_of`](super::list_of)).
+/// `list_of`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct List<T>(pub Vec<T>);
 

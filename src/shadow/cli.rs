@@ -14,6 +14,9 @@ use crate::pipeline::Pipeline;
 use crate::upstream::HttpUpstream;
 
 /// Flags of `v1compat replay`.
+// The field docs are `--help` text, where `[shadow]` is the configuration
+// section, not a link.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplayArgs {
     /// Capture or plain request list (JSONL).
@@ -70,6 +73,9 @@ pub struct ReplayArgs {
 }
 
 /// Flags of `v1compat report`.
+// The field docs are `--help` text, where `[shadow]` is the configuration
+// section, not a link.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReportArgs {
     /// Capture file (JSONL).

@@ -33,7 +33,7 @@ pub struct V1Call {
     /// `/api/v1/run/detail`, `/api/store`, …
     pub path: String,
     pub query: Option<String>,
-    /// Only the [`FORWARDED`] headers are sent.
+    /// Only the `FORWARDED` headers are sent.
     pub headers: HeaderMap,
     pub body: Bytes,
 }

@@ -31,7 +31,7 @@ use crate::ops::wire::{IntLike, StrOrNum};
 
 /// What the typed reading keeps of a V2 answer read in one pass: its
 /// envelope's `code` and `request_id`, and its `data` (a run record, or a
-/// run-list page). Made only here, by [`envelope`].
+/// run-list page). Made only here, by `envelope`.
 #[derive(Debug)]
 pub struct Answer<'a, T> {
     pub code: Option<i64>,

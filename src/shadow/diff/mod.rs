@@ -15,7 +15,7 @@
 //! disagreements exceed legacy-vs-legacy ones by the relative and absolute
 //! thresholds of [`Thresholds`].
 //!
-//! Files: this one compares one pair ([`compare`], rules, paths); [`tally`]
+//! Files: this one compares one pair (`compare`, rules, paths); `tally`
 //! aggregates many comparisons and judges noise against the baseline.
 
 use std::collections::{BTreeMap, BTreeSet};
