@@ -25,7 +25,7 @@ KEY=sandbox-key
 SEED=7
 
 usage() {
-  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
   exit 64
 }
 while [ $# -gt 0 ]; do
