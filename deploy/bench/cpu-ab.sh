@@ -141,36 +141,10 @@ print(f"{label}\t{requests}\t{cpu:.2f}\t{(n1 - n0) / requests:.3f}")
 PY
 }
 
-# nginx, as run.sh configures it.
+# nginx as run.sh and instructions.sh set it (deploy/bench/nginx.sh).
 P_NG=$(free_port)
-mkdir -p "$WORK/nginx"
-NGINX_USER=""; [ "$(id -u)" = 0 ] && NGINX_USER="user root;"
-cat >"$WORK/nginx/nginx.conf" <<EOF
-$NGINX_USER
-daemon off;
-worker_processes 1;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $WORK/nginx/body; proxy_temp_path $WORK/nginx/proxy;
-  fastcgi_temp_path $WORK/nginx/fastcgi; uwsgi_temp_path $WORK/nginx/uwsgi; scgi_temp_path $WORK/nginx/scgi;
-  upstream v2 { server ${V2#http://}; keepalive 1024; }
-  server {
-    listen 127.0.0.1:$P_NG;
-    keepalive_requests 1000000;
-    location / {
-      proxy_pass http://v2;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffer_size 16k;
-      proxy_buffers 64 16k;
-      proxy_max_temp_file_size 0;
-    }
-  }
-}
-EOF
+. "$HERE/nginx.sh"
+nginx_conf "$WORK/nginx" "$P_NG" "${V2#http://}"
 taskset -c 1 "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -e "$WORK/nginx/error.log" \
   >"$WORK/nginx.log" 2>&1 &
 NG_PID=$!; PIDS+=("$NG_PID")

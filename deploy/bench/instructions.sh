@@ -174,45 +174,12 @@ PIN=(taskset -c "$PROXY_CPU")
 VALGRIND=(valgrind --tool=callgrind --dump-instr=no --compress-strings=no --compress-pos=no
   --callgrind-out-file="$WORK/cg.%p")
 
+. "$HERE/nginx.sh"
 start_nginx() { # tool -> sets PROXY_PID, PROXY_PORT
   local port; port=$(free_port)
-  rm -rf "$WORK/nginx"; mkdir -p "$WORK/nginx"
-  local user=""; [ "$(id -u)" = 0 ] && user="user root;"
+  rm -rf "$WORK/nginx"
   # One process (no master): what valgrind and strace see is the whole proxy.
-  cat >"$WORK/nginx/nginx.conf" <<EOF
-$user
-daemon off;
-master_process off;
-worker_processes 1;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path $WORK/nginx/body;
-  proxy_temp_path $WORK/nginx/proxy;
-  fastcgi_temp_path $WORK/nginx/fastcgi;
-  uwsgi_temp_path $WORK/nginx/uwsgi;
-  scgi_temp_path $WORK/nginx/scgi;
-  upstream v2 {
-    server 127.0.0.1:$V2_PORT;
-    keepalive 1024;
-  }
-  server {
-    listen 127.0.0.1:$port;
-    keepalive_requests 1000000;
-    keepalive_timeout 600s;
-    location / {
-      proxy_pass http://v2;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffer_size 16k;
-      proxy_buffers 64 16k;
-      proxy_max_temp_file_size 0;
-    }
-  }
-}
-EOF
+  nginx_conf "$WORK/nginx" "$port" "127.0.0.1:$V2_PORT" "master_process off;"
   local pre=("${PIN[@]}"); [ "$1" = callgrind ] && pre+=("${VALGRIND[@]}")
   "${pre[@]}" "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -e "$WORK/nginx/error.log" \
     >"$WORK/nginx-$1.log" 2>&1 &

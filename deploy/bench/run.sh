@@ -147,40 +147,8 @@ GW_PID=$!; PIDS+=("$GW_PID")
 wait_http "http://127.0.0.1:$P_V1_ADMIN/healthz" "v1compat"
 
 log "starting nginx on 127.0.0.1:$P_NGINX (cpu $CPU_PROXY, one worker)"
-mkdir -p "$WORK/nginx"
-NGINX_USER=""; [ "$(id -u)" = 0 ] && NGINX_USER="user root;"
-cat >"$WORK/nginx/nginx.conf" <<EOF
-$NGINX_USER
-daemon off;
-worker_processes 1;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $WORK/nginx/body;
-  proxy_temp_path $WORK/nginx/proxy;
-  fastcgi_temp_path $WORK/nginx/fastcgi;
-  uwsgi_temp_path $WORK/nginx/uwsgi;
-  scgi_temp_path $WORK/nginx/scgi;
-  upstream v2 {
-    server 127.0.0.1:$P_V2;
-    keepalive 1024;         # as v1compat's upstream.pool_max_idle_per_host
-  }
-  server {
-    listen 127.0.0.1:$P_NGINX;
-    keepalive_requests 1000000;
-    location / {
-      proxy_pass http://v2;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffer_size 16k;
-      proxy_buffers 64 16k; # whole answers in memory, never a temp file
-      proxy_max_temp_file_size 0;
-    }
-  }
-}
-EOF
+. "$HERE/nginx.sh"
+nginx_conf "$WORK/nginx" "$P_NGINX" "127.0.0.1:$P_V2"
 "${PIN_PROXY[@]}" "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -e "$WORK/nginx/error.log" \
   >"$WORK/nginx.log" 2>&1 &
 NGINX_PID=$!; PIDS+=("$NGINX_PID")
