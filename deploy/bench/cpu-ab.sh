@@ -48,43 +48,15 @@ done
 log() { printf '[cpu-ab %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-if [ "$INSTALL" = 1 ]; then
-  need=()
-  command -v wrk >/dev/null || need+=(wrk)
-  command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
-  command -v curl >/dev/null || need+=(curl)
-  if [ "${#need[@]}" -gt 0 ]; then
-    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-    log "installing ${need[*]}"
-    $SUDO apt-get install -y -qq "${need[@]}" >/dev/null || {
-      $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
-    }
-  fi
-fi
+. "$HERE/common.sh"
+. "$HERE/nginx.sh"
+install_missing "$INSTALL" wrk=wrk nginx=nginx-light curl=curl python3=python3 taskset=util-linux
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
-for tool in wrk curl "$NGINX"; do command -v "$tool" >/dev/null || die "$tool is missing (drop --no-install)"; done
 
 WORK="$(mktemp -d /tmp/v1compat-cpu-ab.XXXXXX)"
 PIDS=()
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if [ "$rc" != 0 ]; then log "failed (exit $rc); logs kept in $WORK"; else rm -rf "$WORK"; fi
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+stop_all_on_exit
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-wait_http() { # url what
-  for _ in $(seq 1 100); do
-    curl -s -o /dev/null --max-time 1 "$1" && return 0
-    sleep 0.1
-  done
-  die "$2 did not come up at $1 (see $WORK/*.log)"
-}
 
 # The first binary also serves as the sandbox V2.
 SANDBOX_BIN="${BINARIES[0]##*@}"
@@ -143,7 +115,6 @@ PY
 
 # nginx as run.sh and instructions.sh set it (deploy/bench/nginx.sh).
 P_NG=$(free_port)
-. "$HERE/nginx.sh"
 nginx_conf "$WORK/nginx" "$P_NG" "${V2#http://}"
 taskset -c 1 "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -e "$WORK/nginx/error.log" \
   >"$WORK/nginx.log" 2>&1 &

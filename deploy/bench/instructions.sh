@@ -58,23 +58,10 @@ log() { printf '[instructions %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 # ---------------------------------------------------------------- tools
-need_pkgs=()
-command -v valgrind >/dev/null || need_pkgs+=(valgrind)
-command -v strace >/dev/null || need_pkgs+=(strace)
-command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need_pkgs+=(nginx-light)
-command -v curl >/dev/null || need_pkgs+=(curl)
-command -v python3 >/dev/null || need_pkgs+=(python3)
-command -v taskset >/dev/null || need_pkgs+=(util-linux)
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-  [ "$INSTALL" = 1 ] || die "missing: ${need_pkgs[*]} (run without --no-install, or install them)"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  log "installing ${need_pkgs[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  if ! $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null; then
-    $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
-  fi
-fi
+. "$HERE/common.sh"
+. "$HERE/nginx.sh"
+install_missing "$INSTALL" valgrind=valgrind strace=strace nginx=nginx-light curl=curl \
+  python3=python3 taskset=util-linux
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 
 if [ "$BUILD" = 1 ]; then
@@ -90,35 +77,12 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 # ---------------------------------------------------------------- processes
 WORK="$(mktemp -d /tmp/v1compat-instructions.XXXXXX)"
 PIDS=()
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do
-    for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL "$p" 2>/dev/null || true
-  done
-  if [ "$rc" != 0 ]; then log "failed (exit $rc); logs kept in $WORK"; else rm -rf "$WORK"; fi
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+stop_all_on_exit
 
 stop() { # pid: TERM, then wait for it to go (valgrind writes its last dump first)
   kill -TERM "$1" 2>/dev/null || true
   for _ in $(seq 1 150); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.2; done
   kill -KILL "$1" 2>/dev/null || true
-}
-wait_http() { # url what pid
-  for _ in $(seq 1 600); do
-    curl -s -o /dev/null --max-time 2 "$1" && return 0
-    kill -0 "$3" 2>/dev/null || die "$2 exited (see $WORK/*.log)"
-    sleep 0.2
-  done
-  die "$2 did not come up at $1 (see $WORK/*.log)"
-}
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 log "starting the sandbox V2 service (seed $SEED)"
@@ -174,7 +138,6 @@ PIN=(taskset -c "$PROXY_CPU")
 VALGRIND=(valgrind --tool=callgrind --dump-instr=no --compress-strings=no --compress-pos=no
   --callgrind-out-file="$WORK/cg.%p")
 
-. "$HERE/nginx.sh"
 start_nginx() { # tool -> sets PROXY_PID, PROXY_PORT
   local port; port=$(free_port)
   rm -rf "$WORK/nginx"

@@ -47,21 +47,9 @@ log() { printf '[bench %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 # ---------------------------------------------------------------- tools
-need_pkgs=()
-command -v wrk >/dev/null || need_pkgs+=(wrk)
-command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need_pkgs+=(nginx-light)
-command -v curl >/dev/null || need_pkgs+=(curl)
-command -v taskset >/dev/null || need_pkgs+=(util-linux)
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-  [ "$INSTALL" = 1 ] || die "missing: ${need_pkgs[*]} (run without --no-install, or install them)"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  log "installing ${need_pkgs[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  if ! $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null; then
-    $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
-  fi
-fi
+. "$HERE/common.sh"
+. "$HERE/nginx.sh"
+install_missing "$INSTALL" wrk=wrk nginx=nginx-light curl=curl taskset=util-linux
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 
 if [ "$BUILD" = 1 ]; then
@@ -95,21 +83,7 @@ log "plan: ${#WORKLOADS[@]} workloads x 3 paths x $RUNS runs x ${DURATION}s, fix
 # ---------------------------------------------------------------- processes
 WORK="$(mktemp -d /tmp/v1compat-bench.XXXXXX)"
 PIDS=()
-WATCHDOG=""
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL "$p" 2>/dev/null || true
-  done
-  [ -n "$WATCHDOG" ] && kill "$WATCHDOG" 2>/dev/null || true
-  if [ "$rc" != 0 ]; then log "failed (exit $rc); logs kept in $WORK"; else rm -rf "$WORK"; fi
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+stop_all_on_exit
 (
   trap 'kill "$s" 2>/dev/null; exit 0' TERM
   sleep "$MAX_SECONDS" >/dev/null 2>&1 & s=$!
@@ -117,19 +91,12 @@ trap 'exit 130' INT TERM
   echo "[bench] watchdog: over ${MAX_SECONDS}s, stopping" >&2
   kill -TERM $$
 ) &
-WATCHDOG=$!
+PIDS+=($!)
 
 P_GW_IDLE=$PORT_BASE; P_GW_IDLE_ADMIN=$((PORT_BASE + 1)); P_V2=$((PORT_BASE + 2)); P_LEGACY=$((PORT_BASE + 3))
 P_V1=$((PORT_BASE + 4)); P_V1_ADMIN=$((PORT_BASE + 5)); P_NGINX=$((PORT_BASE + 6))
 V2="http://127.0.0.1:$P_V2"; NG="http://127.0.0.1:$P_NGINX"; V1="http://127.0.0.1:$P_V1"
 
-wait_http() { # url what
-  for _ in $(seq 1 100); do
-    curl -s -o /dev/null --max-time 1 "$1" && return 0
-    sleep 0.1
-  done
-  die "$2 did not come up at $1 (see $WORK/*.log)"
-}
 
 log "starting the sandbox V2 service on 127.0.0.1:$P_V2 (cpu $CPU_UP)"
 "${PIN_UP[@]}" "$BIN" sandbox --listen "127.0.0.1:$P_GW_IDLE" --admin-listen "127.0.0.1:$P_GW_IDLE_ADMIN" \
@@ -147,7 +114,6 @@ GW_PID=$!; PIDS+=("$GW_PID")
 wait_http "http://127.0.0.1:$P_V1_ADMIN/healthz" "v1compat"
 
 log "starting nginx on 127.0.0.1:$P_NGINX (cpu $CPU_PROXY, one worker)"
-. "$HERE/nginx.sh"
 nginx_conf "$WORK/nginx" "$P_NGINX" "127.0.0.1:$P_V2"
 "${PIN_PROXY[@]}" "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -e "$WORK/nginx/error.log" \
   >"$WORK/nginx.log" 2>&1 &
