@@ -589,10 +589,9 @@ fn finish(
 }
 
 /// Counts one answered request: by status, its duration and, for a
-/// translated one, its V2 calls (`calls`); and towards the next drain of
-/// histogram samples ([`telemetry::count_request`]). The series every
-/// answered request touches come from handles resolved once; the rarer ones
-/// (another status, an unknown route) by label.
+/// translated one, its V2 calls (`calls`). The series every answered
+/// request touches come from handles resolved once; the rarer ones (another
+/// status, an unknown route) by label.
 fn record_answer(
     metrics: &RequestMetrics,
     op: Option<Operation>,
@@ -619,7 +618,6 @@ fn record_answer(
             metrics::histogram!(telemetry::REQUEST_DURATION, "operation" => name).record(elapsed)
         }
     }
-    telemetry::count_request();
 }
 
 /// A count as a header value; the usual ones are made once, not formatted

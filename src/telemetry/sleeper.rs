@@ -1,7 +1,7 @@
-//! A background thread of the telemetry (the log flush, the metrics upkeep)
-//! asleep while it has nothing to do, and woken by the first thing that gives
-//! it some: a log line appended, a request counted. Beside the request path,
-//! which pays one load for it ([`Sleeper::wake`]).
+//! A background thread of the telemetry (the log flush) asleep while it has
+//! nothing to do, and woken by the first thing that gives it some: a log
+//! line appended. Beside the request path, which pays one load for it
+//! ([`Sleeper::wake`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;

@@ -163,6 +163,20 @@ async fn serve_logs_one_access_line_per_request_and_one_line_per_failure() {
         let id = headers["x-request-id"].to_str().unwrap().to_owned();
         ids.push((run, status.as_u16(), id));
     }
+    // The histograms count every answered request and V2 attempt, each in
+    // one bucket (cumulative: the `+Inf` one holds them all).
+    let (_, _, metrics) = send(admin, "GET", "/metrics", &[], None).await;
+    let metrics = String::from_utf8_lossy(&metrics).into_owned();
+    for series in [
+        "v1compat_request_duration_seconds_count{operation=\"run_detail\"} 3",
+        "v1compat_request_duration_seconds_bucket{operation=\"run_detail\",le=\"+Inf\"} 3",
+        "v1compat_upstream_calls_per_request_bucket{operation=\"run_detail\",le=\"0\"} 0",
+        "v1compat_upstream_calls_per_request_bucket{operation=\"run_detail\",le=\"1\"} 3",
+        "v1compat_upstream_calls_per_request_sum{operation=\"run_detail\"} 3",
+        "v1compat_upstream_duration_seconds_count{route=\"/api/v2/worker-runs/{id}\"} 3",
+    ] {
+        assert!(metrics.contains(series), "{series} missing:\n{metrics}");
+    }
     let (code, log) = served.stop();
     assert_eq!(code, Some(0), "{log}");
     assert!(!log.contains(KEY), "the key is in the log:\n{log}");
