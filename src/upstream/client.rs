@@ -602,7 +602,7 @@ impl Inner {
             ))
         });
         let (outcome, ended) =
-            match crate::deadline::deadline_at(deadline(started, timeout), exchange).await {
+            match crate::deadline::nested_deadline_at(deadline(started, timeout), exchange).await {
                 Ok(Ok((answer, ended))) => (Ok(answer), ended),
                 Ok(Err(failure)) => (Err(failure), Instant::now()),
                 Err(_) => (Err(UpstreamFailure::Timeout(timeout)), Instant::now()),

@@ -21,8 +21,18 @@ const KEY: &str = "ops-client-key-Zr7q";
 struct Served {
     child: Child,
     lines: tokio::sync::mpsc::UnboundedReceiver<String>,
-    reader: std::thread::JoinHandle<String>,
+    reader: Option<std::thread::JoinHandle<String>>,
     _config: tempfile::NamedTempFile,
+}
+
+/// A test that fails before `stop` leaves no gateway running.
+impl Drop for Served {
+    fn drop(&mut self) {
+        if self.reader.is_some() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 impl Served {
@@ -56,7 +66,7 @@ impl Served {
         Served {
             child,
             lines,
-            reader,
+            reader: Some(reader),
             _config: file,
         }
     }
@@ -83,7 +93,8 @@ impl Served {
             .unwrap();
         assert!(killed.success());
         let status = self.child.wait().unwrap();
-        (status.code(), self.reader.join().unwrap())
+        let log = self.reader.take().expect("stopped once").join().unwrap();
+        (status.code(), log)
     }
 }
 
