@@ -138,8 +138,11 @@ for i in "${!BINARIES[@]}"; do
   wait_http "http://127.0.0.1:$admin/healthz" "gateway $i ($spec)"
 done
 
+# Each round starts one build further on: the machine's speed drifts within
+# a round too, and a build always measured first (or last) would carry it.
 for round in $(seq 1 "$ROUNDS"); do
-  for i in "${!BINARIES[@]}"; do
+  for j in "${!BINARIES[@]}"; do
+    i=$(( (j + round - 1) % ${#BINARIES[@]} ))
     log "round $round, ${BINARIES[$i]}"
     measure "$i" "${GW_PIDS[$i]}" "http://127.0.0.1:${GW_PORTS[$i]}/api/v1/run/detail" "$WORK/post.lua" >/dev/null
   done
