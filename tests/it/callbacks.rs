@@ -678,17 +678,42 @@ async fn forged_altered_and_expired_tokens_get_404_and_store_nothing() {
     }
 }
 
+/// A `v1compat serve` process, killed if a test fails while it runs (after
+/// the test's own kill and wait, std knows it exited and sends nothing).
+struct Running(std::process::Child);
+
+impl std::ops::Deref for Running {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts `v1compat serve` and returns it with its public address once the
 /// listening line is logged.
-async fn serve_binary(config: &std::path::Path) -> (std::process::Child, SocketAddr) {
+async fn serve_binary(config: &std::path::Path) -> (Running, SocketAddr) {
     use std::io::BufRead;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_v1compat"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_v1compat"))
         .args(["serve", "--config", config.to_str().unwrap()])
         .env_clear()
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    let mut child = Running(child);
     let stderr = child.stderr.take().unwrap();
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
     std::thread::spawn(move || {

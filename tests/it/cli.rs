@@ -195,6 +195,7 @@ async fn serve_answers_and_never_logs_keys() {
         .spawn()
         .unwrap();
     let pid = child.id();
+    let kill_on_panic = KillOnDrop(pid.to_string());
     // Read the log on a thread: the listening line carries the addresses.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let stderr = child.stderr.take().unwrap();
@@ -281,6 +282,8 @@ async fn serve_answers_and_never_logs_keys() {
         .unwrap();
     assert!(killed.success());
     let status = child.wait().unwrap();
+    // Exited and reaped: its pid may be another process's now.
+    std::mem::forget(kill_on_panic);
     let log = reader.join().unwrap();
     assert_eq!(status.code(), Some(0), "{log}");
     assert!(
@@ -343,6 +346,7 @@ async fn sandbox_banner_commands_work_as_printed() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let kill_on_panic = KillOnDrop(child.id().to_string());
     let stdout = child.stdout.take().unwrap();
     // The banner ends with the ctrl-c line; read it on a thread, bounded.
     let banner = std::thread::spawn(move || {
@@ -411,6 +415,7 @@ async fn sandbox_banner_commands_work_as_printed() {
         .args(["-TERM", &child.id().to_string()])
         .status();
     let status = child.wait().unwrap();
+    std::mem::forget(kill_on_panic);
     assert_eq!(status.code(), Some(0));
 }
 
