@@ -318,30 +318,24 @@ impl CallHeaders {
         auth_value(key, self.style)
     }
 
-    /// The headers of one attempt of `parts`; a call without a usable
-    /// request id or without a key sends no such header.
+    /// The headers of one attempt of `parts`; a call without a key sends no
+    /// key header.
     fn of(&self, parts: &Prepared) -> HeaderMap {
         let mut headers = if parts.has_body {
             self.with_body.clone()
         } else {
             self.without_body.clone()
         };
-        let (mut has_id, mut has_key) = (false, false);
+        let mut has_key = false;
         for (name, value) in headers.iter_mut() {
             if *name == X_REQUEST_ID {
-                if let Some(id) = &parts.request_id {
-                    *value = id.clone();
-                    has_id = true;
-                }
+                *value = parts.request_id.clone();
             } else if *name == self.auth {
                 if let Some(key) = &parts.key {
                     *value = key.clone();
                     has_key = true;
                 }
             }
-        }
-        if !has_id {
-            headers.remove(&X_REQUEST_ID);
         }
         if !has_key {
             headers.remove(&self.auth);
@@ -384,7 +378,7 @@ struct Prepared {
     /// Origin-form (`/path?query`), as HTTP/1.1 writes it ([`Target::uri`]).
     uri: Uri,
     has_body: bool,
-    request_id: Option<HeaderValue>,
+    request_id: HeaderValue,
     /// The key's header value in the configured style, made once for all
     /// attempts; `None` without a key.
     key: Option<HeaderValue>,
@@ -406,7 +400,7 @@ impl Upstream for HttpUpstream {
         // value too, shared, so the future does not borrow `request_id`):
         // the future then holds what the attempts send, not also the call it
         // came from.
-        match self.inner.prepare(call, Some(request_id.header().clone())) {
+        match self.inner.prepare(call, request_id.header().clone()) {
             Ok((prepared, policy)) => Box::pin(self.inner.run(prepared, policy)),
             Err(failure) => Box::pin(std::future::ready(Err(failure))),
         }
@@ -418,7 +412,7 @@ impl Inner {
     fn prepare(
         &self,
         call: V2Call,
-        request_id: Option<HeaderValue>,
+        request_id: HeaderValue,
     ) -> Result<(Prepared, RetryPolicy), UpstreamFailure> {
         let V2Call {
             method,
@@ -750,23 +744,22 @@ mod tests {
         let key = ApiKey::new("k-123").unwrap();
         let ua = HeaderValue::from_static("ua");
         let host = HeaderValue::from_static("v2.example:8080");
-        let prepared =
-            |headers: &CallHeaders, has_body, request_id: Option<&'static str>| Prepared {
-                method: Method::GET,
-                uri: Uri::from_static("/api/v2/store"),
-                has_body,
-                request_id: request_id.map(|id| RequestId::from_static(id).header().clone()),
-                key: headers.key_value(&key),
-                body: Bytes::new(),
-                timeout: Duration::from_secs(1),
-                route: "/api/v2/store",
-            };
+        let prepared = |headers: &CallHeaders, has_body, request_id: &'static str| Prepared {
+            method: Method::GET,
+            uri: Uri::from_static("/api/v2/store"),
+            has_body,
+            request_id: RequestId::from_static(request_id).header().clone(),
+            key: headers.key_value(&key),
+            body: Bytes::new(),
+            timeout: Duration::from_secs(1),
+            route: "/api/v2/store",
+        };
         // The headers of a call prepared, and sent, in one key style.
         let call_headers = |has_body, request_id, style| {
             let headers = CallHeaders::new(&host, &ua, style);
             headers.of(&prepared(&headers, has_body, request_id))
         };
-        let h = call_headers(false, Some("req-1"), AuthStyle::Bearer);
+        let h = call_headers(false, "req-1", AuthStyle::Bearer);
         let names: Vec<_> = h.keys().map(HeaderName::as_str).collect();
         assert_eq!(
             names,
@@ -785,26 +778,33 @@ mod tests {
         assert!(h[AUTHORIZATION].is_sensitive());
         assert_eq!(h["x-request-id"], "req-1");
         assert!(h.get(CONTENT_TYPE).is_none());
-        let h = call_headers(true, None, AuthStyle::ApiKeyHeader);
+        let h = call_headers(true, "req-2", AuthStyle::ApiKeyHeader);
         assert_eq!(h["api-key"], "k-123");
         assert!(h["api-key"].is_sensitive());
         assert!(h.get(AUTHORIZATION).is_none());
-        assert!(h.get("x-request-id").is_none());
+        assert_eq!(h["x-request-id"], "req-2");
         assert_eq!(h[CONTENT_TYPE], "application/json");
         let names: Vec<_> = h.keys().map(HeaderName::as_str).collect();
         assert_eq!(
             names,
-            ["host", "accept", "user-agent", "content-type", "api-key"]
+            [
+                "host",
+                "accept",
+                "user-agent",
+                "content-type",
+                "x-request-id",
+                "api-key"
+            ]
         );
         // Without a key, no key header, in either style; nothing is sent
         // with the empty value the headers are made with.
         for style in [AuthStyle::Bearer, AuthStyle::ApiKeyHeader] {
             let headers = CallHeaders::new(&host, &ua, style);
-            let mut keyless = prepared(&headers, true, None);
+            let mut keyless = prepared(&headers, true, "req-3");
             keyless.key = None;
             let h = headers.of(&keyless);
             assert!(h.get(AUTHORIZATION).is_none() && h.get("api-key").is_none());
-            assert_eq!(h.len(), 4);
+            assert_eq!(h.len(), 5);
             assert!(h.values().all(|v| !v.is_empty()));
         }
     }
