@@ -197,6 +197,14 @@ mod tests {
     // the binary beside an example would then carry too.)
     const SHORT: Duration = Duration::from_millis(30);
 
+    /// A future woken often by itself (a request's future is polled many
+    /// times), never done.
+    async fn busy() {
+        loop {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     #[tokio::test]
     async fn the_answer_of_a_future_done_in_time() {
         let at = Instant::now() + Duration::from_secs(60);
@@ -210,15 +218,11 @@ mod tests {
     #[tokio::test]
     async fn a_future_still_pending_at_the_deadline_is_elapsed() {
         let started = Instant::now();
-        // Woken often by itself (a request's future is polled many times),
-        // never done.
-        let busy = async {
-            loop {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        };
-        let answer =
-            tokio::time::timeout(Duration::from_secs(60), deadline_at(started + SHORT, busy)).await;
+        let answer = tokio::time::timeout(
+            Duration::from_secs(60),
+            deadline_at(started + SHORT, busy()),
+        )
+        .await;
         assert_eq!(
             answer.expect("elapsed at the deadline"),
             Err::<(), _>(Elapsed)
@@ -313,14 +317,9 @@ mod tests {
     #[tokio::test]
     async fn an_attempt_alone_is_elapsed_at_its_deadline() {
         let started = Instant::now();
-        let busy = async {
-            loop {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        };
         let answer = tokio::time::timeout(
             Duration::from_secs(60),
-            nested_deadline_at(started + SHORT, busy),
+            nested_deadline_at(started + SHORT, busy()),
         )
         .await;
         assert_eq!(answer.expect("elapsed"), Err::<(), _>(Elapsed));
