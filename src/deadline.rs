@@ -48,6 +48,18 @@ thread_local! {
     static SCOPE: Cell<Option<Scope>> = const { Cell::new(None) };
 }
 
+/// Puts back the scope a [`Deadline`] replaced while it polls its future,
+/// however the poll ends: a panic caught above it (the front answers one
+/// with a 500) must not leave the thread believing it is inside a request,
+/// or an attempt polled alone there would keep no timer.
+struct Entered(Option<Scope>);
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        SCOPE.set(self.0);
+    }
+}
+
 pin_project_lite::pin_project! {
     /// `inner`, or [`Elapsed`] once `at` has passed; the timer of the
     /// [`NestedDeadline`]s inside it too.
@@ -80,12 +92,13 @@ impl<F: Future> Future for Deadline<F> {
         let mut this = self.project();
         let fired =
             (this.registered.is_some() && this.sleep.is_elapsed()).then(|| this.sleep.deadline());
-        let outer = SCOPE.replace(Some(Scope {
+        let entered = Entered(SCOPE.replace(Some(Scope {
             fired,
             wanted: None,
-        }));
+        })));
         let polled = this.inner.poll(cx);
-        let scope = SCOPE.replace(outer);
+        let scope = SCOPE.get();
+        drop(entered);
         if let Poll::Ready(out) = polled {
             return Poll::Ready(Ok(out));
         }
@@ -280,6 +293,25 @@ mod tests {
         ));
         assert!(alone.as_mut().now_or_never().is_none());
         assert!(alone.own.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_panic_inside_a_request_leaves_no_scope_behind() {
+        let mut panicking = Box::pin(request(async {
+            panic!("an operation's bug");
+        }));
+        let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = panicking.as_mut().poll(&mut cx);
+        }));
+        assert!(caught.is_err());
+        assert!(SCOPE.get().is_none());
+        let mut alone = Box::pin(nested_deadline_at(
+            Instant::now() + SHORT,
+            std::future::pending::<()>(),
+        ));
+        assert!(alone.as_mut().now_or_never().is_none());
+        assert!(alone.own.is_some(), "an attempt alone keeps its own timer");
     }
 
     #[tokio::test]
