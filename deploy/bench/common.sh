@@ -1,7 +1,7 @@
 # Sourced by run.sh, instructions.sh and cpu-ab.sh: what each needs to set up
 # and to clean up after itself, written once. Uses the sourcing script's own
 # `log` and `die`; the process functions its `WORK` (a fresh directory) and
-# `PIDS` (what it started).
+# `PIDS` (what it started), and `start_sandbox` its `KEY` and `SEED`.
 
 # Whether a command is there (nginx is often outside a user's PATH).
 have() { command -v "$1" >/dev/null || [ -x "/usr/sbin/$1" ]; }
@@ -57,4 +57,25 @@ wait_http() {
     sleep 0.2
   done
   die "$2 did not come up at $1 (see $WORK/*.log)"
+}
+
+# start_sandbox BIN [PREFIX...]: BIN's embedded sandbox on free loopback
+# ports, its V2 service seeded with SEED and keyed KEY, run under PREFIX
+# (`taskset -c 0`, say); waits for its ready file and sets V2 to the V2
+# service's base URL.
+start_sandbox() {
+  local bin="$1" pid
+  shift
+  "$@" "$bin" sandbox --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --upstream-listen 127.0.0.1:0 \
+    --legacy-listen 127.0.0.1:0 --api-key "$KEY" --seed "$SEED" --ready-file "$WORK/sandbox.ready" \
+    >"$WORK/sandbox.log" 2>&1 &
+  pid=$!
+  PIDS+=("$pid")
+  for _ in $(seq 1 300); do
+    [ -s "$WORK/sandbox.ready" ] && break
+    kill -0 "$pid" 2>/dev/null || die "the sandbox exited (see $WORK/sandbox.log)"
+    sleep 0.1
+  done
+  V2=$(sed -n 's/.* upstream=\(http:[^ ]*\).*/\1/p' "$WORK/sandbox.ready")
+  [ -n "$V2" ] || die "the sandbox wrote no upstream address (see $WORK/sandbox.log)"
 }

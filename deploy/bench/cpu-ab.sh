@@ -4,8 +4,9 @@
 # reference: the short check behind a change that `run.sh` cannot resolve.
 # The sandbox V2 runs on cpu 0; the proxy and wrk (one thread) share cpu 1,
 # as in run.sh. Each binary is measured ROUNDS times, the binaries
-# alternating, so that a machine that drifts moves them all alike; the
-# table gives every run and the mean. See deploy/bench/README.md.
+# alternating (each round starting one further on), so that a machine that
+# drifts moves them all alike; the table gives every run and the mean. See
+# deploy/bench/README.md.
 #
 #   deploy/bench/cpu-ab.sh --binary PATH [--binary PATH ...] [--rounds N]
 #                          [--seconds N] [--connections N] [--no-install]
@@ -25,7 +26,7 @@ KEY=sandbox-key
 SEED=7
 
 usage() {
-  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
   exit 64
 }
 while [ $# -gt 0 ]; do
@@ -57,17 +58,10 @@ WORK="$(mktemp -d /tmp/v1compat-cpu-ab.XXXXXX)"
 PIDS=()
 stop_all_on_exit
 
-
 # The first binary also serves as the sandbox V2.
 SANDBOX_BIN="${BINARIES[0]##*@}"
 [ -x "$SANDBOX_BIN" ] || die "$SANDBOX_BIN is not an executable"
-taskset -c 0 "$SANDBOX_BIN" sandbox --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-  --upstream-listen 127.0.0.1:0 --legacy-listen 127.0.0.1:0 --api-key "$KEY" --seed "$SEED" \
-  --ready-file "$WORK/ready" >"$WORK/sandbox.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 1 300); do [ -s "$WORK/ready" ] && break; sleep 0.1; done
-V2="$(sed -n 's/.* upstream=\(http:[^ ]*\).*/\1/p' "$WORK/ready")"
-[ -n "$V2" ] || die "the sandbox did not start (see $WORK/sandbox.log)"
+start_sandbox "$SANDBOX_BIN" taskset -c 0
 . "$HERE/seed-runs.sh"
 
 cat >"$WORK/get.lua" <<LUA

@@ -86,17 +86,7 @@ stop() { # pid: TERM, then wait for it to go (valgrind writes its last dump firs
 }
 
 log "starting the sandbox V2 service (seed $SEED)"
-"$BIN" sandbox --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --upstream-listen 127.0.0.1:0 \
-  --legacy-listen 127.0.0.1:0 --api-key "$KEY" --seed "$SEED" --ready-file "$WORK/sandbox.ready" \
-  >"$WORK/sandbox.log" 2>&1 &
-UP_PID=$!; PIDS+=("$UP_PID")
-for _ in $(seq 1 300); do
-  [ -s "$WORK/sandbox.ready" ] && break
-  kill -0 "$UP_PID" 2>/dev/null || die "the sandbox exited (see $WORK/sandbox.log)"
-  sleep 0.1
-done
-V2=$(sed -n 's/.* upstream=\(http:[^ ]*\).*/\1/p' "$WORK/sandbox.ready")
-[ -n "$V2" ] || die "the sandbox wrote no upstream address"
+start_sandbox "$BIN"
 V2_PORT=${V2##*:}
 
 # shellcheck source=deploy/bench/seed-runs.sh
