@@ -9,8 +9,8 @@
 //! next poll and ends as elapsed; the request goes on (a retry, another
 //! call). A timer is a wheel insertion and removal under the time driver's
 //! lock, a handle and a waker cloned; a run detail now pays for one, not
-//! two. An attempt polled outside any request (a readiness probe, a test)
-//! keeps a timer of its own.
+//! two. An attempt polled outside any request (the callback relay's
+//! enrichment call, a test) keeps a timer of its own.
 //!
 //! tokio's `Timeout` polls its timer each time the future is polled, and
 //! so registers the task's waker with the timer again at every poll of a
@@ -105,10 +105,9 @@ impl<F: Future> Future for Deadline<F> {
         if fired.is_some_and(|t| t >= *this.at) {
             return Poll::Ready(Err(Elapsed));
         }
-        let due = match scope.and_then(|s| s.wanted) {
-            Some(wanted) if wanted < *this.at => wanted,
-            _ => *this.at,
-        };
+        let due = scope
+            .and_then(|s| s.wanted)
+            .map_or(*this.at, |wanted| wanted.min(*this.at));
         let moved = due != this.sleep.deadline();
         match this.registered {
             Some(waker) if !moved && fired.is_none() && waker.will_wake(cx.waker()) => {
@@ -176,12 +175,8 @@ impl<F: Future> Future for NestedDeadline<F> {
                 if scope.fired.is_some_and(|t| t >= at) {
                     return Poll::Ready(Err(Elapsed));
                 }
-                let wanted = match scope.wanted {
-                    Some(w) if w <= at => w,
-                    _ => at,
-                };
                 SCOPE.set(Some(Scope {
-                    wanted: Some(wanted),
+                    wanted: Some(scope.wanted.map_or(at, |wanted| wanted.min(at))),
                     ..scope
                 }));
                 Poll::Pending

@@ -1,7 +1,7 @@
 //! HTTP in and out: the public listener and its front (`front`: keys
 //! marked sensitive, the request id, the span, a panic's answer) before the
-//! [`pipeline`]. It reads a V1 request off the socket, hands
-//! it to the pipeline (or to the shadow mirror wrapped around it) and writes
+//! [`pipeline`]. It reads a V1 request off the socket, hands it to the
+//! pipeline (or to the shadow mirror wrapped around it) and writes
 //! the answer back. The admin listener (`/healthz`, `/readyz`, `/metrics`,
 //! `/openapi.json`) is [`admin`]. Connections, their deadlines and the drain
 //! on shutdown belong to the connection layer ([`crate::conn`]).

@@ -58,8 +58,8 @@ pub fn result_call(run: &Segment, offset: u64, limit: u64) -> V2Call {
 
 /// A V2 result page read without a `Value` tree: the rows stay the raw JSON
 /// V2 sent, to be copied into the V1 page unchanged. (On the request path
-/// the rows are found by `result_scan` and this reads
-/// the rest of the page; it reads the rows too when the scanner declined.)
+/// the rows are found by `result_scan` and this reads the rest of the page;
+/// it reads the rows too when the scanner declined.)
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct V2ResultPage<'a> {

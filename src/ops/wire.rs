@@ -5,9 +5,8 @@
 //! stay raw JSON slices.
 //!
 //! Each reader is as lenient as the `Value` helpers it stands in for
-//! (`string_of`, `int_of`,
-//! `list_of`): a value of an unexpected type reads as
-//! absent, never as an error, so the typed path and the `Value` path map
+//! (`string_of`, `int_of`, `list_of`): a value of an unexpected type reads
+//! as absent, never as an error, so the typed path and the `Value` path map
 //! the same V2 data to the same V1 answer.
 
 use std::borrow::Cow;

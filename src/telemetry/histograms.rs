@@ -29,7 +29,7 @@ pub type Bounds = &'static [f64];
 
 /// One histogram series: a count per bucket (not cumulative: the render adds
 /// them up) and the sum of the samples.
-pub struct Buckets {
+struct Buckets {
     bounds: Bounds,
     /// One more than `bounds`: the last counts the samples above them all.
     counts: Box<[AtomicU64]>,
@@ -38,7 +38,7 @@ pub struct Buckets {
 }
 
 impl Buckets {
-    pub fn new(bounds: Bounds) -> Buckets {
+    fn new(bounds: Bounds) -> Buckets {
         Buckets {
             bounds,
             counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
@@ -49,7 +49,7 @@ impl Buckets {
     /// The counts so far, cumulative, one per bound and the `+Inf` one
     /// last, and the sum. A sample recorded meanwhile may be in the counts
     /// and not yet in the sum: a scrape is a moment, not a transaction.
-    pub fn read(&self) -> (Vec<u64>, f64) {
+    fn read(&self) -> (Vec<u64>, f64) {
         let mut total = 0;
         let cumulative = self
             .counts

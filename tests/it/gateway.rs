@@ -430,6 +430,26 @@ async fn upstream_hanging_past_the_attempt_timeout() {
     assert_eq!(v2.count("GET", RUN_PATH), 1);
 }
 
+/// The request's own deadline, when it comes before its V2 attempt's (the
+/// attempt starts after the request, with the same time allowed), answers
+/// the V1 client as the gateway's failure, not V2's: one timer keeps both.
+#[tokio::test]
+async fn a_request_past_its_own_deadline_is_the_gateways_failure() {
+    let v2 = MockV2::start(|_| Reply::Hang).await;
+    let gw = gateway(
+        &v2,
+        "attempt_timeout_ms = 200\nrequest_timeout_ms = 200\n[retry]\nmax_attempts = 1\n",
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let r = post(&gw, "/api/v1/run/detail", json!({"run_slug": RUN})).await;
+    r.assert_error(500, 5000, "Internal server error");
+    assert_eq!(r.header("x-v1compat-error-origin"), Some("gateway"));
+    assert_eq!(r.header("x-v1compat-error"), Some("deadline"));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(v2.count("GET", RUN_PATH), 1);
+}
+
 #[tokio::test]
 async fn upstream_answers_that_cannot_be_read() {
     for (reply, cause) in [

@@ -5,8 +5,7 @@
 //! noise judged by the baseline, every ignore rule with its count).
 //!
 //! Files: this one holds the model (a capture read and compared, its
-//! verdict); `text` renders the terminal summary and
-//! `html` the page.
+//! verdict); `text` renders the terminal summary and `html` the page.
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
