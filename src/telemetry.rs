@@ -12,6 +12,7 @@ pub mod handles;
 mod histograms;
 mod json_lines;
 pub mod log_batch;
+pub mod log_filter;
 mod series;
 mod sleeper;
 
@@ -180,13 +181,12 @@ fn describe() {
 }
 
 /// Sets up structured logging. `format` is `json` or `text`; `level` a
-/// tracing filter. Calling it twice is harmless (the second is ignored).
+/// tracing filter ([`log_filter`]). Calling it twice is harmless (the second is ignored).
 /// Text is coloured only when stderr is a terminal (and `NO_COLOR` is
 /// unset): escape codes in a file or a log collector are noise. Lines go
 /// to stderr in batches ([`log_batch`]).
 pub fn init_logging(format: &str, level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = log_filter::filter(level);
     log_batch::install();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -26,7 +26,7 @@ pub(super) fn remove_unknown(table: &mut toml::Table, known: &toml::Table) -> Ve
 }
 
 /// ` (did you mean `x`?)` for the closest of `names`, when one is close.
-fn suggestion<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> String {
+pub(crate) fn suggestion<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> String {
     names
         .map(|n| (strsim::damerau_levenshtein(name, n), n))
         .filter(|(d, n)| *d <= 2 && *d < n.len())

@@ -20,6 +20,7 @@ use crate::upstream::UpstreamSettings;
 
 mod env;
 mod keys;
+pub(crate) use keys::suggestion;
 pub mod print;
 pub mod schema;
 mod source;

@@ -182,12 +182,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         "json" | "text" => {}
         other => p.push(format!("log.format: {other:?} is not one of json, text")),
     }
-    if tracing_subscriber::EnvFilter::try_new(&raw.log.level).is_err() {
-        p.push(format!(
-            "log.level: {:?} is not a valid filter",
-            raw.log.level
-        ));
-    }
+    p.extend(crate::telemetry::log_filter::problem(&raw.log.level));
 
     let shadow = crate::shadow::config::validate(&raw.shadow, &mut p);
     let extra_root_pem = read_ca_file(&u.ca_file, &mut p);

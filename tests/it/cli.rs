@@ -33,7 +33,7 @@ fn stderr(out: &Output) -> String {
 #[test]
 fn check_config_lists_every_problem_and_exits_64() {
     let f = config_file(
-        "[upstream]\nbase_url = \"not a url\"\nbase_ur = \"http://typo.example\"\n\n[limits]\nmax_in_flight = 0\n",
+        "[upstream]\nbase_url = \"not a url\"\nbase_ur = \"http://typo.example\"\n\n[limits]\nmax_in_flight = 0\n[log]\nlevel = \"inf\"\n",
     );
     let out = v1compat(&["check-config", "--config", f.path().to_str().unwrap()]);
     let err = stderr(&out);
@@ -42,6 +42,8 @@ fn check_config_lists_every_problem_and_exits_64() {
         "upstream.base_ur: unknown key",
         "upstream.base_url",
         "limits.max_in_flight",
+        // A bare word tracing would take as a target, silencing the rest.
+        "log.level: \"inf\" is not a level (did you mean `info`?)",
     ] {
         assert!(err.contains(problem), "{problem} not reported:\n{err}");
     }
