@@ -358,7 +358,14 @@ impl Pipeline {
             // The body is read as JSON whatever its `Content-Type` says, as V1
             // did (`curl -d` sends `application/x-www-form-urlencoded`); a body
             // that is not JSON is still refused, naming the problem.
-            let key = client_key(&req.headers).map_err(refuse)?;
+            // V1's keyless operations never looked at credentials, so a
+            // header they cannot use (a proxy's `Authorization: Basic`, an
+            // empty Bearer) is no key there, not a refusal.
+            let key = match client_key(&req.headers) {
+                Ok(key) => key,
+                Err(_) if op.is_public() => None,
+                Err(err) => return Err(refuse(err)),
+            };
             let limit = gateway.config.limits.max_body_bytes;
             let too_large =
                 || GatewayError::BadRequest(format!("body is larger than {limit} bytes"));
@@ -504,7 +511,8 @@ fn dispatch_counting<'a>(
 }
 
 /// The client's key from `api-key` or `Authorization: Bearer`. A header that
-/// is present but unusable is an error rather than silently ignored.
+/// is present but unusable is an error rather than silently ignored (for
+/// the operations that need a key; the keyless ones ignore it).
 fn client_key(headers: &HeaderMap) -> Result<Option<ApiKey>, GatewayError> {
     let malformed = || GatewayError::Unauthorized("the key header is malformed".into());
     if let Some(v) = headers.get(&API_KEY) {

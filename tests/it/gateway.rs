@@ -186,7 +186,7 @@ async fn bad_input_is_refused_before_v2() {
         ),
         (
             "/api/v1/scraper/run",
-            br#"{"scraper_slug":"owner/name","is_async":"yes","input":{"parameters":{}}}"#,
+            br#"{"scraper_slug":"owner/name","is_async":"yes","input":{"parameters":{"custom":{}}}}"#,
             "is_async must be a boolean",
         ),
         (
@@ -324,7 +324,7 @@ async fn bad_input_is_refused_before_v2() {
         let r = post(
             &gw,
             "/api/v1/scraper/run",
-            json!({"scraper_slug": id, "input": {"parameters": {}}}),
+            json!({"scraper_slug": id, "input": {"parameters": {"custom": {}}}}),
         )
         .await;
         r.assert_error(404, 50001, "Script does not exist");
@@ -589,7 +589,7 @@ async fn posts_are_never_replayed() {
     let cases = [
         (
             "/api/v1/scraper/run",
-            json!({"scraper_slug": "owner/name", "input": {"parameters": {}}}),
+            json!({"scraper_slug": "owner/name", "input": {"parameters": {"custom": {}}}}),
             "/api/v2/workers/owner~name/runs",
             5000,
         ),
@@ -812,7 +812,7 @@ async fn synchronous_run_fetches_the_rest_of_a_large_window_from_results() {
             &gw,
             "/api/v1/scraper/run",
             json!({"scraper_slug": "owner/sync", "is_async": false, "page_index": index,
-                   "page_size": size, "input": {"parameters": {}}}),
+                   "page_size": size, "input": {"parameters": {"custom": {}}}}),
         )
         .await;
         let data = r.assert_ok();
@@ -934,6 +934,29 @@ async fn client_keys_are_forwarded_as_bearer() {
         .rfind(|s| s.path == "/api/v2/workers/x")
         .unwrap();
     assert_eq!(last.header("authorization"), Some(bearer.as_str()));
+    // A key header a keyless operation cannot use (a proxy's Basic
+    // credentials, an empty Bearer, a key with a blank) is ignored there, as
+    // V1 ignored credentials on it: the service key is sent.
+    for (name, value) in [
+        ("authorization", "Basic dXNlcjpwdw=="),
+        ("authorization", "Bearer "),
+        ("api-key", "a b"),
+    ] {
+        let details = |v2: &MockV2| -> Vec<Seen> {
+            let seen = v2.seen().into_iter();
+            seen.filter(|s| s.path == "/api/v2/workers/x").collect()
+        };
+        let before = details(&v2).len();
+        let r = raw(&gw, "GET", "/api/scraper?slug=x", &[(name, value)], None).await;
+        r.assert_ok();
+        let sent = details(&v2);
+        assert_eq!(sent.len(), before + 1, "{name}: {value}");
+        assert_eq!(
+            sent.last().unwrap().header("authorization"),
+            Some(&*format!("Bearer {SERVICE_KEY}")),
+            "{name}: {value}"
+        );
+    }
 
     // Keys never reach the metrics.
     let (status, _, metrics) = send(gw.admin, "GET", "/metrics", &[], None).await;
@@ -1110,7 +1133,7 @@ async fn worker_ids_are_verified_once_and_unknown_ones_remembered() {
     })
     .await;
     let gw = gateway(&v2, "").await;
-    let start = |slug: &str| json!({"scraper_slug": slug, "input": {"parameters": {}}});
+    let start = |slug: &str| json!({"scraper_slug": slug, "input": {"parameters": {"custom": {}}}});
 
     for _ in 0..2 {
         let r = post(&gw, "/api/v1/scraper/run", start("owner/fresh")).await;
