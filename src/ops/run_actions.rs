@@ -7,7 +7,7 @@
 //! | `POST /api/v1/scraper/run` | `POST /api/v2/workers/{workerId}/runs` | `scraper_slug` → path (`/` → `~`, alias table, verified once, cached); unknown → 404/50001 |
 //! | `version` | `version` | passed when given (`latest` included) |
 //! | `is_async` (default `true`) | `is_async` | sent explicitly |
-//! | `input` (`parameters.system`, `parameters.custom`) | `input` | kept whole; must be an object with a `parameters` object; `custom` defaults to `{}` |
+//! | `input` (`parameters.system`, `parameters.custom`) | `input` | kept whole; must be an object with a `parameters` object holding a `custom` object (required, as on V1) |
 //! | `system.cpus`, `system.memory` = `0` or `null` | omitted | V1 read 0 as "the worker's default"; V2 refuses 0, and an omitted field gets the worker's default |
 //! | `system.execute_limit_time_seconds` = `0` or `null` | omitted | V1 read 0 as "no limit of my own"; V2 refuses 0; omitted, the worker's time-out (1800 s in the shipped defaults) applies |
 //! | `system.max_total_charge`, `system.max_total_traffic` = `0` or `null` | omitted | V1 read 0 as "no cap" (the shipped defaults are 0); V2 refuses 0; omitted, the worker's default cap (none) applies |
@@ -59,10 +59,10 @@ pub fn start_run_request(
             ))
         }
     };
+    // Required, as V1 (and V2) require it: filled in, a start V1 refused
+    // would become a run, and a billed one.
     match params.get("custom") {
-        None | Some(Value::Null) => {
-            params.insert("custom".into(), Value::Object(Map::new()));
-        }
+        None => return Err(GatewayError::bad("input.parameters.custom", "is required")),
         Some(Value::Object(_)) => {}
         Some(_) => {
             return Err(GatewayError::bad(
@@ -348,7 +348,7 @@ mod tests {
             r.body["input"]["parameters"]["system"],
             json!({"cpus":0.125,"memory":512,"max_total_charge":2,"proxy_region":"DE"})
         );
-        let r = req(r#"{"input":{"parameters":{"system":{"memory":1024.0,"execute_limit_time_seconds":600.0,"cpus":0.5}}}}"#).unwrap();
+        let r = req(r#"{"input":{"parameters":{"custom":{},"system":{"memory":1024.0,"execute_limit_time_seconds":600.0,"cpus":0.5}}}}"#).unwrap();
         let system = &r.body["input"]["parameters"]["system"];
         assert_eq!(
             system,
@@ -356,14 +356,17 @@ mod tests {
         );
         assert!(system["memory"].is_u64() && system["execute_limit_time_seconds"].is_u64());
         // Found by schemathesis: a region of 0 is a wrong type, not a default.
-        let r = req(r#"{"input":{"parameters":{"system":{"proxy_region":0}}}}"#).unwrap();
+        let r =
+            req(r#"{"input":{"parameters":{"custom":{},"system":{"proxy_region":0}}}}"#).unwrap();
         assert_eq!(
             r.body["input"]["parameters"]["system"],
             json!({"proxy_region":0})
         );
         // Not a default spelling: passed on for V2 to judge.
-        let r = req(r#"{"input":{"parameters":{"system":{"cpus":-1,"memory":"0","other":0}}}}"#)
-            .unwrap();
+        let r = req(
+            r#"{"input":{"parameters":{"custom":{},"system":{"cpus":-1,"memory":"0","other":0}}}}"#,
+        )
+        .unwrap();
         assert_eq!(
             r.body["input"]["parameters"]["system"],
             json!({"cpus":-1,"memory":"0","other":0})
@@ -375,30 +378,40 @@ mod tests {
         assert!(req(r#"{"input":{"q":"flat"}}"#).is_err());
         assert!(req(r#"{}"#).is_err());
         assert!(req(r#"{"input":{"parameters":{"custom":[]}}}"#).is_err());
-        assert!(req(r#"{"input":{"parameters":{}},"is_async":"no"}"#).is_err());
-        assert!(req(r#"{"input":{"parameters":{}},"callback_url":"x"}"#).is_err());
+        // `custom` is required: left out or null, no run is started.
+        for input in [
+            r#"{"parameters":{}}"#,
+            r#"{"parameters":{"custom":null}}"#,
+            r#"{"parameters":{"system":{"cpus":0.125}}}"#,
+        ] {
+            let e = req(&format!(r#"{{"is_async":true,"input":{input}}}"#)).err();
+            let e = e.map(|e| e.to_string()).unwrap_or_default();
+            assert!(e.contains("input.parameters.custom"), "{input}: {e:?}");
+        }
+        assert!(req(r#"{"input":{"parameters":{"custom":{}}},"is_async":"no"}"#).is_err());
+        assert!(req(r#"{"input":{"parameters":{"custom":{}}},"callback_url":"x"}"#).is_err());
     }
 
     /// Found by schemathesis: an asynchronous start with `page_size` 1001 was
     /// accepted, where V1 (and the native V1 surface) refuse it.
     #[test]
     fn the_window_is_checked_on_asynchronous_starts_too() {
-        let e = req(r#"{"is_async":true,"page_size":1001,"input":{"parameters":{}}}"#);
+        let e = req(r#"{"is_async":true,"page_size":1001,"input":{"parameters":{"custom":{}}}}"#);
         assert!(e.is_err());
-        assert!(req(r#"{"page_index":0,"input":{"parameters":{}}}"#).is_err());
-        let r = req(r#"{"is_async":true,"page_size":1000,"input":{"parameters":{}}}"#).unwrap();
+        assert!(req(r#"{"page_index":0,"input":{"parameters":{"custom":{}}}}"#).is_err());
+        let r = req(r#"{"is_async":true,"page_size":1000,"input":{"parameters":{"custom":{}}}}"#)
+            .unwrap();
         assert!(r.body.get("limit").is_none());
     }
 
     #[test]
     fn sync_window_goes_into_the_body() {
         let r =
-            req(r#"{"is_async":false,"page_index":3,"page_size":250,"input":{"parameters":{}}}"#)
+            req(r#"{"is_async":false,"page_index":3,"page_size":250,"input":{"parameters":{"custom":{}}}}"#)
                 .unwrap();
         assert_eq!(r.body["offset"], 6);
         assert_eq!(r.body["limit"], 100);
-        assert_eq!(r.body["input"]["parameters"]["custom"], json!({}));
-        let r = req(r#"{"is_async":false,"input":{"parameters":{}}}"#).unwrap();
+        let r = req(r#"{"is_async":false,"input":{"parameters":{"custom":{}}}}"#).unwrap();
         assert_eq!(
             (r.body["offset"].as_u64(), r.body["limit"].as_u64()),
             (Some(1), Some(10))
