@@ -6,7 +6,7 @@
 //!
 //! | V1 | V2 | rule |
 //! |---|---|---|
-//! | `GET /api/store?search=&limit=` | `GET /api/v2/store?keyword=&offset=&limit=` | `search` required, non-empty (`compat.empty_store_search = "all"`: `search=` sends no `keyword`, listing every worker); `limit` default 10 sent explicitly; above 100, 100-row pages fetched concurrently, cut at the first short page |
+//! | `GET /api/store?search=&limit=` | `GET /api/v2/store?keyword=&offset=&limit=` | `search` required, non-empty (`compat.empty_store_search = "all"`: `search=` sends no `keyword`, listing every worker); `limit` default 10 sent explicitly, at least 1, above `limits.max_page_size` (1,000) that many; above 100, 100-row pages fetched concurrently, cut at the first short page; a `search` over 200 characters matches nothing (empty list, V2 not asked) |
 //! | `data.scraper[]` `{slug, title, description}` | `data.scraper[]` | exactly those three fields (`""` when absent); `name`, `path`, `username` dropped |
 //! | `GET /api/scraper?slug=` | `GET /api/v2/workers/{id}` + `GET /api/v2/workers/{id}/input-schema` | concurrently; `owner/name` → `owner~name`; unknown → 404/50001 |
 //! | `data.version`, `data.readme` | worker detail | `""` when absent |
@@ -55,11 +55,13 @@ pub fn store_keyword(
         (Some(s), EmptyStoreSearch::All) if s.trim().is_empty() => return Ok(None),
         _ => query.req("search")?.trim(),
     };
-    if search.chars().count() > 200 {
-        return Err(GatewayError::bad("search", "is longer than 200 characters"));
-    }
     Ok(Some(search.to_owned()))
 }
+
+/// Longer than this, a `search` names no worker (V2's `keyword` matches a
+/// title, slug or path) and is answered with an empty list without asking
+/// V2, as V1 answered it.
+pub const MAX_SEARCH_CHARS: usize = 200;
 
 /// A V2 store page's `data`, read without a `Value` tree: its `scraper` as
 /// [`list_of`] reads it, each item's fields as [`string_of`] reads them (see
@@ -126,16 +128,19 @@ struct V1Store<'a> {
 pub async fn store_search(ex: &Exchange<'_>, query: &Query<'_>) -> Result<Json, GatewayError> {
     let search = store_keyword(query, ex.settings().compat.dialect.empty_store_search)?;
     let max = ex.settings().max_page_size;
+    // V1 set no upper bound: a larger `limit` gets the first `max` items
+    // (`limits.max_page_size`, which bounds the V2 calls), not a refusal.
     let limit = match query.opt_int("limit")? {
         None => STORE_DEFAULT_LIMIT,
-        Some(l) if l >= 1 && l as u64 <= max => l as u64,
-        Some(_) => {
-            return Err(GatewayError::bad(
-                "limit",
-                format!("must be between 1 and {max}"),
-            ))
-        }
+        Some(l) if l >= 1 => (l as u64).min(max),
+        Some(_) => return Err(GatewayError::bad("limit", "must be at least 1")),
     };
+    if search
+        .as_ref()
+        .is_some_and(|s| s.chars().count() > MAX_SEARCH_CHARS)
+    {
+        return raw_json(&V1Store { scraper: vec![] });
+    }
     let plan = Window {
         page_index: 1,
         page_size: limit,

@@ -324,16 +324,24 @@ impl<'a> Query<'a> {
         }
     }
 
+    /// An integer parameter; one too large for an `i64` is `i64::MAX`
+    /// (every caller bounds it far below that), not a refusal: it is still
+    /// an integer.
     pub fn opt_int(&self, name: &str) -> Result<Option<i64>, GatewayError> {
-        match self.get(name) {
+        match self.get(name).map(str::trim) {
             None | Some("") => Ok(None),
-            Some(v) => v
-                .trim()
-                .parse()
-                .map(Some)
-                .map_err(|_| GatewayError::bad(name, "must be an integer")),
+            Some(v) => match v.parse() {
+                Ok(n) => Ok(Some(n)),
+                Err(_) if is_whole_number(v.strip_prefix('+').unwrap_or(v)) => Ok(Some(i64::MAX)),
+                Err(_) => Err(GatewayError::bad(name, "must be an integer")),
+            },
         }
     }
+}
+
+/// Digits only, at least one.
+fn is_whole_number(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// A callback URL must be an absolute http(s) URL: V2 will POST to it.
@@ -460,6 +468,25 @@ mod tests {
     #[should_panic(expected = "missing from NAMES")]
     fn a_name_read_and_not_listed_is_caught() {
         let _ = body(r#"{"other":1}"#).get("other");
+    }
+
+    /// Found by schemathesis: `limit=138567107851090002968576` is an
+    /// integer, and was refused as not one.
+    #[test]
+    fn query_integers_too_large_for_i64_are_read_as_the_largest() {
+        let q = |raw: &'static str| Query::parse(Some(raw)).opt_int("limit");
+        assert_eq!(q("limit=138567107851090002968576").unwrap(), Some(i64::MAX));
+        assert_eq!(q("limit=+99999999999999999999").unwrap(), Some(i64::MAX));
+        assert_eq!(q("limit=%2012").unwrap(), Some(12));
+        assert_eq!(q("limit=").unwrap(), None);
+        for bad in [
+            "limit=1.5",
+            "limit=x",
+            "limit=-99999999999999999999",
+            "limit=%2B",
+        ] {
+            assert!(q(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
