@@ -394,7 +394,7 @@ pub const LENIENT_INPUT: Difference = Difference {
         shadow: S::Compared,
         differential: D::Compared,
     }],
-    summary: "the gateway reads as the client meant some values the native V1 surface refuses: an id with blanks around it is trimmed (blanks inside are still 404), `null` in an optional field (`is_async`, `page_index`, `page_size`, `status`) is the field left out, a whole-number float (`10.0`, `1e1`) is that integer, and `limit=` on the store search is the default. No V1 source says V1 refused them; accepting them breaks no client V1 served",
+    summary: "the gateway reads as the client meant some values the native V1 surface refuses: an id with blanks around it is trimmed (blanks inside are still 404), `null` in an optional field (`is_async`, `page_index`, `page_size`, `status`) is the field left out, a whole-number float (`10.0`, `1e1`) is that integer, and on the store search `limit=` is the default, a `limit` too large for an integer type is the largest, and one above `limits.max_page_size` gets that many items (the native surface refuses the first two and answers the third whole). No V1 source says V1 refused them; accepting them breaks no client V1 served",
     setting: None,
 };
 

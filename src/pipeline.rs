@@ -361,10 +361,10 @@ impl Pipeline {
             // V1's keyless operations never looked at credentials, so a
             // header they cannot use (a proxy's `Authorization: Basic`, an
             // empty Bearer) is no key there, not a refusal.
-            let key = match client_key(&req.headers) {
-                Ok(key) => key,
-                Err(_) if op.is_public() => None,
-                Err(err) => return Err(refuse(err)),
+            let key = if op.is_public() {
+                usable_key(&req.headers)
+            } else {
+                client_key(&req.headers).map_err(refuse)?
             };
             let limit = gateway.config.limits.max_body_bytes;
             let too_large =
@@ -510,25 +510,39 @@ fn dispatch_counting<'a>(
     }
 }
 
-/// The client's key from `api-key` or `Authorization: Bearer`. A header that
-/// is present but unusable is an error rather than silently ignored (for
-/// the operations that need a key; the keyless ones ignore it).
+/// The client's key from `api-key` or `Authorization: Bearer` (the scheme
+/// in any case, as HTTP reads it). A header that is present but unusable is
+/// an error rather than silently ignored.
 fn client_key(headers: &HeaderMap) -> Result<Option<ApiKey>, GatewayError> {
     let malformed = || GatewayError::Unauthorized("the key header is malformed".into());
     if let Some(v) = headers.get(&API_KEY) {
-        return ApiKey::new(v.to_str().map_err(|_| malformed())?)
-            .map(Some)
-            .ok_or_else(malformed);
+        return api_key_of(v).map(Some).ok_or_else(malformed);
     }
-    if let Some(v) = headers.get(header::AUTHORIZATION) {
-        let v = v.to_str().map_err(|_| malformed())?;
-        let token = v
-            .strip_prefix("Bearer ")
-            .or_else(|| v.strip_prefix("bearer "))
-            .ok_or_else(malformed)?;
-        return ApiKey::new(token).map(Some).ok_or_else(malformed);
+    match headers.get(header::AUTHORIZATION) {
+        Some(v) => bearer_of(v).map(Some).ok_or_else(malformed),
+        None => Ok(None),
     }
-    Ok(None)
+}
+
+/// The first usable key of the two headers, for the operations that need
+/// none: V1 never read credentials there, so a header they cannot use (a
+/// proxy's `Authorization: Basic`, an empty Bearer) is no key, not a
+/// refusal, and does not hide a usable key in the other header.
+fn usable_key(headers: &HeaderMap) -> Option<ApiKey> {
+    let api_key = headers.get(&API_KEY).and_then(api_key_of);
+    api_key.or_else(|| headers.get(header::AUTHORIZATION).and_then(bearer_of))
+}
+
+fn api_key_of(v: &HeaderValue) -> Option<ApiKey> {
+    ApiKey::new(v.to_str().ok()?)
+}
+
+fn bearer_of(v: &HeaderValue) -> Option<ApiKey> {
+    let (scheme, token) = v.to_str().ok()?.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| ApiKey::new(token))
+        .flatten()
 }
 
 /// Renders an outcome as the V1 answer, counts it and writes its access

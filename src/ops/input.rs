@@ -324,15 +324,16 @@ impl<'a> Query<'a> {
         }
     }
 
-    /// An integer parameter; one too large for an `i64` is `i64::MAX`
-    /// (every caller bounds it far below that), not a refusal: it is still
-    /// an integer.
+    /// An integer parameter; one too large for an `i64` is `i64::MAX` (or
+    /// `i64::MIN`; every caller bounds it far inside those), not a refusal:
+    /// it is still an integer.
     pub fn opt_int(&self, name: &str) -> Result<Option<i64>, GatewayError> {
         match self.get(name).map(str::trim) {
             None | Some("") => Ok(None),
             Some(v) => match v.parse() {
                 Ok(n) => Ok(Some(n)),
                 Err(_) if is_whole_number(v.strip_prefix('+').unwrap_or(v)) => Ok(Some(i64::MAX)),
+                Err(_) if v.strip_prefix('-').is_some_and(is_whole_number) => Ok(Some(i64::MIN)),
                 Err(_) => Err(GatewayError::bad(name, "must be an integer")),
             },
         }
@@ -479,12 +480,8 @@ mod tests {
         assert_eq!(q("limit=+99999999999999999999").unwrap(), Some(i64::MAX));
         assert_eq!(q("limit=%2012").unwrap(), Some(12));
         assert_eq!(q("limit=").unwrap(), None);
-        for bad in [
-            "limit=1.5",
-            "limit=x",
-            "limit=-99999999999999999999",
-            "limit=%2B",
-        ] {
+        assert_eq!(q("limit=-99999999999999999999").unwrap(), Some(i64::MIN));
+        for bad in ["limit=1.5", "limit=x", "limit=%2B", "limit=-"] {
             assert!(q(bad).is_err(), "{bad}");
         }
     }

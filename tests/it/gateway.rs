@@ -958,6 +958,36 @@ async fn client_keys_are_forwarded_as_bearer() {
         );
     }
 
+    // …and an unusable api-key does not hide a usable Bearer key beside it.
+    let r = raw(
+        &gw,
+        "GET",
+        "/api/scraper?slug=x",
+        &[("api-key", "a b"), ("authorization", &bearer)],
+        None,
+    )
+    .await;
+    r.assert_ok();
+    let last = v2
+        .seen()
+        .into_iter()
+        .rfind(|s| s.path == "/api/v2/workers/x")
+        .unwrap();
+    assert_eq!(last.header("authorization"), Some(bearer.as_str()));
+    // The scheme is read in any case, as HTTP reads it.
+    let shouted = format!("BEARER {KEY}");
+    let r = raw(
+        &gw,
+        "POST",
+        "/api/v1/run/detail",
+        &[json_ct, ("authorization", &shouted)],
+        Some(&body),
+    )
+    .await;
+    r.assert_ok();
+    let last = v2.seen().into_iter().last().unwrap();
+    assert_eq!(last.header("authorization"), Some(bearer.as_str()));
+
     // Keys never reach the metrics.
     let (status, _, metrics) = send(gw.admin, "GET", "/metrics", &[], None).await;
     assert_eq!(status, 200);
