@@ -107,6 +107,16 @@ const fn field(
     }
 }
 
+/// A field of every operation's answer (or request).
+const fn every_operation(path: &'static str, shadow: Shadow, differential: Differential) -> Field {
+    Field {
+        operation: None,
+        path,
+        shadow,
+        differential,
+    }
+}
+
 use Differential as D;
 use Operation as Op;
 use Shadow as S;
@@ -135,12 +145,7 @@ pub const TRAFFIC_EXPIRATION: Difference = Difference {
 pub const ERROR_MESSAGE_DETAIL: Difference = Difference {
     id: "error_message_detail",
     kind: Kind::Gap,
-    fields: &[Field {
-        operation: None,
-        path: "message",
-        shadow: S::Skip,
-        differential: D::MessageHead,
-    }],
+    fields: &[every_operation("message", S::Skip, D::MessageHead)],
     summary: "on 4000 and 20001 errors the gateway names the field at fault, the fix or V2's reason (its `details`) after a colon; the native V1 surface names the problem in its own words",
     setting: None,
 };
@@ -310,12 +315,7 @@ pub const ZERO_SYSTEM_LIMITS: Difference = Difference {
 pub const BUSINESS_ERROR_STATUS: Difference = Difference {
     id: "business_error_status",
     kind: Kind::Gap,
-    fields: &[Field {
-        operation: None,
-        path: "status",
-        shadow: S::Compared,
-        differential: D::Compared,
-    }],
+    fields: &[every_operation("status", S::Compared, D::Compared)],
     summary: "the V1 record disagrees on the HTTP status of error envelopes: 400/401/404/429/500 by code (spec, PyPI SDK, V1 CLI) or always 200 (the n8n V1 node); one setting for every error",
     setting: Some("compat.business_error_status"),
 };
@@ -336,12 +336,7 @@ pub const EMPTY_STORE_SEARCH: Difference = Difference {
 pub const MISSING_KEY_STATUS: Difference = Difference {
     id: "missing_key_status",
     kind: Kind::Gap,
-    fields: &[Field {
-        operation: None,
-        path: "request.api-key",
-        shadow: S::Compared,
-        differential: D::Compared,
-    }],
+    fields: &[every_operation("request.api-key", S::Compared, D::Compared)],
     summary: "a keyed operation without any key is 401 / 20001 (V1-SKILL, spec) or 400 / 4000 naming the header (the n8n V1 node's credential test reads 400 as missing, 401 as invalid)",
     setting: Some("compat.missing_key_status"),
 };
@@ -349,12 +344,7 @@ pub const MISSING_KEY_STATUS: Difference = Difference {
 pub const BODY_CONTENT_TYPE: Difference = Difference {
     id: "body_content_type",
     kind: Kind::Gap,
-    fields: &[Field {
-        operation: None,
-        path: "request.content-type",
-        shadow: S::Compared,
-        differential: D::Compared,
-    }],
+    fields: &[every_operation("request.content-type", S::Compared, D::Compared)],
     summary: "no V1 source says what V1 did with another Content-Type; a body is read as JSON whatever its Content-Type (curl `-d` sends a form type), as the native V1 surface does, and refused only when it is not JSON",
     setting: None,
 };
@@ -362,12 +352,7 @@ pub const BODY_CONTENT_TYPE: Difference = Difference {
 pub const UNKNOWN_ID_BEFORE_KEY: Difference = Difference {
     id: "unknown_id_before_key",
     kind: Kind::Gap,
-    fields: &[Field {
-        operation: None,
-        path: "code",
-        shadow: S::Compared,
-        differential: D::Compared,
-    }],
+    fields: &[every_operation("code", S::Compared, D::Compared)],
     summary: "an id that cannot name a record (a V2 shortcut word such as `last`, a `/`, a control character) is answered 404 by the gateway without calling V2, so it never checks the key: with a wrong key V1 answered 401 / 20001, the gateway 404 with the record's not-found code",
     setting: None,
 };
@@ -375,12 +360,7 @@ pub const UNKNOWN_ID_BEFORE_KEY: Difference = Difference {
 pub const INPUT_BEFORE_KEY: Difference = Difference {
     id: "input_before_key",
     kind: Kind::Gap,
-    fields: &[Field {
-        operation: None,
-        path: "code",
-        shadow: S::Compared,
-        differential: D::Compared,
-    }],
+    fields: &[every_operation("code", S::Compared, D::Compared)],
     summary: "a present key is V2's to check, so a keyed request with a wrong key and an invalid body is refused for its body (400 / 4000) before V2 is asked; V1 checked the key first (401 / 20001). A request without any key is refused for that first, as on V1",
     setting: None,
 };
@@ -388,12 +368,7 @@ pub const INPUT_BEFORE_KEY: Difference = Difference {
 pub const LENIENT_INPUT: Difference = Difference {
     id: "lenient_input",
     kind: Kind::Gap,
-    fields: &[Field {
-        operation: None,
-        path: "request.body",
-        shadow: S::Compared,
-        differential: D::Compared,
-    }],
+    fields: &[every_operation("request.body", S::Compared, D::Compared)],
     summary: "the gateway reads as the client meant some values the native V1 surface refuses: an id with blanks around it is trimmed (blanks inside are still 404), `null` in an optional field (`is_async`, `page_index`, `page_size`, `status`) is the field left out, a whole-number float (`10.0`, `1e1`) is that integer, and on the store search `limit=` is the default, a `limit` too large for an integer type is the largest, and one above `limits.max_page_size` gets that many items (the native surface refuses the first two and answers the third whole). No V1 source says V1 refused them; accepting them breaks no client V1 served",
     setting: None,
 };

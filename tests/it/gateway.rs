@@ -863,28 +863,26 @@ async fn client_keys_are_forwarded_as_bearer() {
     let json_ct = ("content-type", "application/json");
     let bearer = format!("Bearer {KEY}");
 
-    // Authorization: Bearer from the client.
-    let r = raw(
-        &gw,
-        "POST",
-        "/api/v1/run/detail",
-        &[json_ct, ("authorization", &bearer)],
-        Some(&body),
-    )
-    .await;
-    r.assert_ok();
-    // api-key from the client.
-    let r = raw(
-        &gw,
-        "POST",
-        "/api/v1/run/detail",
-        &[json_ct, ("api-key", KEY)],
-        Some(&body),
-    )
-    .await;
-    r.assert_ok();
+    // A run detail with one key header.
+    let detail = |header: (&'static str, String)| {
+        let (gw, body) = (&gw, &body);
+        async move {
+            let headers = [json_ct, (header.0, header.1.as_str())];
+            raw(gw, "POST", "/api/v1/run/detail", &headers, Some(body)).await
+        }
+    };
+
+    // Authorization: Bearer from the client (the scheme in any case, as
+    // HTTP reads it), or api-key.
+    for header in [
+        ("authorization", bearer.clone()),
+        ("authorization", format!("BEARER {KEY}")),
+        ("api-key", KEY.to_owned()),
+    ] {
+        detail(header).await.assert_ok();
+    }
     let seen = v2.seen();
-    assert_eq!(seen.len(), 2);
+    assert_eq!(seen.len(), 3);
     for s in &seen {
         assert_eq!(s.header("authorization"), Some(bearer.as_str()));
         assert_eq!(s.header("api-key"), None);
@@ -900,17 +898,10 @@ async fn client_keys_are_forwarded_as_bearer() {
         ("authorization", "Bearer "),
         ("api-key", "a b"),
     ] {
-        let r = raw(
-            &gw,
-            "POST",
-            "/api/v1/run/detail",
-            &[json_ct, (name, value)],
-            Some(&body),
-        )
-        .await;
+        let r = detail((name, value.to_owned())).await;
         r.assert_error(401, 20001, "Invalid API key");
     }
-    assert_eq!(v2.total(), 2);
+    assert_eq!(v2.total(), 3);
 
     // A public operation without a client key uses the service key.
     let r = raw(&gw, "GET", "/api/scraper?slug=x", &[], None).await;
@@ -925,68 +916,48 @@ async fn client_keys_are_forwarded_as_bearer() {
         detail[0].header("authorization"),
         Some(&*format!("Bearer {SERVICE_KEY}"))
     );
+    // A worker detail with these headers: the V2 worker details asked for
+    // so far, and the key the last one carried.
+    let worker_detail = |headers: Vec<(&'static str, &str)>| {
+        let (gw, v2) = (&gw, &v2);
+        let headers: Vec<(&'static str, String)> = headers
+            .into_iter()
+            .map(|(n, v)| (n, v.to_owned()))
+            .collect();
+        async move {
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            raw(gw, "GET", "/api/scraper?slug=x", &headers, None)
+                .await
+                .assert_ok();
+            let seen = v2.seen().into_iter();
+            let details: Vec<Seen> = seen.filter(|s| s.path == "/api/v2/workers/x").collect();
+            let key = details
+                .last()
+                .and_then(|s| s.header("authorization").map(str::to_owned));
+            (details.len(), key)
+        }
+    };
+    let service = Some(format!("Bearer {SERVICE_KEY}"));
     // …but the client's key when it sent one.
-    let r = raw(&gw, "GET", "/api/scraper?slug=x", &[("api-key", KEY)], None).await;
-    r.assert_ok();
-    let last = v2
-        .seen()
-        .into_iter()
-        .rfind(|s| s.path == "/api/v2/workers/x")
-        .unwrap();
-    assert_eq!(last.header("authorization"), Some(bearer.as_str()));
+    let (_, key) = worker_detail(vec![("api-key", KEY)]).await;
+    assert_eq!(key.as_deref(), Some(bearer.as_str()));
     // A key header a keyless operation cannot use (a proxy's Basic
     // credentials, an empty Bearer, a key with a blank) is ignored there, as
     // V1 ignored credentials on it: the service key is sent.
-    for (name, value) in [
+    for header in [
         ("authorization", "Basic dXNlcjpwdw=="),
         ("authorization", "Bearer "),
         ("api-key", "a b"),
     ] {
-        let details = |v2: &MockV2| -> Vec<Seen> {
-            let seen = v2.seen().into_iter();
-            seen.filter(|s| s.path == "/api/v2/workers/x").collect()
-        };
-        let before = details(&v2).len();
-        let r = raw(&gw, "GET", "/api/scraper?slug=x", &[(name, value)], None).await;
-        r.assert_ok();
-        let sent = details(&v2);
-        assert_eq!(sent.len(), before + 1, "{name}: {value}");
-        assert_eq!(
-            sent.last().unwrap().header("authorization"),
-            Some(&*format!("Bearer {SERVICE_KEY}")),
-            "{name}: {value}"
-        );
+        let (before, _) = worker_detail(vec![]).await;
+        let (after, key) = worker_detail(vec![header]).await;
+        assert_eq!((after, &key), (before + 1, &service), "{header:?}");
     }
-
     // …and an unusable api-key does not hide a usable Bearer key beside it.
-    let r = raw(
-        &gw,
-        "GET",
-        "/api/scraper?slug=x",
-        &[("api-key", "a b"), ("authorization", &bearer)],
-        None,
-    )
-    .await;
-    r.assert_ok();
-    let last = v2
-        .seen()
-        .into_iter()
-        .rfind(|s| s.path == "/api/v2/workers/x")
-        .unwrap();
-    assert_eq!(last.header("authorization"), Some(bearer.as_str()));
-    // The scheme is read in any case, as HTTP reads it.
-    let shouted = format!("BEARER {KEY}");
-    let r = raw(
-        &gw,
-        "POST",
-        "/api/v1/run/detail",
-        &[json_ct, ("authorization", &shouted)],
-        Some(&body),
-    )
-    .await;
-    r.assert_ok();
-    let last = v2.seen().into_iter().last().unwrap();
-    assert_eq!(last.header("authorization"), Some(bearer.as_str()));
+    let headers = vec![("api-key", "a b"), ("authorization", bearer.as_str())];
+    let (_, key) = worker_detail(headers).await;
+    assert_eq!(key.as_deref(), Some(bearer.as_str()));
 
     // Keys never reach the metrics.
     let (status, _, metrics) = send(gw.admin, "GET", "/metrics", &[], None).await;
