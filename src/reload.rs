@@ -115,6 +115,11 @@ pub struct Reloader {
     admin_tls: Option<tls::Acceptor>,
     /// The configuration text and CA bytes the live configuration came from.
     stamp: Mutex<Vec<u8>>,
+    /// What the last rejected attempt read and why it was refused, until an
+    /// attempt is not refused: a file event that reads the same again (a
+    /// log or a store written in the watched directory, the error line of
+    /// the rejection itself among them) is not a new rejection.
+    rejected: Mutex<Option<String>>,
     /// Every reload's outcome, for whoever listens (tests, mostly).
     outcomes: broadcast::Sender<Outcome>,
 }
@@ -138,6 +143,7 @@ impl Reloader {
             public_tls,
             admin_tls,
             stamp: Mutex::new(stamp),
+            rejected: Mutex::new(None),
             outcomes: broadcast::channel(64).0,
         }))
     }
@@ -187,7 +193,8 @@ impl Reloader {
 
     /// Reads everything again and swaps in what changed. `forced` (SIGHUP)
     /// reports even a reload that found nothing new; a file event that
-    /// changed nothing the gateway reads is silent.
+    /// changed nothing the gateway reads is silent, and so is one that
+    /// reads the same refused file again.
     pub fn reload(&self, forced: bool) -> Outcome {
         let certificates = self.reload_certificates();
         let outcome = match self.reload_config(forced) {
@@ -196,6 +203,20 @@ impl Reloader {
             },
             outcome => outcome,
         };
+        let mut rejected = self.rejected.lock().unwrap_or_else(|p| p.into_inner());
+        let recovered = match &outcome {
+            Outcome::Rejected(why) => {
+                // The file as it reads now, and why it was refused.
+                let read = format!("{}\0{why}", self.source.text().unwrap_or_default());
+                if !forced && rejected.as_deref() == Some(read.as_str()) {
+                    return Outcome::Unchanged;
+                }
+                *rejected = Some(read);
+                false
+            }
+            _ => rejected.take().is_some(),
+        };
+        drop(rejected);
         let label = match &outcome {
             Outcome::Applied { restart_needed } => {
                 if restart_needed.is_empty() {
@@ -214,6 +235,14 @@ impl Reloader {
             }
             Outcome::Unchanged if forced => {
                 tracing::info!("configuration reloaded; nothing changed");
+                None
+            }
+            // The refused file put back as it runs: worth a line, so that
+            // the error before it is not the last word.
+            Outcome::Unchanged if recovered => {
+                tracing::info!(
+                    "configuration file valid again; it is the running configuration, nothing changed"
+                );
                 None
             }
             Outcome::Unchanged => return outcome,

@@ -284,3 +284,58 @@ async fn replaced_certificate_files_are_presented_after_the_watch_sees_them() {
             .is_err()
     );
 }
+
+/// Found by a review: with the log written into the configuration's
+/// directory, each rejection's error line was a file event that read the
+/// same bad file and was rejected again, without end. The same refused
+/// file read again is now silent (and uncounted) unless SIGHUP asks; a
+/// new problem, or the file put right, is reported.
+#[tokio::test]
+async fn the_same_refused_file_read_again_is_not_a_new_rejection() {
+    let a = v2("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1compat.toml");
+    let good = config(&a, "");
+    std::fs::write(&path, &good).unwrap();
+    let source = Source {
+        path: Some(path.clone()),
+        env: Vec::new(),
+    };
+    let reloader = Reloader::start(source, reload::http_upstream()).unwrap();
+    let mut outcomes = reloader.subscribe();
+    let reload = |forced| {
+        let reloader = reloader.clone();
+        tokio::task::spawn_blocking(move || reloader.reload(forced))
+    };
+
+    replace(&path, &config(&a, "[limits]\nmax_page_size = \"lots\"\n"));
+    assert!(matches!(reload(false).await.unwrap(), Outcome::Rejected(_)));
+    // A file event elsewhere in the directory: the same file, the same
+    // problem.
+    assert_eq!(reload(false).await.unwrap(), Outcome::Unchanged);
+    // SIGHUP asks, and is told again.
+    assert!(matches!(reload(true).await.unwrap(), Outcome::Rejected(_)));
+    // Another problem is a new rejection.
+    replace(&path, &config(&a, "[limits]\nmax_page_size = \"many\"\n"));
+    let Outcome::Rejected(why) = reload(false).await.unwrap() else {
+        panic!("a second bad file was not refused");
+    };
+    assert!(why.contains("limits.max_page_size"), "{why}");
+    // Put right as it runs: nothing to apply, and the next bad file is
+    // reported again.
+    replace(&path, &good);
+    assert_eq!(reload(false).await.unwrap(), Outcome::Unchanged);
+    replace(&path, &config(&a, "[limits]\nmax_page_size = \"lots\"\n"));
+    assert!(matches!(reload(false).await.unwrap(), Outcome::Rejected(_)));
+
+    // Told to listeners: four rejections (the repeated read was silent).
+    let mut told = Vec::new();
+    while let Ok(o) = outcomes.try_recv() {
+        told.push(o);
+    }
+    let rejections = told
+        .iter()
+        .filter(|o| matches!(o, Outcome::Rejected(_)))
+        .count();
+    assert_eq!(rejections, 4, "{told:?}");
+}
