@@ -76,6 +76,17 @@ pub struct Deliverer {
     pub(crate) wake: Notify,
 }
 
+/// What a V2 run detail told the enrichment.
+enum Detail {
+    Found(Value),
+    /// V2 answered that the client's key sees no such run (404), or the
+    /// slug cannot be one.
+    Unknown,
+    /// No answer to go by (unreachable, an error, garbled): the callback's
+    /// own data is sent.
+    Unavailable,
+}
+
 /// The V1 notification and the status it reports.
 struct Notification {
     status: String,
@@ -248,7 +259,10 @@ impl Deliverer {
             let _ = self.store.release(&ev.id, now + 1_000).await;
             return Outcome::Deferred;
         };
-        let note = self.notification(&ev, &claims).await;
+        let note = match self.notification(&ev, &claims).await {
+            Ok(note) => note,
+            Err(why) => return self.dead(&ev, ev.attempts + 1, &why, now).await,
+        };
         let webhook_id = event_id(&ev.run_slug, &note.status);
         let request = match self.request(&url, &webhook_id, now, &note.body) {
             Ok(r) => r,
@@ -340,14 +354,23 @@ impl Deliverer {
     /// The V1 body `{run_slug, status, results, usage}`: from a fresh V2 run
     /// detail when enrichment is on and the token carries a key, else from
     /// the callback itself (`usage` is then `"0"`: V2's callback has none).
-    async fn notification(&self, ev: &Event, claims: &Claims) -> Notification {
+    /// A run V2 does not know for the client's key is not notified at all:
+    /// the callback named a run that is not the client's (a token can be
+    /// replayed with another body), and the error says so.
+    async fn notification(&self, ev: &Event, claims: &Claims) -> Result<Notification, String> {
         let mut status = ev.status.clone();
         let mut results = ev.results;
         let mut usage = "0".to_owned();
         if self.cfg.enrich {
             if let Some(key) = claims.key.as_deref().and_then(ApiKey::new) {
                 match self.run_detail(&ev.run_slug, key).await {
-                    Some(detail) => {
+                    Detail::Unknown => {
+                        metrics::counter!(m::ENRICH_FAILED).increment(1);
+                        return Err(
+                            "V2 knows no such run for the client's key: not notified".into()
+                        );
+                    }
+                    Detail::Found(detail) => {
                         let fresh = string_of(detail.get("status")).unwrap_or_default();
                         // V2's read may lag its own callback; never go back.
                         if !fresh.is_empty() && rank(&fresh) >= rank(&status) {
@@ -356,7 +379,7 @@ impl Deliverer {
                         results = int_of(detail.get("results")).unwrap_or(results);
                         usage = string_of(detail.get("usage")).unwrap_or(usage);
                     }
-                    None => metrics::counter!(m::ENRICH_FAILED).increment(1),
+                    Detail::Unavailable => metrics::counter!(m::ENRICH_FAILED).increment(1),
                 }
             }
         }
@@ -366,24 +389,29 @@ impl Deliverer {
             "results": results,
             "usage": usage,
         });
-        Notification {
+        Ok(Notification {
             status,
             body: Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
-        }
+        })
     }
 
-    async fn run_detail(&self, run: &str, key: ApiKey) -> Option<Value> {
-        let run = Segment::new(run).ok()?;
+    async fn run_detail(&self, run: &str, key: ApiKey) -> Detail {
+        let Ok(run) = Segment::new(run) else {
+            return Detail::Unknown;
+        };
         let call = detail_call(&run).with_key(Some(key));
-        let reply = self
-            .upstream
-            .call(call, &RequestId::generate())
-            .await
-            .ok()?;
-        let env: crate::v2::Envelope = serde_json::from_slice(&reply.body).ok()?;
+        let Ok(reply) = self.upstream.call(call, &RequestId::generate()).await else {
+            return Detail::Unavailable;
+        };
+        if reply.status == StatusCode::NOT_FOUND {
+            return Detail::Unknown;
+        }
+        let Ok(env) = serde_json::from_slice::<crate::v2::Envelope>(&reply.body) else {
+            return Detail::Unavailable;
+        };
         match (reply.status.is_success(), env.code, env.data) {
-            (true, Some(0), Some(data)) if data.is_object() => Some(data),
-            _ => None,
+            (true, Some(0), Some(data)) if data.is_object() => Detail::Found(data),
+            _ => Detail::Unavailable,
         }
     }
 

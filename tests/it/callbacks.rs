@@ -32,7 +32,9 @@ use v1compat::callbacks::store::memory::MemoryStore;
 use v1compat::callbacks::store::Store;
 use v1compat::callbacks::Relay;
 use v1compat::sandbox::{Sandbox, SandboxConfig};
-use v1compat::upstream::HttpUpstream;
+use v1compat::upstream::{ApiKey, HttpUpstream};
+
+use crate::support::{MockV2, Reply};
 
 const SECRET: &str = "integration-test-secret-0123";
 
@@ -365,8 +367,23 @@ async fn sandbox_runs_get_the_native_v1_notifications() {
 
 /// A relay with a manual clock and an in-memory store, no background loop.
 fn make_relay(extra: &str, clock: Arc<ManualClock>) -> (Arc<Relay>, Arc<MemoryStore>) {
+    relay_of(&format!("[callbacks]\nenrich = false\n{extra}"), clock)
+}
+
+/// [`make_relay`] reading each run's detail from the V2 at `v2_url`.
+fn make_enriching_relay(
+    v2_url: &str,
+    extra: &str,
+    clock: Arc<ManualClock>,
+) -> (Arc<Relay>, Arc<MemoryStore>) {
+    let text = format!("[upstream]\nbase_url = \"{v2_url}\"\n[callbacks]\nenrich = true\n{extra}");
+    relay_of(&text, clock)
+}
+
+/// `text` (whose last section is `[callbacks]`) with the relay's own keys.
+fn relay_of(text: &str, clock: Arc<ManualClock>) -> (Arc<Relay>, Arc<MemoryStore>) {
     let text = format!(
-        "[callbacks]\npublic_url = \"https://gw.example\"\nsecret = \"{SECRET}\"\nstore = \"memory\"\nenrich = false\n{extra}"
+        "{text}public_url = \"https://gw.example\"\nsecret = \"{SECRET}\"\nstore = \"memory\"\n"
     );
     let config = v1compat::config::load(&text, Vec::new()).unwrap();
     let store = Arc::new(MemoryStore::default());
@@ -522,6 +539,55 @@ async fn retries_follow_the_schedule_with_one_webhook_id_and_410_stops() {
     assert!(matches!(&out[0], Outcome::Delivered { .. }), "{out:?}");
     hook.until(&mut seen, |s| s.len() == 6).await;
     assert_eq!(seen[4].webhook_id, seen[5].webhook_id);
+}
+
+/// Found by an operations review: a callback token replayed with the slug
+/// of a run V2 does not know for the client's key was delivered as that
+/// run's news. With enrichment on, such a run is not notified: the event
+/// is dead, with the reason; a run V2 knows is notified with its detail.
+#[tokio::test]
+async fn a_run_v2_does_not_know_for_the_clients_key_is_not_notified() {
+    let v2 = MockV2::start(|req| {
+        if req.path.ends_with("/REAL") {
+            Reply::ok(json!({"slug": "REAL", "status": "succeeded", "results": 7, "usage": "0.25"}))
+        } else {
+            Reply::error(404, 11004, "run not found")
+        }
+    })
+    .await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let (relay, store) = make_enriching_relay(
+        &v2.url(),
+        "allow_cidrs = [\"127.0.0.0/8\"]\nretry_schedule = [\"0s\", \"1m\"]\njitter_percent = 0\n",
+        clock,
+    );
+    let mut hook = hook().await;
+    let key = ApiKey::new("client-key").unwrap();
+    let url = relay
+        .v2_callback_url(&format!("{}/cb", hook.base), Some(&key))
+        .unwrap();
+
+    let ghost = json!({"run_slug": "GHOST", "run_status": "succeeded"});
+    assert_eq!(v2_posts(&relay, &url, ghost).await, 200);
+    let Outcome::Dead { why } = &dispatch(&relay).await[0] else {
+        panic!("a run V2 does not know was notified");
+    };
+    assert!(why.contains("no such run"), "{why}");
+    assert_eq!(store.stats().await.unwrap().dead, 1);
+
+    let real = json!({"run_slug": "REAL", "run_status": "running"});
+    assert_eq!(v2_posts(&relay, &url, real).await, 200);
+    assert!(matches!(
+        dispatch(&relay).await[..],
+        [Outcome::Delivered { .. }]
+    ));
+    let mut seen = Vec::new();
+    hook.until(&mut seen, |s| !s.is_empty()).await;
+    assert_eq!(seen.len(), 1, "only the known run reached the client");
+    assert_eq!(
+        seen[0].body,
+        json!({"run_slug": "REAL", "status": 3, "results": 7, "usage": "0.25"})
+    );
 }
 
 #[tokio::test]
