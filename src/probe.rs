@@ -18,9 +18,10 @@ pub struct ProbeArgs {
     /// The admin path to ask for: /healthz (alive) or /readyz (can serve V1).
     #[arg(default_value = "/healthz")]
     pub path: String,
-    /// The admin listener; an unspecified address (0.0.0.0, [::]) means this host.
+    /// The admin listener, HOST:PORT (an address or a name such as
+    /// localhost:9090); an unspecified address (0.0.0.0, [::]) means this host.
     #[arg(long, env = "V1COMPAT_LISTEN__ADMIN", default_value = "127.0.0.1:9090")]
-    pub admin: SocketAddr,
+    pub admin: String,
     /// Give up after this long.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
@@ -31,10 +32,24 @@ pub async fn probe(args: &ProbeArgs) -> Result<String, String> {
     if !args.path.starts_with('/') || args.path.bytes().any(|b| b <= b' ' || b == 0x7f) {
         return Err(format!("{:?} is not a path", args.path));
     }
-    let addr = reachable(args.admin);
-    tokio::time::timeout(args.timeout, ask(addr, &args.path))
+    let admin = &args.admin;
+    let asked = async {
+        let addr = resolve(admin).await?;
+        ask(reachable(addr), &args.path).await
+    };
+    tokio::time::timeout(args.timeout, asked)
         .await
-        .unwrap_or_else(|_| Err(format!("{addr} did not answer within {:?}", args.timeout)))
+        .unwrap_or_else(|_| Err(format!("{admin} did not answer within {:?}", args.timeout)))
+}
+
+/// The first address `admin` (HOST:PORT) names.
+async fn resolve(admin: &str) -> Result<SocketAddr, String> {
+    let mut addrs = tokio::net::lookup_host(admin)
+        .await
+        .map_err(|e| format!("--admin {admin:?}: {e} (expected HOST:PORT)"))?;
+    addrs
+        .next()
+        .ok_or_else(|| format!("--admin {admin:?} names no address"))
 }
 
 /// A listener bound to every interface is reached through loopback.
@@ -92,11 +107,24 @@ mod tests {
         );
     }
 
+    /// Found by an operations review: `--admin localhost:PORT` was refused
+    /// as not an address.
+    #[tokio::test]
+    async fn the_admin_listener_may_be_named() {
+        let ip: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        assert_eq!(resolve("127.0.0.1:9").await, Ok(ip));
+        assert!(resolve("localhost:9").await.unwrap().ip().is_loopback());
+        assert!(resolve("localhost")
+            .await
+            .unwrap_err()
+            .contains("HOST:PORT"));
+    }
+
     #[tokio::test]
     async fn paths_that_would_split_the_request_line_are_refused() {
         let args = ProbeArgs {
             path: "/healthz HTTP/1.0\r\nX: y".into(),
-            admin: "127.0.0.1:9".parse().unwrap(),
+            admin: "127.0.0.1:9".into(),
             timeout: Duration::from_secs(1),
         };
         assert!(probe(&args).await.unwrap_err().contains("not a path"));
