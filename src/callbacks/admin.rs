@@ -1,7 +1,8 @@
 //! Operator endpoints for the relay, on the admin listener (never public):
 //!
 //! * `GET  /callbacks/events?state=pending|dead|done&since=T&limit=N` — events
-//!   (without their tokens: target URL and key stay sealed)
+//!   in one state, `pending` when none is given (without their tokens:
+//!   target URL and key stay sealed)
 //! * `GET  /callbacks/stats` — queue depth, dead count, oldest pending age
 //! * `POST /callbacks/events/{id}/redeliver` — one event, fresh schedule
 //! * `POST /callbacks/redeliver?since=T[&limit=N]` — every dead event received
