@@ -5,11 +5,14 @@
 # over keep-alive requests on one connection after a warm-up. Instruction
 # counts do not depend on what else the machine runs. The same V2 requests
 # also go through examples/bare_proxy.rs, the least a proxy on v1compat's
-# own stack (tokio, hyper) spends. See deploy/bench/README.md.
+# own stack (tokio, hyper) spends, and the V1 run detail through
+# examples/bare_translation.rs, the least its translation spends on that
+# stack. See deploy/bench/README.md.
 #
 #   deploy/bench/instructions.sh [--requests N] [--warmup N] [--out FILE]
 #                                [--profile DIR] [--log-level LEVEL]
 #                                [--binary PATH] [--floor PATH]
+#                                [--translation PATH]
 #                                [--no-install] [--no-build]
 set -euo pipefail
 
@@ -24,12 +27,13 @@ INSTALL=1
 BUILD=1
 BIN=""
 FLOOR=""
+TRANSLATION=""
 KEY=sandbox-key
 SEED=7
 COMMAND="deploy/bench/instructions.sh${*:+ $*}"
 
 usage() {
-  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
   exit 64
 }
 while [ $# -gt 0 ]; do
@@ -41,6 +45,7 @@ while [ $# -gt 0 ]; do
     --log-level) LOG_LEVEL="$2"; shift 2 ;;
     --binary) BIN="$2"; BUILD=0; shift 2 ;;
     --floor) FLOOR="$2"; shift 2 ;;
+    --translation) TRANSLATION="$2"; shift 2 ;;
     --no-install) INSTALL=0; shift ;;
     --no-build) BUILD=0; shift ;;
     -h|--help) usage ;;
@@ -65,14 +70,17 @@ install_missing "$INSTALL" valgrind=valgrind strace=strace nginx=nginx-light cur
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 
 if [ "$BUILD" = 1 ]; then
-  log "cargo build --release --bin v1compat --example bare_proxy"
-  (cd "$ROOT" && timeout 3600 cargo build --release --quiet --bin v1compat --example bare_proxy)
+  log "cargo build --release --bin v1compat --example bare_proxy --example bare_translation"
+  (cd "$ROOT" && timeout 3600 cargo build --release --quiet --bin v1compat --example bare_proxy \
+    --example bare_translation)
 fi
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 [ -n "$BIN" ] || BIN="$TARGET_DIR/release/v1compat"
 [ -x "$BIN" ] || die "no release build at $BIN (drop --no-build)"
 [ -n "$FLOOR" ] || FLOOR="$TARGET_DIR/release/examples/bare_proxy"
 [ -x "$FLOOR" ] || die "no release build of the bare proxy at $FLOOR (cargo build --release --example bare_proxy, or --floor PATH)"
+[ -n "$TRANSLATION" ] || TRANSLATION="$TARGET_DIR/release/examples/bare_translation"
+[ -x "$TRANSLATION" ] || die "no release build of the bare translation at $TRANSLATION (cargo build --release --example bare_translation, or --translation PATH)"
 
 # ---------------------------------------------------------------- processes
 WORK="$(mktemp -d /tmp/v1compat-instructions.XXXXXX)"
@@ -148,6 +156,14 @@ start_floor() { # tool -> sets PROXY_PID, PROXY_PORT
   wait_http "http://127.0.0.1:$port/__sandbox/healthz" "bare proxy ($1)" "$PROXY_PID"
 }
 
+start_translation() { # tool [headers] -> sets PROXY_PID, PROXY_PORT
+  local port; port=$(free_port)
+  local pre=("${PIN[@]}"); [ "$1" = callgrind ] && pre+=("${VALGRIND[@]}")
+  "${pre[@]}" "$TRANSLATION" "127.0.0.1:$port" "$V2" ${2:+"$2"} >"$WORK/translation-$1.log" 2>&1 &
+  PROXY_PID=$!; PIDS+=("$PROXY_PID"); PROXY_PORT=$port
+  wait_http "http://127.0.0.1:$port/__sandbox/healthz" "bare translation ($1)" "$PROXY_PID"
+}
+
 start_v1compat() { # tool -> sets PROXY_PID, PROXY_PORT
   local port admin; port=$(free_port); admin=$(free_port)
   local pre=("${PIN[@]}"); [ "$1" = callgrind ] && pre+=("${VALGRIND[@]}")
@@ -165,7 +181,7 @@ measure() { # proxy tool workload
     callgrind) out="$WORK/cg" ;;
     strace) out="$WORK/strace-$proxy-$w.txt" ;;
   esac
-  if [ "$proxy" != v1compat ]; then
+  if [ "$proxy" = nginx ] || [ "$proxy" = floor ]; then
     local p
     for p in ${NG_PATHS[$w]}; do args+=(--path "$p"); done
     args+=(--header "$AUTH" --warmup "$WARMUP" --count "$REQUESTS")
@@ -193,6 +209,13 @@ for proxy in nginx floor v1compat; do
     for w in "${WORKLOADS[@]}"; do measure "$proxy" "$tool" "$w"; done
     stop "$PROXY_PID"
   done
+done
+# The run detail's translation alone, without and with v1compat's headers.
+for variant in "" headers; do
+  log "bare translation${variant:+ with $variant} under callgrind"
+  start_translation callgrind "$variant"
+  measure "translation${variant:+-$variant}" callgrind detail
+  stop "$PROXY_PID"
 done
 
 # ---------------------------------------------------------------- report
@@ -242,6 +265,21 @@ for w in calls:
         parts = sorted(r["by_syscall"].items(), key=lambda kv: -kv[1])
         print(f"| {w} | {p} | " + ", ".join(f"{name} {c / n:.2f}" for name, c in parts) + " |")
 print()
+print("### The translation alone (run detail)")
+print()
+print("| Proxy | instructions / request | × nginx |")
+print("|---|---|---|")
+ng = get("nginx", "callgrind", "detail")
+ng = ng["instructions"] / ng["requests"]
+for p, what in (("nginx", "nginx, the V2 request proxied"),
+                ("floor", "bare proxy, the V2 request proxied (`examples/bare_proxy.rs`)"),
+                ("translation", "bare translation, the V1 request translated (`examples/bare_translation.rs`)"),
+                ("translation-headers", "bare translation with v1compat's headers (`… headers`)"),
+                ("v1compat", "v1compat")):
+    r = get(p, "callgrind", "detail")
+    n = r["instructions"] / r["requests"]
+    print(f"| {what} | {k(n)} | {n / ng:.2f}× |")
+print()
 print("### Targets")
 print()
 print("| Target | Figure | Result |")
@@ -265,6 +303,7 @@ MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
   echo "| v1compat | \`serve\`, release build, log level \`$LOG_LEVEL\`, metrics recorder on, no shadow mirror; on one CPU, tokio's single-threaded runtime (\`runtime.threads = 0\`) |"
   echo "| nginx | one process (\`master_process off\`), keep-alive upstream, access log off |"
   echo "| floor | \`examples/bare_proxy.rs\`, release build: the runtime v1compat would choose, hyper's HTTP/1.1 server and one kept-alive client connection, the V2 request forwarded unchanged; nothing else |"
+  echo "| bare translation | \`examples/bare_translation.rs\`, release build: the floor's stack and v1compat's allocator; the V1 run detail read with serde, the V2 run read and the V1 record written by v1compat's own code; no checks, limits, deadlines, pool, ids, logs or metrics; with \`headers\`, v1compat's headers to V2 and to the client too |"
   echo
   echo "Instructions: callgrind's count of user-space instructions of the proxy process (every"
   echo "thread) between zeroing (\`callgrind_control -z\`) after the warm-up and the dump"

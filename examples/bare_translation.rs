@@ -1,0 +1,204 @@
+//! The least a translated run detail costs on v1compat's stack, for
+//! `deploy/bench/instructions.sh`: beside the bare proxy (`bare_proxy.rs`,
+//! which forwards a V2 request unchanged), this takes the V1 request
+//! (`POST /api/v1/run/detail`, `{"run_slug":"…"}`, `api-key`), asks V2 for
+//! the run (`GET /api/v2/worker-runs/{slug}`, `Authorization: Bearer`) and
+//! answers V1's envelope, with the gateway's own readers and writer of the
+//! run record (`result_scan::run_answer`, `V1Run::write_json`) and its
+//! allocator. Nothing else: no routing but this one path, no checks of the
+//! slug or the key, no limits, deadlines, retries, pool, request ids, logs
+//! or metrics, one kept-alive V2 connection, and any failure a bare 502.
+//! It is not part of the gateway; it tells what the translation itself
+//! costs on hyper and tokio, and so how much of v1compat's cost is the
+//! gateway's own work around it.
+//!
+//! With `headers` as a third argument it also sends and answers the
+//! headers v1compat does (to V2: `accept`, `user-agent`, `x-request-id`;
+//! to the client: `x-request-id`, `x-v2-request-id`,
+//! `x-v1compat-upstream-calls`), the request id a fixed one.
+//!
+//! ```text
+//! cargo run --release --example bare_translation -- 127.0.0.1:0 http://127.0.0.1:8081 [headers]
+//! ```
+//!
+//! Prints `listening on ADDR` once it accepts connections. Any other path
+//! is forwarded as it came (for a readiness check).
+
+use std::convert::Infallible;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Mutex;
+use v1compat::ops::result_scan;
+use v1compat::ops::run_records::{v1_run, Texts};
+use v1compat::ops::Compat;
+
+// The gateway's allocator, as its binary sets it.
+#[global_allocator]
+static ALLOCATOR: allocator::Allocator = allocator::Allocator;
+#[path = "../src/allocator.rs"]
+mod allocator;
+
+type Upstream = Arc<Mutex<Option<SendRequest<Full<Bytes>>>>>;
+
+/// What each request needs of the command line.
+struct Target {
+    /// `host:port` of V2.
+    authority: String,
+    host: HeaderValue,
+    /// Send and answer v1compat's diagnostic headers too.
+    headers: bool,
+}
+
+fn main() {
+    let runtime = v1compat::runtime::build(0).expect("runtime");
+    runtime.block_on(serve());
+}
+
+async fn serve() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (Some(listen), Some(upstream)) = (args.first(), args.get(1)) else {
+        eprintln!("usage: bare_translation LISTEN_ADDR UPSTREAM_URL (http://host:port) [headers]");
+        std::process::exit(64);
+    };
+    let authority = upstream
+        .strip_prefix("http://")
+        .unwrap_or(upstream)
+        .trim_end_matches('/')
+        .to_owned();
+    let target = Arc::new(Target {
+        host: HeaderValue::from_str(&authority).expect("a host:port"),
+        authority,
+        headers: args.get(2).is_some_and(|a| a == "headers"),
+    });
+    let listener = TcpListener::bind(listen).await.expect("bind");
+    println!("listening on {}", listener.local_addr().expect("address"));
+    let conn: Upstream = Arc::new(Mutex::new(None));
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let (target, conn) = (target.clone(), conn.clone());
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let (target, conn) = (target.clone(), conn.clone());
+                async move { Ok::<_, Infallible>(answer(&target, &conn, req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct DetailBody {
+    run_slug: String,
+}
+
+/// The request id of every request, when the headers are sent.
+const REQUEST_ID: HeaderValue = HeaderValue::from_static("01M8GYT122S8NFBZRREE901FW7");
+
+async fn answer(target: &Target, conn: &Upstream, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let (parts, body) = req.into_parts();
+    if parts.uri.path() != "/api/v1/run/detail" {
+        let forwarded = Request::from_parts(parts, Full::new(Bytes::new()));
+        return match send(target, conn, forwarded).await {
+            Some((head, body)) => Response::from_parts(head, Full::new(body)),
+            None => status(StatusCode::BAD_GATEWAY),
+        };
+    }
+    let key = parts.headers.get("api-key").cloned();
+    let Ok(body) = body.collect().await.map(|b| b.to_bytes()) else {
+        return status(StatusCode::BAD_REQUEST);
+    };
+    let Ok(input) = serde_json::from_slice::<DetailBody>(&body) else {
+        return status(StatusCode::BAD_REQUEST);
+    };
+    let Ok(uri) = format!("/api/v2/worker-runs/{}", input.run_slug).parse() else {
+        return status(StatusCode::BAD_REQUEST);
+    };
+    let mut v2 = Request::new(Full::new(Bytes::new()));
+    *v2.uri_mut() = uri;
+    let headers = v2.headers_mut();
+    headers.insert(header::HOST, target.host.clone());
+    if target.headers {
+        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+        headers.insert(
+            header::USER_AGENT,
+            HeaderValue::from_static("v1compat/0.1.0"),
+        );
+        headers.insert("x-request-id", REQUEST_ID);
+    }
+    if let Some(key) = key {
+        let bearer = [b"Bearer ", key.as_bytes()].concat();
+        if let Ok(value) = HeaderValue::from_bytes(&bearer) {
+            headers.insert(header::AUTHORIZATION, value);
+        }
+    }
+    let Some((head, body)) = send(target, conn, v2).await else {
+        return status(StatusCode::BAD_GATEWAY);
+    };
+    let Some(read) = result_scan::run_answer(&body) else {
+        return status(StatusCode::BAD_GATEWAY);
+    };
+    static COMPAT: OnceLock<Compat> = OnceLock::new();
+    let run = v1_run(&read.data, COMPAT.get_or_init(Compat::default));
+    let mut envelope = Vec::with_capacity(512);
+    envelope.extend_from_slice(b"{\"code\":0,\"message\":\"success\",\"data\":");
+    run.write_json(&mut envelope, Texts::scanned(&read));
+    envelope.push(b'}');
+    let mut resp = Response::new(Full::new(Bytes::from(envelope)));
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if target.headers {
+        if let Some(v2_id) = head.headers.get("x-request-id") {
+            headers.insert("x-v2-request-id", v2_id.clone());
+        }
+        headers.insert("x-v1compat-upstream-calls", HeaderValue::from_static("1"));
+        headers.insert("x-request-id", REQUEST_ID);
+    }
+    resp
+}
+
+/// `req` to V2 on the one kept connection (made when there is none); the
+/// answer's head and whole body.
+async fn send(
+    target: &Target,
+    conn: &Upstream,
+    req: Request<Full<Bytes>>,
+) -> Option<(http::response::Parts, Bytes)> {
+    let mut slot = conn.lock().await;
+    if !slot.as_ref().is_some_and(|s| !s.is_closed()) {
+        let stream = TcpStream::connect(&target.authority).await.ok()?;
+        let _ = stream.set_nodelay(true);
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .ok()?;
+        tokio::spawn(connection);
+        *slot = Some(sender);
+    }
+    let sender = slot.as_mut()?;
+    sender.ready().await.ok()?;
+    let answer = sender.send_request(req).await.ok()?;
+    drop(slot);
+    let (head, body) = answer.into_parts();
+    let body = body.collect().await.ok()?.to_bytes();
+    Some((head, body))
+}
+
+fn status(status: StatusCode) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::new()));
+    *resp.status_mut() = status;
+    resp
+}
