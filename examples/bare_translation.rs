@@ -28,7 +28,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Request, Response, StatusCode};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
@@ -51,9 +51,49 @@ type Upstream = Arc<Mutex<Option<SendRequest<Full<Bytes>>>>>;
 struct Target {
     /// `host:port` of V2.
     authority: String,
-    host: HeaderValue,
-    /// Send and answer v1compat's diagnostic headers too.
-    headers: bool,
+    /// The V2 request's headers, the key's value empty; with `headers`,
+    /// v1compat's too, the request id's value set.
+    to_v2: HeaderMap,
+    /// The answer's headers: its type; with `headers`, v1compat's too,
+    /// `x-v2-request-id` empty.
+    to_client: HeaderMap,
+}
+
+impl Target {
+    /// The maps each request copies and sets in place, as v1compat's V2
+    /// client does: copying a map costs less than inserting its names.
+    fn new(authority: String, headers: bool) -> Target {
+        let mut to_v2 = HeaderMap::with_capacity(6);
+        to_v2.insert(
+            header::HOST,
+            HeaderValue::from_str(&authority).expect("a host:port"),
+        );
+        let mut to_client = HeaderMap::with_capacity(6);
+        to_client.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if headers {
+            to_v2.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+            to_v2.insert(
+                header::USER_AGENT,
+                HeaderValue::from_static("v1compat/0.1.0"),
+            );
+            to_v2.insert(X_REQUEST_ID, REQUEST_ID);
+            to_client.insert(X_V2_REQUEST_ID, HeaderValue::from_static(""));
+            to_client.insert(
+                HeaderName::from_static("x-v1compat-upstream-calls"),
+                HeaderValue::from_static("1"),
+            );
+            to_client.insert(X_REQUEST_ID, REQUEST_ID);
+        }
+        to_v2.insert(header::AUTHORIZATION, HeaderValue::from_static(""));
+        Target {
+            authority,
+            to_v2,
+            to_client,
+        }
+    }
 }
 
 fn main() {
@@ -72,11 +112,10 @@ async fn serve() {
         .unwrap_or(upstream)
         .trim_end_matches('/')
         .to_owned();
-    let target = Arc::new(Target {
-        host: HeaderValue::from_str(&authority).expect("a host:port"),
+    let target = Arc::new(Target::new(
         authority,
-        headers: args.get(2).is_some_and(|a| a == "headers"),
-    });
+        args.get(2).is_some_and(|a| a == "headers"),
+    ));
     let listener = TcpListener::bind(listen).await.expect("bind");
     println!("listening on {}", listener.local_addr().expect("address"));
     let conn: Upstream = Arc::new(Mutex::new(None));
@@ -105,6 +144,8 @@ struct DetailBody {
 
 /// The request id of every request, when the headers are sent.
 const REQUEST_ID: HeaderValue = HeaderValue::from_static("01M8GYT122S8NFBZRREE901FW7");
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const X_V2_REQUEST_ID: HeaderName = HeaderName::from_static("x-v2-request-id");
 
 async fn answer(target: &Target, conn: &Upstream, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let (parts, body) = req.into_parts();
@@ -127,22 +168,24 @@ async fn answer(target: &Target, conn: &Upstream, req: Request<Incoming>) -> Res
     };
     let mut v2 = Request::new(Full::new(Bytes::new()));
     *v2.uri_mut() = uri;
-    let headers = v2.headers_mut();
-    headers.insert(header::HOST, target.host.clone());
-    if target.headers {
-        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-        headers.insert(
-            header::USER_AGENT,
-            HeaderValue::from_static("v1compat/0.1.0"),
-        );
-        headers.insert("x-request-id", REQUEST_ID);
-    }
-    if let Some(key) = key {
-        let bearer = [b"Bearer ", key.as_bytes()].concat();
-        if let Ok(value) = HeaderValue::from_bytes(&bearer) {
-            headers.insert(header::AUTHORIZATION, value);
+    let mut headers = target.to_v2.clone();
+    let bearer = key.and_then(|key| {
+        HeaderValue::from_maybe_shared(Bytes::from([b"Bearer ", key.as_bytes()].concat())).ok()
+    });
+    match bearer {
+        Some(bearer) => {
+            if let Some(value) = headers
+                .iter_mut()
+                .find_map(|(name, value)| (name == header::AUTHORIZATION).then_some(value))
+            {
+                *value = bearer;
+            }
+        }
+        None => {
+            headers.remove(header::AUTHORIZATION);
         }
     }
+    *v2.headers_mut() = headers;
     let Some((head, body)) = send(target, conn, v2).await else {
         return status(StatusCode::BAD_GATEWAY);
     };
@@ -156,18 +199,15 @@ async fn answer(target: &Target, conn: &Upstream, req: Request<Incoming>) -> Res
     run.write_json(&mut envelope, Texts::scanned(&read));
     envelope.push(b'}');
     let mut resp = Response::new(Full::new(Bytes::from(envelope)));
-    let headers = resp.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    if target.headers {
-        if let Some(v2_id) = head.headers.get("x-request-id") {
-            headers.insert("x-v2-request-id", v2_id.clone());
+    let mut headers = target.to_client.clone();
+    if let Some(v2_id) = head.headers.get(X_REQUEST_ID) {
+        for (name, value) in headers.iter_mut() {
+            if name == X_V2_REQUEST_ID {
+                *value = v2_id.clone();
+            }
         }
-        headers.insert("x-v1compat-upstream-calls", HeaderValue::from_static("1"));
-        headers.insert("x-request-id", REQUEST_ID);
     }
+    *resp.headers_mut() = headers;
     resp
 }
 
