@@ -310,9 +310,12 @@ impl<'a> Query<'a> {
         Query(url::form_urlencoded::parse(raw.unwrap_or("").as_bytes()).collect())
     }
 
+    /// The last value given for `name`: V1 read a repeated parameter
+    /// (`?search=a&search=b`) as its last value.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.0
             .iter()
+            .rev()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_ref())
     }
