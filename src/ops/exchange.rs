@@ -235,8 +235,11 @@ impl<'a> Exchange<'a> {
                 subject,
                 status: fetched.status,
                 code,
-                message: envelope.message.unwrap_or_default(),
-                details: crate::error::details_of(envelope.details.as_ref()),
+                message: self.redact(envelope.message.unwrap_or_default()),
+                details: crate::error::details_of(envelope.details.as_ref())
+                    .into_iter()
+                    .map(|detail| self.redact(detail))
+                    .collect(),
                 v2_request_id,
                 // Rounded up, so a client never comes back too early.
                 retry_after: fetched
@@ -244,6 +247,19 @@ impl<'a> Exchange<'a> {
                     .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0)),
             }),
         }
+    }
+
+    /// V2's text (an error's message or details) without the keys this
+    /// request could have sent: a V2 that repeats the credential it refused
+    /// ("Invalid API key sk_…") must not put it into the access line, the
+    /// error log or the client's V1 message.
+    fn redact(&self, text: String) -> String {
+        let keys = [
+            self.key.as_ref(),
+            self.fallback_key.as_ref(),
+            self.translator.settings.service_key.as_ref(),
+        ];
+        redact_keys(text, keys.into_iter().flatten())
     }
 
     /// Keeps V2's request id for the diagnostics header, if it is safe to put
@@ -339,4 +355,44 @@ impl Fetched {
 pub enum Read<T> {
     Typed(Option<T>),
     Untyped(Value),
+}
+
+/// Keys shorter than this are not looked for in V2's text: replacing every
+/// occurrence of a two-letter test key would garble the message, and a key
+/// that short protects nothing.
+const MIN_REDACTED_KEY: usize = 4;
+
+/// `text` with every occurrence of each of `keys` replaced by `<redacted>`.
+fn redact_keys<'k>(mut text: String, keys: impl IntoIterator<Item = &'k ApiKey>) -> String {
+    for key in keys {
+        let key = key.expose();
+        if key.len() >= MIN_REDACTED_KEY && text.contains(key) {
+            text = text.replace(key, "<redacted>");
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_in_v2_text_are_redacted() {
+        let client = ApiKey::new("sk_live_KEYLEAK77").unwrap();
+        let service = ApiKey::new("svc-key-1").unwrap();
+        let keys = || [&client, &service];
+        assert_eq!(
+            redact_keys("Invalid API key Bearer sk_live_KEYLEAK77".into(), keys()),
+            "Invalid API key Bearer <redacted>"
+        );
+        assert_eq!(
+            redact_keys("svc-key-1 then sk_live_KEYLEAK77, svc-key-1".into(), keys()),
+            "<redacted> then <redacted>, <redacted>"
+        );
+        assert_eq!(redact_keys("run not found".into(), keys()), "run not found");
+        // A key too short to be one is left alone rather than garbling text.
+        let short = ApiKey::new("ab").unwrap();
+        assert_eq!(redact_keys("about a tab".into(), [&short]), "about a tab");
+    }
 }
