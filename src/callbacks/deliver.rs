@@ -396,7 +396,7 @@ impl Deliverer {
     }
 
     async fn run_detail(&self, run: &str, key: ApiKey) -> Detail {
-        let Ok(run) = Segment::new(run) else {
+        let Ok(run) = Segment::run(run) else {
             return Detail::Unknown;
         };
         let call = detail_call(&run).with_key(Some(key));

@@ -71,7 +71,8 @@ impl Cidr {
     }
 }
 
-/// The IPv4 address an IPv6 one stands for (mapped, NAT64, 6to4), else itself.
+/// The IPv4 address an IPv6 one stands for (mapped, compatible, NAT64,
+/// 6to4), else itself.
 fn canonical(ip: IpAddr) -> IpAddr {
     let IpAddr::V6(v6) = ip else { return ip };
     if let Some(v4) = v6.to_ipv4_mapped() {
@@ -81,6 +82,17 @@ fn canonical(ip: IpAddr) -> IpAddr {
     let o = v6.octets();
     // NAT64 well-known prefix 64:ff9b::/96.
     if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return IpAddr::V4(Ipv4Addr::new(o[12], o[13], o[14], o[15]));
+    }
+    // NAT64 local-use prefix 64:ff9b:1::/48 (RFC 8215), the IPv4 address
+    // in its last 32 bits as a translator configured for /96 puts it.
+    if s[..3] == [0x64, 0xff9b, 1] {
+        return IpAddr::V4(Ipv4Addr::new(o[12], o[13], o[14], o[15]));
+    }
+    // IPv4-compatible ::V4ADDR (deprecated, but still routed by some
+    // stacks), for an IPv4 address outside 0.0.0.0/8: `::`, `::1` and
+    // their neighbours are IPv6's own.
+    if s[..6] == [0; 6] && o[12] != 0 {
         return IpAddr::V4(Ipv4Addr::new(o[12], o[13], o[14], o[15]));
     }
     // 6to4 2002:V4ADDR::/48.
@@ -264,6 +276,10 @@ mod tests {
             ("::ffff:169.254.169.254", Class::Forbidden),
             ("64:ff9b::a00:1", Class::Private),
             ("2002:a9fe:a9fe::1", Class::Forbidden),
+            ("::127.0.0.1", Class::Private),
+            ("::169.254.169.254", Class::Forbidden),
+            ("64:ff9b:1::7f00:1", Class::Private),
+            ("64:ff9b:1::a9fe:a9fe", Class::Forbidden),
         ] {
             assert_eq!(classify(ip(a)), c, "{a}");
         }

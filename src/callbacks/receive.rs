@@ -56,7 +56,9 @@ pub fn parse_body(bytes: &[u8]) -> Result<(String, String, i64), String> {
     let run = string_of(v.get("run_slug"))
         .or_else(|| string_of(v.get("run_id")))
         .ok_or("run_slug: is required (or the older run_id)")?;
-    if Segment::new(&run).is_err() || run.len() > 128 {
+    // A run id, not a V2 shortcut word (`last`): enrichment reads
+    // `worker-runs/{run_slug}` with the client's key.
+    if Segment::run(&run).is_err() || run.len() > 128 {
         return Err("run_slug: is not a usable run id".into());
     }
     let status = v
@@ -163,6 +165,10 @@ mod tests {
             "[]",
             r#"{"run_status":"succeeded"}"#,
             r#"{"run_slug":"../x","run_status":"succeeded"}"#,
+            // V2's shortcut word, not a run: enrichment would read the
+            // client's latest run instead.
+            r#"{"run_slug":"last","run_status":"succeeded"}"#,
+            r#"{"run_slug":"LAST","run_status":"succeeded"}"#,
             r#"{"run_slug":"R"}"#,
             r#"{"run_slug":"R","run_status":"a b"}"#,
         ] {

@@ -91,8 +91,16 @@ pub fn now_ms() -> i64 {
 }
 
 /// Query parameter names whose values are keys: V2 accepts `token=`, and
-/// clients and answers also carry `api-key=`, `apikey=` and `key=`.
-const SECRET_PARAMS: [&str; 4] = ["token", "api-key", "apikey", "key"];
+/// clients and answers also carry `api-key=`, `api_key=`, `apikey=`,
+/// `access_token=` and `key=`.
+const SECRET_PARAMS: [&str; 6] = [
+    "token",
+    "api-key",
+    "api_key",
+    "apikey",
+    "access_token",
+    "key",
+];
 
 /// Whether `s` may hold a secret query parameter (cheap pre-check).
 fn may_hold_secret(lower: &str) -> bool {
@@ -101,8 +109,8 @@ fn may_hold_secret(lower: &str) -> bool {
         .any(|name| lower.contains(&format!("{name}=")))
 }
 
-/// Replaces the value of every `token=`, `api-key=`, `apikey=` and `key=`
-/// query parameter (also inside URLs in answers) with [`REDACTED`]. A name
+/// Replaces the value of every parameter named in [`SECRET_PARAMS`]
+/// (`token=`, `api-key=`, `key=`, …) as a query parameter (also inside URLs in answers) with [`REDACTED`]. A name
 /// counts only as a whole parameter name: at the start, or after `?`, `&`,
 /// `;`, so `mytoken=` or `monkey=` are left alone.
 pub fn redact_text(s: &str) -> String {
@@ -280,6 +288,10 @@ mod tests {
             "http://h/log.txt?token=<redacted>&x=1"
         );
         assert_eq!(redact_text("token=abc"), "token=<redacted>");
+        assert_eq!(
+            redact_text("/x?api_key=k1&access_token=k2&n=1"),
+            "/x?api_key=<redacted>&access_token=<redacted>&n=1"
+        );
         assert_eq!(redact_text("a=1&Token=s3cr3t#f"), "a=1&Token=<redacted>#f");
         // Not a parameter name on its own.
         assert_eq!(redact_text("?mytoken=abc"), "?mytoken=abc");
