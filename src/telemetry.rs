@@ -36,6 +36,9 @@ pub const IN_FLIGHT: &str = "v1compat_requests_in_flight";
 pub const OPEN_CONNECTIONS: &str = "v1compat_open_connections";
 /// Connections refused at `connections.max_connections`, by `listener`.
 pub const SHED_CONNECTIONS: &str = "v1compat_connections_shed_total";
+/// Connections closed because an answer made no progress towards the client
+/// for `connections.write_timeout_ms`, by `listener`.
+pub const WRITE_STALLED_CONNECTIONS: &str = "v1compat_connections_write_stalled_total";
 /// V2 attempts by `route` and `status_class` (2xx … 5xx, or `error` when no
 /// status came back); per attempt, so retries show here too.
 pub const UPSTREAM_REQUESTS_TOTAL: &str = "v1compat_upstream_requests_total";

@@ -1,6 +1,7 @@
 //! The connection layer, in front of each listener's service: the
 //! accept loop with its cap on open connections, hyper's HTTP/1 and HTTP/2
-//! settings (head-read deadline, stream limit), the idle timeout, reading
+//! settings (head-read deadline, stream limit), the idle timeout, the write
+//! timeout for answers the client does not take, reading
 //! request bodies under a deadline ([`body`]), and the drain sequence on
 //! shutdown ([`drain`]). Every connection task, and every task hyper
 //! spawns (HTTP/2 streams, the V2 client's connections), absorbs the
@@ -10,7 +11,9 @@
 //! accept ─▶ cap (full: 429 envelope, close) ─▶ connection task (in Coalesce)
 //!   connection task: hyper auto (h1 | h2) over Refusals(TLS?(SharedStream))
 //!     ├─ ConnService: busy count, HEAD without body, cut envelope, close after stop
-//!     ├─ idle for idle_timeout → graceful close
+//!     ├─ idle for idle_timeout → graceful close (HTTP/2: closed write_timeout later
+//!     │  if nothing is in progress and streams still hold answer bytes)
+//!     ├─ no write progress for write_timeout while an answer waits → closed
 //!     ├─ HTTP/1: no request header_read_timeout after the last answer
 //!     │  → graceful close if nothing was sent, else closed at once
 //!     └─ stop → close now if idle and nothing unread, else after the request
@@ -54,8 +57,8 @@ pub use refusal::ProtocolAnswer;
 pub use service::CutAnswer;
 pub use settings::{ConnSettings, ConnectionSection};
 
-use crate::telemetry::{OPEN_CONNECTIONS, SHED_CONNECTIONS};
-use activity::{Activity, Quiet};
+use crate::telemetry::{OPEN_CONNECTIONS, SHED_CONNECTIONS, WRITE_STALLED_CONNECTIONS};
+use activity::{Activity, Quiet, Stall};
 use coalesce::{Coalesce, CoalescingExecutor, WhenWoken};
 use refusal::Refusals;
 use service::ConnService;
@@ -292,6 +295,19 @@ async fn connection<M, S, B>(
     // closing for it.
     let mut head_watch = true;
     let quiet = DRAIN_QUIET.min(settings.idle_timeout);
+    // The write timeout's watch lives as long as the connection: it counts
+    // whole intervals without progress, which a watch made anew on every
+    // turn of the loop would forget.
+    let stalled = WhenWoken::new(activity.write_stalled(settings.write_timeout));
+    tokio::pin!(stalled);
+    // An HTTP/2 connection closing for idleness waits for its streams, and a
+    // stream whose last slice of answer h2 holds for a client that gives it
+    // no window would hold the connection for ever: nothing is in progress
+    // (the answer is all handed over) and pings keep the socket moving, so
+    // it is bounded by the write timeout from the GOAWAY.
+    let linger = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(linger);
+    let mut lingering = false;
     loop {
         tokio::select! {
             biased;
@@ -320,6 +336,10 @@ async fn connection<M, S, B>(
                 Quiet::Idle => {
                     conn.as_mut().graceful_shutdown();
                     closing = true;
+                    if activity.is_http2() {
+                        linger.as_mut().reset(tokio::time::Instant::now() + settings.write_timeout);
+                        lingering = true;
+                    }
                 }
                 // Nothing of a next request arrived: as long as keep-alive
                 // may wait.
@@ -333,6 +353,27 @@ async fn connection<M, S, B>(
                     break;
                 }
             },
+            // An answer the client does not take: closed, its place under
+            // the cap and its unsent bytes freed. A request still computing
+            // its answer is not watched (see `Activity::write_stalled`).
+            stall = stalled.as_mut() => {
+                metrics::counter!(WRITE_STALLED_CONNECTIONS, "listener" => listener).increment(1);
+                match stall {
+                    Stall::Socket => tracing::debug!("client took no answer bytes within connections.write_timeout_ms; connection closed"),
+                    Stall::Answer => tracing::debug!("answer not taken (no HTTP/2 window) within connections.write_timeout_ms; connection closed"),
+                }
+                break;
+            }
+            _ = linger.as_mut(), if lingering && !stopping => {
+                if activity.active() == 0 {
+                    metrics::counter!(WRITE_STALLED_CONNECTIONS, "listener" => listener).increment(1);
+                    tracing::debug!("HTTP/2 streams not finished within connections.write_timeout_ms of GOAWAY; connection closed");
+                    break;
+                }
+                // A stream the GOAWAY let in is being served: its answer
+                // gets the whole bound again.
+                linger.as_mut().reset(tokio::time::Instant::now() + settings.write_timeout);
+            }
             // While stopping, look again whenever a request starts or ends,
             // and once the connection has been quiet for a moment.
             _ = activity.changed(), if stopping && !closing => {}

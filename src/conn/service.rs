@@ -3,7 +3,10 @@
 //! with the listener's envelope if the grace deadline cuts it, asks HTTP/1
 //! clients to close once the listener is stopping, and sends no body to HEAD
 //! (hyper leaves that to the service on HTTP/2, where a DATA frame after a
-//! HEAD answer is a protocol error for the client).
+//! HEAD answer is a protocol error for the client). Each answer's body tells
+//! the connection whether hyper has yet to ask it for more ([`Writer`]), and
+//! over HTTP/2 gives hyper at most [`H2_SLICE`] at a time, so an answer the
+//! client gives no window to is seen waiting, not buffered whole in h2.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -20,7 +23,7 @@ use hyper::body::Incoming;
 use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
 
-use super::activity::{Activity, Busy};
+use super::activity::{Activity, Busy, Writer};
 use super::coalesce::WhenWoken;
 use super::drain::Drain;
 
@@ -28,6 +31,14 @@ use super::drain::Drain;
 pub type CutAnswer = fn() -> Response<Full<Bytes>>;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The most of an HTTP/2 answer handed to hyper at once (h2's default frame
+/// size). Hyper asks for more only once h2 has sent what it holds, which a
+/// stream without flow-control window never does: the answer then waits
+/// here, seen by the connection's stall watch, and h2 holds at most this
+/// much of it.
+pub const H2_SLICE: usize = 16 * 1024;
+
 pin_project_lite::pin_project! {
     /// The body of every answer the connection layer hands hyper: the
     /// service's own, or the cut answer's (also the empty body of a HEAD
@@ -38,7 +49,47 @@ pin_project_lite::pin_project! {
     pub struct ConnBody<B> {
         #[pin]
         inner: Either<B, Full<Bytes>>,
+        // What is left of a frame sliced for HTTP/2.
+        rest: Bytes,
+        // `Some(H2_SLICE)` over HTTP/2.
+        slice: Option<usize>,
+        // Dropped before `_busy`: the answer stops waiting, then ends.
+        writer: Writer,
         _busy: Busy,
+    }
+}
+
+impl<B> ConnBody<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    fn new(inner: Either<B, Full<Bytes>>, busy: Busy, slice: Option<usize>) -> Self {
+        let mut writer = busy.writer();
+        // From now on the answer waits only on hyper, and through it on
+        // the client: an empty body is never asked for anything.
+        if !inner.is_end_stream() {
+            writer.wait();
+        }
+        ConnBody {
+            inner,
+            rest: Bytes::new(),
+            slice,
+            writer,
+            _busy: busy,
+        }
+    }
+}
+
+/// The first `max` bytes of `data` (all of them if `max` is `None`), the
+/// rest left in `rest`.
+fn slice_off(mut data: Bytes, max: Option<usize>, rest: &mut Bytes) -> Bytes {
+    match max {
+        Some(max) if data.len() > max => {
+            *rest = data.split_off(max);
+            data
+        }
+        _ => data,
     }
 }
 
@@ -54,15 +105,50 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        self.project().inner.poll_frame(cx)
+        let mut this = self.project();
+        this.writer.asked();
+        let frame = if !this.rest.is_empty() {
+            let rest = std::mem::take(this.rest);
+            Poll::Ready(Some(Ok(Frame::data(slice_off(
+                rest,
+                *this.slice,
+                this.rest,
+            )))))
+        } else {
+            match this.inner.as_mut().poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(match frame.into_data() {
+                    Ok(data) => Frame::data(slice_off(data, *this.slice, this.rest)),
+                    Err(frame) => frame,
+                }))),
+                other => other,
+            }
+        };
+        // More to give once hyper can write it. A body still waiting on its
+        // own source (pending) is not waiting on the client.
+        if matches!(frame, Poll::Ready(Some(Ok(_))))
+            && !(this.rest.is_empty() && this.inner.is_end_stream())
+        {
+            this.writer.wait();
+        }
+        frame
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.rest.is_empty() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        let inner = self.inner.size_hint();
+        if self.rest.is_empty() {
+            return inner;
+        }
+        let rest = self.rest.len() as u64;
+        let mut hint = SizeHint::new();
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + rest);
+        }
+        hint.set_lower(inner.lower() + rest);
+        hint
     }
 }
 
@@ -204,7 +290,8 @@ where
             version,
             ..
         } = this.rest.take().expect("polled after its answer");
-        let mut resp = answer.map(|inner| ConnBody { inner, _busy: busy });
+        let slice = (version == Version::HTTP_2).then_some(H2_SLICE);
+        let mut resp = answer.map(|inner| ConnBody::new(inner, busy, slice));
         if head {
             strip_body(&mut resp);
         }
@@ -227,5 +314,43 @@ where
             .entry(header::CONTENT_LENGTH)
             .or_insert_with(|| HeaderValue::from(len));
     }
-    resp.body_mut().inner = Either::Right(Full::new(Bytes::new()));
+    let body = resp.body_mut();
+    body.inner = Either::Right(Full::new(Bytes::new()));
+    // Nothing left for hyper to ask for.
+    body.writer.asked();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    /// Over HTTP/2 an answer goes to hyper a slice at a time, and waits for
+    /// hyper between slices; over HTTP/1 in the frames it has.
+    #[tokio::test]
+    async fn an_http2_answer_is_sliced_and_waits_between_slices() {
+        let activity = Activity::new();
+        let answer = Full::new(Bytes::from(vec![7u8; 2 * H2_SLICE + 100]));
+        let mut body =
+            ConnBody::<Full<Bytes>>::new(Either::Right(answer), activity.begin(), Some(H2_SLICE));
+        assert_eq!(body.size_hint().exact(), Some(2 * H2_SLICE as u64 + 100));
+        let mut sizes = Vec::new();
+        while let Some(frame) = body.frame().await {
+            sizes.push(frame.unwrap().into_data().unwrap().len());
+            if !body.is_end_stream() {
+                assert_eq!(
+                    body.size_hint().exact(),
+                    Some(2 * H2_SLICE as u64 + 100 - sizes.iter().sum::<usize>() as u64)
+                );
+            }
+        }
+        assert_eq!(sizes, [H2_SLICE, H2_SLICE, 100]);
+        drop(body);
+        assert_eq!(activity.active(), 0);
+        let whole = Full::new(Bytes::from(vec![7u8; 2 * H2_SLICE]));
+        let mut body = ConnBody::<Full<Bytes>>::new(Either::Right(whole), activity.begin(), None);
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap().len(), 2 * H2_SLICE);
+        assert!(body.is_end_stream());
+    }
 }

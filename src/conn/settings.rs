@@ -23,6 +23,11 @@ pub struct ConnectionSection {
     /// A connection with no request in progress for this long is closed
     /// (HTTP/2: GOAWAY, then close).
     pub idle_timeout_ms: u64,
+    /// An answer that makes no progress towards the client for this long
+    /// (the client stopped reading, or, on HTTP/2, gives it no flow-control
+    /// window) closes the connection. An answer still being computed is
+    /// not counted: the request's own deadlines bound that.
+    pub write_timeout_ms: u64,
     /// Concurrent streams one HTTP/2 connection may open.
     pub http2_max_concurrent_streams: u32,
     /// After refusing an oversized body, at most this much of it is read and
@@ -39,6 +44,7 @@ impl Default for ConnectionSection {
             header_read_timeout_ms: 30_000,
             body_read_timeout_ms: 30_000,
             idle_timeout_ms: 60_000,
+            write_timeout_ms: 30_000,
             http2_max_concurrent_streams: 100,
             max_discard_bytes: 16 << 20,
             discard_timeout_ms: 10_000,
@@ -53,6 +59,7 @@ pub struct ConnSettings {
     pub header_read_timeout: Duration,
     pub body_read_timeout: Duration,
     pub idle_timeout: Duration,
+    pub write_timeout: Duration,
     pub http2_max_concurrent_streams: u32,
     pub max_discard_bytes: usize,
     pub discard_timeout: Duration,
@@ -77,6 +84,7 @@ pub fn validate(s: &ConnectionSection, problems: &mut Vec<String>) -> ConnSettin
         ),
         ("connections.body_read_timeout_ms", s.body_read_timeout_ms),
         ("connections.idle_timeout_ms", s.idle_timeout_ms),
+        ("connections.write_timeout_ms", s.write_timeout_ms),
         ("connections.discard_timeout_ms", s.discard_timeout_ms),
     ] {
         if v == 0 {
@@ -91,6 +99,7 @@ pub fn validate(s: &ConnectionSection, problems: &mut Vec<String>) -> ConnSettin
         header_read_timeout: Duration::from_millis(s.header_read_timeout_ms),
         body_read_timeout: Duration::from_millis(s.body_read_timeout_ms),
         idle_timeout: Duration::from_millis(s.idle_timeout_ms),
+        write_timeout: Duration::from_millis(s.write_timeout_ms),
         http2_max_concurrent_streams: s.http2_max_concurrent_streams,
         max_discard_bytes: s.max_discard_bytes,
         discard_timeout: Duration::from_millis(s.discard_timeout_ms),
@@ -106,15 +115,17 @@ mod tests {
         let s = ConnectionSection {
             max_connections: 0,
             body_read_timeout_ms: 0,
+            write_timeout_ms: 0,
             http2_max_concurrent_streams: 0,
             ..ConnectionSection::default()
         };
         let mut problems = Vec::new();
         validate(&s, &mut problems);
-        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert_eq!(problems.len(), 4, "{problems:?}");
         for key in [
             "connections.max_connections",
             "connections.body_read_timeout_ms",
+            "connections.write_timeout_ms",
             "connections.http2_max_concurrent_streams",
         ] {
             assert!(
@@ -126,5 +137,6 @@ mod tests {
         let d = validate(&ConnectionSection::default(), &mut none);
         assert!(none.is_empty());
         assert_eq!(d.header_read_timeout, Duration::from_secs(30));
+        assert_eq!(d.write_timeout, Duration::from_secs(30));
     }
 }

@@ -1,7 +1,9 @@
 //! A client socket shared between hyper (which reads and writes it) and the
 //! connection task (which peeks at it while draining, to see whether the
-//! client has sent a request hyper has not read yet). Reads are counted in
-//! the connection's [`Activity`]. It carries what the client sent: plaintext,
+//! client has sent a request hyper has not read yet). Reads and writes are
+//! counted in the connection's [`Activity`], and so is a write the socket
+//! had no room for: a client that stops reading is seen there
+//! ([`Activity::write_stalled`]). It carries what the client sent: plaintext,
 //! or TLS records when the listener has TLS (hyper's own refusals are
 //! replaced above TLS, in [`super::refusal`]).
 
@@ -23,6 +25,25 @@ pub struct SharedStream {
 impl SharedStream {
     pub fn new(socket: Arc<TcpStream>, activity: Arc<Activity>) -> SharedStream {
         SharedStream { socket, activity }
+    }
+}
+
+impl SharedStream {
+    /// The socket's write readiness; not ready means the kernel's send
+    /// buffer is full, so the write waits on the client reading.
+    fn write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let ready = self.socket.poll_write_ready(cx);
+        if ready.is_pending() {
+            self.activity.write_blocked();
+        }
+        ready
+    }
+
+    fn written(&self, wrote: io::Result<usize>) -> io::Result<usize> {
+        if let Ok(n) = wrote {
+            self.activity.add_written(n);
+        }
+        wrote
     }
 }
 
@@ -82,10 +103,10 @@ impl AsyncWrite for SharedStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         loop {
-            ready!(self.socket.poll_write_ready(cx))?;
+            ready!(self.write_ready(cx))?;
             match self.socket.try_write(buf) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                other => return Poll::Ready(other),
+                other => return Poll::Ready(self.written(other)),
             }
         }
     }
@@ -96,10 +117,10 @@ impl AsyncWrite for SharedStream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         loop {
-            ready!(self.socket.poll_write_ready(cx))?;
+            ready!(self.write_ready(cx))?;
             match self.socket.try_write_vectored(bufs) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                other => return Poll::Ready(other),
+                other => return Poll::Ready(self.written(other)),
             }
         }
     }

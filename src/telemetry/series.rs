@@ -87,6 +87,7 @@ pub(super) fn register_all() {
     metrics::counter!(TRANSLATION_GAPS, "kind" => "unknown_status").increment(0);
     for listener in ["public", "admin"] {
         metrics::counter!(SHED_CONNECTIONS, "listener" => listener).increment(0);
+        metrics::counter!(WRITE_STALLED_CONNECTIONS, "listener" => listener).increment(0);
     }
     for outcome in ["applied", "rejected"] {
         metrics::counter!(CONFIG_RELOADS, "outcome" => outcome).increment(0);

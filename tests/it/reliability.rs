@@ -1,6 +1,8 @@
 //! Reliability under slow, hostile and departing clients, against gateways
 //! on 127.0.0.1:0 with short deadlines: slow heads, slow bodies and idle
-//! connections are closed on their deadlines while others are served; the
+//! connections are closed on their deadlines while others are served; a
+//! client that stops reading its answer (HTTP/1, or an HTTP/2 stream with no
+//! window) is closed on the write timeout while a slow reader is not; the
 //! connection cap refuses cleanly; V2 shortcut words are never run ids; an
 //! oversized body's envelope reaches a client that writes all of it (a raw
 //! socket, Python's `http.client` and curl); a
@@ -808,4 +810,147 @@ async fn an_abort_lost_in_transport_is_70002() {
     .await;
     assert_eq!((status, &v["code"]), (500, &json!(70002)), "{v}");
     assert_eq!(v2.total(), 1, "an abort is never sent twice");
+}
+
+/// A gateway whose V2 answers the region list with `rows` rows of about
+/// 200 bytes, and the region request.
+async fn big_answers(rows: usize, extra: &str) -> (TestGateway, Vec<u8>) {
+    let name = "x".repeat(180);
+    let data: Vec<Value> = (0..rows)
+        .map(|i| json!({"code": format!("r{i}"), "name": name}))
+        .collect();
+    let data = Value::Array(data);
+    let v2 = MockV2::new(move |_| Reply::ok(data.clone()));
+    let config = format!("[upstream]\nbase_url = \"http://127.0.0.1:9\"\n{extra}");
+    let gw = TestGateway::start(&config, Arc::new(v2)).await;
+    let request = format!("GET /api/proxy/region HTTP/1.1\r\nhost: t\r\napi-key: {KEY}\r\n\r\n");
+    (gw, request.into_bytes())
+}
+
+/// Waits for `v1compat_connections_write_stalled_total` to reach `n`.
+async fn stalled_closures(m: &metrics_util::debugging::Snapshotter, n: f64) {
+    let stalled = || {
+        metric(
+            m,
+            "v1compat_connections_write_stalled_total",
+            &[("listener", "public")],
+        )
+    };
+    let wait = async {
+        while stalled() < n {
+            // Polled: the counter has no signal to wait on.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(BOUND, wait)
+        .await
+        .expect("the stalled connection was closed in time");
+}
+
+/// A client that asks for an 8 MB answer over a socket with a tiny receive
+/// buffer and never reads loses its connection once nothing was written for
+/// `connections.write_timeout_ms` (and long before the idle and head
+/// deadlines), while a client reading the same answer slowly, in bursts with
+/// pauses shorter than the timeout, gets all of it. On a current-thread
+/// runtime with the test's own recorder, so the counter is this gateway's.
+#[tokio::test(flavor = "current_thread")]
+async fn a_client_that_stops_reading_is_closed_on_the_write_timeout() {
+    let (m, _local) = local_metrics();
+    let (gw, request) = big_answers(40_000, "[connections]\nwrite_timeout_ms = 600\n").await;
+    // The slow reader first: bursts of 512 KiB, 200 ms apart.
+    let mut slow = TcpStream::connect(gw.addr).await.unwrap();
+    slow.write_all(&request).await.unwrap();
+    let slow_read = async {
+        let mut got = Vec::new();
+        let mut chunk = vec![0u8; 64 * 1024];
+        let mut burst = 0;
+        loop {
+            let n = slow.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "closed after {} bytes", got.len());
+            got.extend_from_slice(&chunk[..n]);
+            if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+                let len: usize = head
+                    .split("content-length: ")
+                    .nth(1)
+                    .and_then(|v| v.split("\r\n").next())
+                    .and_then(|v| v.trim().parse().ok())
+                    .expect("a content-length");
+                if got.len() >= end + 4 + len {
+                    return len;
+                }
+            }
+            burst += n;
+            if burst >= 512 * 1024 {
+                burst = 0;
+                // The pause is what the test is about: the client reads
+                // slowly, and the gateway must wait for it.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let len = tokio::time::timeout(BOUND * 3, slow_read)
+        .await
+        .expect("the slow reader got its answer");
+    assert!(len > 8_000_000, "{len}");
+    assert_eq!(
+        metric(
+            &m,
+            "v1compat_connections_write_stalled_total",
+            &[("listener", "public")]
+        ),
+        0.0
+    );
+
+    // The client that stops reading.
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.set_nonblocking(true).unwrap();
+    let socket = tokio::net::TcpSocket::from_std_stream(socket.into());
+    let mut stuck = socket.connect(gw.addr).await.unwrap();
+    stuck.write_all(&request).await.unwrap();
+    let started = Instant::now();
+    stalled_closures(&m, 1.0).await;
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(600), "{took:?}");
+    // Reading now, the client finds what the kernels held, then the end,
+    // well short of the answer.
+    let mut rest = Vec::new();
+    tokio::time::timeout(BOUND, stuck.read_to_end(&mut rest))
+        .await
+        .expect("the connection ends")
+        .ok();
+    assert!(rest.len() < len, "{} bytes", rest.len());
+}
+
+/// Over HTTP/2, a client that gives a stream no flow-control window (an
+/// initial stream window of 0, never raised) holds its answer in the
+/// gateway: the connection is closed on the write timeout though the client
+/// still answers pings.
+#[tokio::test(flavor = "current_thread")]
+async fn an_http2_stream_without_window_is_closed_on_the_write_timeout() {
+    let (m, _local) = local_metrics();
+    let (gw, _) = big_answers(1_000, "[connections]\nwrite_timeout_ms = 600\n").await;
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Empty<Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .http2_initial_stream_window_size(0)
+            .build_http();
+    let req = http::Request::get(format!("http://{}/api/proxy/region", gw.addr))
+        .header("api-key", KEY)
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let resp = tokio::time::timeout(BOUND, client.request(req))
+        .await
+        .unwrap()
+        .expect("the head arrives");
+    assert_eq!(resp.status(), 200);
+    let started = Instant::now();
+    stalled_closures(&m, 1.0).await;
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    // The body never comes: the connection is gone.
+    let body = tokio::time::timeout(BOUND, http_body_util::BodyExt::collect(resp.into_body()))
+        .await
+        .expect("the stream ends");
+    assert!(body.is_err());
 }
