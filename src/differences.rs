@@ -285,6 +285,28 @@ pub const RUN_CALLBACKS: Difference = Difference {
     setting: Some("callbacks.mode"),
 };
 
+pub const CALLBACK_URL_CHECKS: Difference = Difference {
+    id: "callback_url_checks",
+    kind: Kind::Gap,
+    fields: &[
+        field(
+            Op::StartRun,
+            "request.callback_url",
+            S::Compared,
+            D::Compared,
+        ),
+        field(
+            Op::StartTaskRun,
+            "request.callback_url",
+            S::Compared,
+            D::Compared,
+        ),
+        field(Op::Rerun, "request.callback_url", S::Compared, D::Compared),
+    ],
+    summary: "a `callback_url` V1 accepted is refused (400 / 4000) when it holds control characters (CR, LF, tab, …): the URL parser drops them silently, so the URL checked would not be the one called, and CR/LF could split a header where the URL is echoed; with the callback relay on, also when it is longer than `callbacks.max_url_bytes` (2,048 bytes) or carries credentials, as the relay seals the URL into the one V2 gets and keeps it in its store, which an unbounded URL would make unbounded and a password would sit in",
+    setting: Some("callbacks.max_url_bytes"),
+};
+
 pub const EXPORT_DOWNLOAD_URL: Difference = Difference {
     id: "export_download_url",
     kind: Kind::Volatile,
@@ -388,6 +410,7 @@ pub const ALL: &[Difference] = &[
     EXTRA_EXPORT_FORMATS,
     PUBLIC_CATALOG_KEY,
     RUN_CALLBACKS,
+    CALLBACK_URL_CHECKS,
     ZERO_SYSTEM_LIMITS,
     BUSINESS_ERROR_STATUS,
     EMPTY_STORE_SEARCH,

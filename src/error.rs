@@ -139,6 +139,21 @@ impl GatewayError {
         }
     }
 
+    /// Whether V2 refused the key (V1 401 / 20001), whichever way V2 said
+    /// so: HTTP 401/403, or code 12001/12002 under any status (V2 does not
+    /// bind business codes to one, and may send them with HTTP 200).
+    pub fn is_invalid_key(&self) -> bool {
+        match self {
+            GatewayError::Refused {
+                subject,
+                status,
+                code,
+                ..
+            } => map_refusal(*subject, *status, *code).1 .0 == code::INVALID_KEY.0,
+            _ => false,
+        }
+    }
+
     /// Seconds a client should wait before trying again, for answers that
     /// render as 429: V2's own `Retry-After` when it sent one, else 1 s for
     /// the gateway's overload refusal.
@@ -428,6 +443,40 @@ mod tests {
         assert_eq!(table(Subject::Run, 429, Some(13000)), (429, 4290));
         assert_eq!(table(Subject::Run, 500, Some(10000)), (500, 5000));
         assert_eq!(table(Subject::Other, 404, Some(11004)), (404, 4040));
+    }
+
+    fn v2_refusal(status: u16, code: Option<i64>) -> GatewayError {
+        GatewayError::Refused {
+            subject: Subject::Other,
+            status: StatusCode::from_u16(status).unwrap(),
+            code,
+            message: String::new(),
+            details: Vec::new(),
+            v2_request_id: None,
+            retry_after: None,
+        }
+    }
+
+    #[test]
+    fn a_refused_key_is_recognised_however_v2_says_it() {
+        for (status, code) in [
+            (401, Some(12001)),
+            (401, None),
+            (403, None),
+            (200, Some(12002)),
+        ] {
+            assert!(
+                v2_refusal(status, code).is_invalid_key(),
+                "{status} {code:?}"
+            );
+        }
+        for (status, code) in [(404, Some(11004)), (429, Some(13000)), (500, None)] {
+            assert!(
+                !v2_refusal(status, code).is_invalid_key(),
+                "{status} {code:?}"
+            );
+        }
+        assert!(!GatewayError::NotFound(Subject::Worker).is_invalid_key());
     }
 
     #[test]

@@ -141,7 +141,10 @@ impl Relay {
     }
 }
 
-/// The checked client URL, or a 400 naming `callback_url`.
+/// The checked client URL, or a 400 naming `callback_url`. V1 accepted the
+/// long and credential-carrying URLs refused here (difference
+/// `callback_url_checks`): the URL is sealed into the one V2 gets and kept in
+/// the store, so it is bounded and holds no password.
 pub fn check_client_url(raw: &str, max_len: usize) -> Result<String, GatewayError> {
     let raw = raw.trim();
     if raw.len() > max_len {

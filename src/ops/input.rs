@@ -195,6 +195,18 @@ impl Body {
         }
     }
 
+    /// [`Body::opt_str`] for a field V1 refused as `null` (400 / 4000, "must
+    /// be a string"): `version` and the start-run `callback_url`. Reading
+    /// `null` as absent is the gateway's leniency for the fields the
+    /// `lenient_input` difference names, not for these.
+    pub fn opt_str_not_null(&self, field: &str) -> Result<Option<&str>, GatewayError> {
+        let last = self.0.iter().rev().find(|(member, _)| member == field);
+        if matches!(last, Some((_, Value::Null))) {
+            return Err(GatewayError::bad(field, "must be a string, got null"));
+        }
+        self.opt_str(field)
+    }
+
     pub fn req_str(&self, field: &str) -> Result<&str, GatewayError> {
         match self.opt_str(field)? {
             Some(s) if !s.trim().is_empty() => Ok(s),
@@ -353,14 +365,17 @@ pub fn callback_url(body: &Body, required: bool) -> Result<Option<String>, Gatew
     let raw = if required {
         Some(body.req_str("callback_url")?)
     } else {
-        body.opt_str("callback_url")?
-            .filter(|s| !s.trim().is_empty())
+        // Only `""` is V1's "no callback"; a blank one (`" "`) V1 refused as
+        // not a URL, and so does the check below.
+        body.opt_str_not_null("callback_url")?
+            .filter(|s| !s.is_empty())
     };
     match raw {
         None => Ok(None),
         // The URL parser silently drops tabs, CR and LF, so a URL carrying
         // them would be checked in one form and forwarded in another (and
-        // CR/LF could split a header where V2 echoes it): refused outright.
+        // CR/LF could split a header where V2 echoes it): refused outright,
+        // though V1 accepted it (difference `callback_url_checks`).
         Some(s) if s.chars().any(char::is_control) => Err(GatewayError::bad(
             "callback_url",
             "must not contain control characters (CR, LF, tab, ...)",
@@ -602,5 +617,37 @@ mod tests {
             let err = callback_url(&body(bad), false).unwrap_err();
             assert!(msg(err).contains("control characters"), "{bad}");
         }
+    }
+
+    /// Found by a differential review against the native V1 surface: an
+    /// optional `callback_url` of `" "` or `null` started a run without a
+    /// callback, where V1 refused both (400 / 4000). `""` stays "none".
+    #[test]
+    fn a_blank_or_null_optional_callback_url_is_refused_as_on_v1() {
+        let err = callback_url(&body(r#"{"callback_url": " "}"#), false).unwrap_err();
+        assert!(msg(err).contains("callback_url must be an absolute"));
+        let err = callback_url(&body(r#"{"callback_url": null}"#), false).unwrap_err();
+        assert!(msg(err).contains("callback_url must be a string"));
+        assert_eq!(
+            callback_url(&body(r#"{"callback_url": ""}"#), false).unwrap(),
+            None
+        );
+        // Blanks around a URL are still V1's URL (its parser trims them).
+        assert_eq!(
+            callback_url(&body(r#"{"callback_url": " http://h/cb "}"#), false).unwrap(),
+            Some("http://h/cb".to_owned())
+        );
+        // The last of repeated members counts, as in every other field.
+        assert!(callback_url(
+            &body(r#"{"callback_url": null, "callback_url": ""}"#),
+            false
+        )
+        .unwrap()
+        .is_none());
+        assert!(callback_url(
+            &body(r#"{"callback_url": "", "callback_url": null}"#),
+            false
+        )
+        .is_err());
     }
 }

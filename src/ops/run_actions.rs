@@ -4,8 +4,8 @@
 //!
 //! | V1 | V2 | rule |
 //! |---|---|---|
-//! | `POST /api/v1/scraper/run` | `POST /api/v2/workers/{workerId}/runs` | `scraper_slug` → path (`/` → `~`, alias table, verified once, cached); unknown → 404/50001 |
-//! | `version` | `version` | passed when given (`latest` included) |
+//! | `POST /api/v1/scraper/run` | `POST /api/v2/workers/{workerId}/runs` | `scraper_slug` → path (`/` → `~`, alias table, verified once, cached); unknown → 404/50001, or 401/20001 when `GET /api/v2/users/account` refuses the key (V1 checked the key first) |
+//! | `version` | `version` | passed as written when given (`latest` included; blanks kept, for V2 to refuse with 50003 as V1 did); `""` → omitted; `null` → 400/4000 |
 //! | `is_async` (default `true`) | `is_async` | sent explicitly |
 //! | `input` (`parameters.system`, `parameters.custom`) | `input` | kept whole; must be an object with a `parameters` object holding a `custom` object (required, as on V1) |
 //! | `system.cpus`, `system.memory` = `0` or `null` | omitted | V1 read 0 as "the worker's default"; V2 refuses 0, and an omitted field gets the worker's default |
@@ -13,14 +13,14 @@
 //! | `system.max_total_charge`, `system.max_total_traffic` = `0` or `null` | omitted | V1 read 0 as "no cap" (the shipped defaults are 0); V2 refuses 0; omitted, the worker's default cap (none) applies |
 //! | `system.proxy_region` = `""` or `null` | omitted | V1's default region (`US`) is V2's |
 //! | other `system` values | unchanged | negative numbers and wrong types reach V2, whose refusal (with its reason) is the answer |
-//! | `callback_url` | `callback_url` | optional; absolute http(s) URL |
+//! | `callback_url` | `callback_url` | optional; absolute http(s) URL; `""` → omitted; blank or `null` → 400/4000 as on V1; control characters refused (`callback_url_checks`) |
 //! | sync `page_index`/`page_size` (default 1/10) | sync `offset`/`limit` | above 100 rows: first 100-row page in the run call, the rest from the result endpoint |
 //! | sync `data` | sync `data` | `run_status`: `succeeded`/`failed` → `completed`, other → `running`; timestamps seconds → milliseconds; results headers gain `format` |
 //! | `POST /api/v1/task/run` | `POST /api/v2/worker-tasks/{workerTaskId}/runs` | `task_slug` → path; `callback_url` required; `is_async: true`; unknown → 404/60001 |
 //! | `POST /api/v1/rerun` | `POST /api/v2/worker-runs/{runId}/rerun` | `callback_url` required; `is_async: true`; `data.run_slug` of the new run |
 //! | `POST /api/v1/scraper/abort` | `POST /api/v2/worker-runs/{runId}/abort` | no body; success `data: null`; failure → 500/70002 |
 //!
-//! V1↔V2 differences here (see `COMPATIBILITY.md`): [`run_callbacks`](crate::differences::RUN_CALLBACKS), [`result_header_format`](crate::differences::RESULT_HEADER_FORMAT), [`zero_system_limits`](crate::differences::ZERO_SYSTEM_LIMITS).
+//! V1↔V2 differences here (see `COMPATIBILITY.md`): [`run_callbacks`](crate::differences::RUN_CALLBACKS), [`callback_url_checks`](crate::differences::CALLBACK_URL_CHECKS), [`result_header_format`](crate::differences::RESULT_HEADER_FORMAT), [`zero_system_limits`](crate::differences::ZERO_SYSTEM_LIMITS).
 
 use serde_json::{json, Map, Value};
 
@@ -29,7 +29,7 @@ use crate::ops::input::{self, Body};
 use crate::ops::results::{result_call, v1_headers_of_values, DEFAULT_PAGE_SIZE};
 use crate::ops::{int_of, list_of, string_of, Exchange};
 use crate::paging::{Plan, Window};
-use crate::upstream::V2Call;
+use crate::upstream::{ApiKey, V2Call};
 use crate::v2::{Part, RunStatus, Segment, V2Path};
 
 /// A checked V1 start-run body, ready to become the V2 call.
@@ -84,11 +84,11 @@ pub fn start_run_request(
     let mut v2 = Map::new();
     v2.insert("input".into(), Value::Object(input));
     v2.insert("is_async".into(), Value::Bool(is_async));
-    if let Some(version) = body
-        .opt_str("version")?
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-    {
+    // Sent as written: V1 ran exactly the version named and refused one with
+    // blanks in or around it as unavailable (400 / 50003), which is V2's
+    // answer to it too; trimmed, it would start a run V1 refused. Only `""`
+    // is V1's "no version" (the latest); `null` V1 refused (400 / 4000).
+    if let Some(version) = body.opt_str_not_null("version")?.filter(|v| !v.is_empty()) {
         v2.insert("version".into(), json!(version));
     }
     if let Some(cb) = input::callback_url(body, false)? {
@@ -218,7 +218,9 @@ pub async fn start_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayE
             .v2_callback_url(Some(&key), Some(std::mem::take(cb)))?
             .unwrap_or_default();
     }
-    ex.translator.worker_ids.verify(ex, &req.worker).await?;
+    if let Err(unknown) = ex.translator.worker_ids.verify(ex, &req.worker).await {
+        return Err(key_refused_or(ex, &key, unknown).await);
+    }
     let path = V2Path::new(&[
         Part::Lit("workers"),
         Part::Id(&req.worker),
@@ -254,6 +256,31 @@ pub async fn start_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayE
         Vec::new()
     };
     Ok(v1_sync(&data, window, &plan, &rest))
+}
+
+/// The answer to a start whose worker V2 does not know: V1 checked the key
+/// before it looked the worker up, so with a key V2 refuses this is 401 /
+/// 20001, not 404 / 50001. The worker check (input-schema, or the cache)
+/// never sees the key, so the key is checked here with one keyed V2 call,
+/// the account, made only on this error path. Any other outcome of that call
+/// (the key accepted, V2 failing or busy) leaves the 404: the worker is
+/// known not to exist, and the call was only to order the two faults as V1
+/// did.
+async fn key_refused_or(ex: &Exchange<'_>, key: &ApiKey, err: GatewayError) -> GatewayError {
+    if !err.is_unknown_worker() {
+        return err;
+    }
+    let account = V2Path::new(&[Part::Lit("users"), Part::Lit("account")]);
+    match ex
+        .call(
+            V2Call::get(account).with_key(Some(key.clone())),
+            Subject::Other,
+        )
+        .await
+    {
+        Err(refused) if refused.is_invalid_key() => refused,
+        _ => err,
+    }
 }
 
 pub async fn start_task_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
@@ -390,6 +417,44 @@ mod tests {
         }
         assert!(req(r#"{"input":{"parameters":{"custom":{}}},"is_async":"no"}"#).is_err());
         assert!(req(r#"{"input":{"parameters":{"custom":{}}},"callback_url":"x"}"#).is_err());
+    }
+
+    /// Found by a differential review against the native V1 surface: a
+    /// version with blanks (`" "`, `"v1.2.6 "`, `" latest"`) was trimmed and
+    /// a run started, where V1 answered 400 / 50003; `null` started one where
+    /// V1 answered 400 / 4000. Sent as written, V2 refuses it as V1 did.
+    #[test]
+    fn versions_are_sent_as_written_and_null_is_refused() {
+        let with = |version: &str| {
+            req(&format!(
+                r#"{{"version":{version},"input":{{"parameters":{{"custom":{{}}}}}}}}"#
+            ))
+        };
+        for v in [" ", "v1.2.6 ", " latest", "latest", "v1.0.2"] {
+            let r = with(&json!(v).to_string()).unwrap();
+            assert_eq!(r.body["version"], v, "{v:?}");
+        }
+        assert!(with(r#""""#).unwrap().body.get("version").is_none());
+        let e = with("null")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("version must be a string"), "{e:?}");
+        assert!(with("1").is_err());
+    }
+
+    /// Same review: an optional `callback_url` of `" "` or `null` started a
+    /// run without a callback; V1 refused both (400 / 4000).
+    #[test]
+    fn a_blank_or_null_callback_url_is_refused() {
+        for cb in [r#"" ""#, "null", r#""\t""#] {
+            let body =
+                format!(r#"{{"callback_url":{cb},"input":{{"parameters":{{"custom":{{}}}}}}}}"#);
+            let e = req(&body).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(e.contains("callback_url"), "{cb}: {e:?}");
+        }
+        let r = req(r#"{"callback_url":"","input":{"parameters":{"custom":{}}}}"#).unwrap();
+        assert!(r.body.get("callback_url").is_none());
     }
 
     /// Found by schemathesis: an asynchronous start with `page_size` 1001 was

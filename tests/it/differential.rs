@@ -24,7 +24,8 @@
 //! facts say which side is right (each is a choice documented on one side):
 //!
 //! * the gateway reads leniently what the native surface refuses or does not find:
-//!   ids and `version` with surrounding blanks (trimmed), `null` fields (absent),
+//!   ids with surrounding blanks (trimmed), `null` in the optional fields
+//!   `lenient_input` names (absent; `version` and `callback_url` are not among them),
 //!   integral floats such as `2.0` (integers), paths with a trailing slash,
 //!   `owner~name` worker ids (V2's spelling), a start-run `input.parameters`
 //!   without `custom` (`{}`);
@@ -33,7 +34,8 @@
 //! * two faults in one request (a wrong key and a bad body, or a wrong key and an
 //!   id no record can have): the native surface reports the key, the gateway the
 //!   body or the unknown record, as it cannot know the key is wrong before it has
-//!   a V2 call to send.
+//!   a V2 call to send (a wrong key with a well-formed but unknown worker is
+//!   401 on both sides: [`start_run_refusals_answer_as_native_v1`]).
 //!
 //! Ids no record can have (not one path segment, control characters, V2's `last`)
 //! have a test of their own, [`hostile_ids_answer_as_native_v1_without_reaching_v2`]:
@@ -1682,6 +1684,87 @@ async fn hostile_ids_answer_as_native_v1_without_reaching_v2() {
         for code in [50001, 60001, 70001] {
             assert!(seen.contains_key(&(error_status, code)), "{code}: {seen:?}");
         }
+    }
+}
+
+/// Start-run requests a differential review found answered differently, each
+/// now answered as the native V1 surface answers it, in both V1 dialects: a
+/// wrong key with an unknown worker (401 / 20001, V1 checking the key first;
+/// asked twice, the second time from the gateway's negative cache), versions
+/// with blanks (400 / 50003, not trimmed into a run) or `null`, and a blank or
+/// `null` optional `callback_url` (400 / 4000).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_run_refusals_answer_as_native_v1() {
+    const PATH: &str = "/api/v1/scraper/run";
+    for dialect in ["", "business_error_status = \"200\"\n"] {
+        let (env, upstream) = start_env(dialect).await;
+        let mut cases = Vec::new();
+        for worker in [UNKNOWN_WORKER, "nobody/nothing"] {
+            let mut body = start_body(MAPS.1);
+            body["scraper_slug"] = json!(worker);
+            for auth in [
+                Auth::Wrong,
+                Auth::Wrong,
+                Auth::Key,
+                Auth::Bearer,
+                Auth::None,
+            ] {
+                cases.push(Case::post("start_run", PATH, body.clone()).auth(auth));
+            }
+        }
+        for worker in [MAPS.0, MAPS.1] {
+            for (field, value) in [
+                ("version", json!(" ")),
+                ("version", json!("v1.2.1 ")),
+                ("version", json!(" latest")),
+                ("version", json!(null)),
+                ("callback_url", json!(" ")),
+                ("callback_url", json!(null)),
+            ] {
+                let mut body = start_body(worker);
+                body[field] = value;
+                cases.push(Case::post("start_run", PATH, body));
+            }
+        }
+        let mut mismatches = Vec::new();
+        let mut seen: BTreeMap<(u16, i64), usize> = BTreeMap::new();
+        let total = cases.len();
+        for c in cases {
+            let (native, gateway) = exchange(&env, &c).await;
+            *seen
+                .entry((native.0, native.1["code"].as_i64().unwrap_or(-1)))
+                .or_default() += 1;
+            let paths = diff(c.op, &native, &gateway);
+            if !paths.is_empty() {
+                mismatches.push(Mismatch {
+                    case: c,
+                    native,
+                    gateway,
+                    paths,
+                });
+            }
+        }
+        let report: String = mismatches.iter().take(20).map(|m| m.to_string()).collect();
+        assert!(
+            mismatches.is_empty(),
+            "{} of {total} differ ({dialect:?}):\n{report}",
+            mismatches.len()
+        );
+        let error_status = |s: u16| if dialect.is_empty() { s } else { 200 };
+        for (status, code) in [(401, 20001), (404, 50001), (400, 50003), (400, 4000)] {
+            assert!(
+                seen.contains_key(&(error_status(status), code)),
+                "{code}: {seen:?}"
+            );
+        }
+        // The key of a start for an unknown worker is checked with one
+        // account call each, the cached ones included.
+        let calls = upstream.paths.lock().unwrap().clone();
+        let account = calls
+            .iter()
+            .filter(|p| p.as_str() == "GET /api/v2/users/account")
+            .count();
+        assert!(account >= 4, "{account} account calls: {calls:?}");
     }
 }
 

@@ -1153,10 +1153,19 @@ async fn worker_ids_are_verified_once_and_unknown_ones_remembered() {
         1
     );
     assert_eq!(v2.count("POST", "/api/v2/workers/owner~gone/runs"), 0);
+    // An unknown worker's start also checks the key (one account call, V1
+    // having checked the key first); the worker is not asked about again.
+    assert_eq!(v2.count("GET", "/api/v2/users/account"), 1);
     let before = v2.total();
     let r = post(&gw, "/api/v1/scraper/run", start("owner/gone")).await;
     r.assert_error(404, 50001, "Script does not exist");
-    assert_eq!(v2.total(), before, "the negative answer was not cached");
+    assert_eq!(
+        v2.count("GET", "/api/v2/workers/owner~gone/input-schema"),
+        1,
+        "the negative answer was not cached"
+    );
+    assert_eq!(v2.count("GET", "/api/v2/users/account"), 2);
+    assert_eq!(v2.total(), before + 1);
 }
 
 // 8. Unknown routes.
