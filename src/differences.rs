@@ -391,7 +391,18 @@ pub const LENIENT_INPUT: Difference = Difference {
     id: "lenient_input",
     kind: Kind::Gap,
     fields: &[every_operation("request.body", S::Compared, D::Compared)],
-    summary: "the gateway reads as the client meant some values the native V1 surface refuses: an id with blanks around it is trimmed (blanks inside are still 404), `null` in an optional field (`is_async`, `page_index`, `page_size`, `status`) is the field left out, a whole-number float (`10.0`, `1e1`) is that integer, and on the store search `limit=` is the default, a `limit` too large for an integer type is the largest, and one above `limits.max_page_size` gets that many items (the native surface refuses the first two and answers the third whole). No V1 source says V1 refused them; accepting them breaks no client V1 served",
+    summary: "the gateway reads as the client meant some values the native V1 surface refuses: an id with blanks around it is trimmed (blanks inside are still 404), `null` in an optional field (`is_async`, `page_index`, `page_size`, `status`) is the field left out, a whole-number float (`10.0`, `1e1`) is that integer, and on the store search `limit=` is the default, a `limit` too large for an integer type is the largest, and one above `limits.max_page_size` gets that many items (the native surface refuses the first two and answers the third whole); a worker named in V2's `owner~name` form (`coreclaw~google-maps-scraper`) is that worker, where the native surface knows only its ULID and `owner/name` (worker detail and start-run 404 / 50001, a run list filtered by it empty, a store search for it finds nothing). No V1 source says V1 refused them; accepting them breaks no client V1 served",
+    setting: None,
+};
+
+pub const PAGE_INDEX_BOUND: Difference = Difference {
+    id: "page_index_bound",
+    kind: Kind::Gap,
+    fields: &[
+        field(Op::RunList, "request.page_index", S::Compared, D::Compared),
+        field(Op::ResultList, "request.page_index", S::Compared, D::Compared),
+    ],
+    summary: "a `page_index` above 10,000,000 is refused (400 / 4000, naming the bound) where V1 answered an empty page: no run or run list has data that far, and the bound keeps every V2 `offset` the gateway sends inside what V2 reads as an integer. Only a client sending a sentinel page number sees it",
     setting: None,
 };
 
@@ -411,6 +422,7 @@ pub const ALL: &[Difference] = &[
     PUBLIC_CATALOG_KEY,
     RUN_CALLBACKS,
     CALLBACK_URL_CHECKS,
+    PAGE_INDEX_BOUND,
     ZERO_SYSTEM_LIMITS,
     BUSINESS_ERROR_STATUS,
     EMPTY_STORE_SEARCH,
