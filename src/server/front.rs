@@ -215,7 +215,7 @@ mod tests {
 
     #[test]
     fn settle_gives_the_request_id_and_the_operation() {
-        let mut req = Request::post("/api/v1/run/detail/")
+        let mut req = Request::post("/api/v1/run/detail")
             .header("x-request-id", "id-1")
             .body(())
             .unwrap();
@@ -224,6 +224,9 @@ mod tests {
         assert_eq!(settled.op, Some(Operation::RunDetail));
         let mut unknown = Request::get("/api/v1/nothing").body(()).unwrap();
         assert_eq!(settle(&mut unknown).op, None);
+        // Another path on V1, as the router sees it.
+        let mut slash = Request::post("/api/v1/run/detail/").body(()).unwrap();
+        assert_eq!(settle(&mut slash).op, None);
     }
 
     fn pipeline() -> Arc<Pipeline> {

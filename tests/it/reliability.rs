@@ -468,7 +468,8 @@ async fn an_oversized_declared_length_is_refused_without_100_continue() {
     assert_eq!(a.json()["code"], 4000);
 }
 
-/// HEAD over HTTP/2 carries the GET headers and no DATA frame.
+/// HEAD over HTTP/2 (a 404, as on V1) carries its answer's headers and no
+/// DATA frame.
 #[tokio::test]
 async fn head_over_http2_sends_no_body() {
     let v2 = MockV2::start(|_| Reply::ok(json!([{"code": "us", "name": "US"}]))).await;
@@ -487,7 +488,8 @@ async fn head_over_http2_sends_no_body() {
         .unwrap()
         .expect("HEAD over HTTP/2 is answered without a protocol error");
     assert_eq!(resp.version(), http::Version::HTTP_2);
-    assert_eq!(resp.status(), 200);
+    // V1 had no HEAD routes: the 404 envelope's head, without its body.
+    assert_eq!(resp.status(), 404);
     let declared: usize = resp.headers()["content-length"]
         .to_str()
         .unwrap()
@@ -856,7 +858,10 @@ async fn stalled_closures(m: &metrics_util::debugging::Snapshotter, n: f64) {
 #[tokio::test(flavor = "current_thread")]
 async fn a_client_that_stops_reading_is_closed_on_the_write_timeout() {
     let (m, _local) = local_metrics();
-    let (gw, request) = big_answers(40_000, "[connections]\nwrite_timeout_ms = 600\n").await;
+    // Far longer than the reader's pauses: with loopback's large socket
+    // buffers the socket may find no room for a while after a steady
+    // reader resumes, until enough of what the kernels hold is drained.
+    let (gw, request) = big_answers(40_000, "[connections]\nwrite_timeout_ms = 2500\n").await;
     // The slow reader first: bursts of 512 KiB, 200 ms apart.
     let mut slow = TcpStream::connect(gw.addr).await.unwrap();
     slow.write_all(&request).await.unwrap();
@@ -912,7 +917,7 @@ async fn a_client_that_stops_reading_is_closed_on_the_write_timeout() {
     let started = Instant::now();
     stalled_closures(&m, 1.0).await;
     let took = started.elapsed();
-    assert!(took >= Duration::from_millis(600), "{took:?}");
+    assert!(took >= Duration::from_millis(2500), "{took:?}");
     // Reading now, the client finds what the kernels held, then the end,
     // well short of the answer.
     let mut rest = Vec::new();
