@@ -263,24 +263,27 @@ pub const PUBLIC_CATALOG_KEY: Difference = Difference {
     setting: Some("upstream.service_key"),
 };
 
+/// The `callback_url` of every operation that takes one.
+const CALLBACK_URL_FIELDS: &[Field] = &[
+    field(
+        Op::StartRun,
+        "request.callback_url",
+        S::Compared,
+        D::Compared,
+    ),
+    field(
+        Op::StartTaskRun,
+        "request.callback_url",
+        S::Compared,
+        D::Compared,
+    ),
+    field(Op::Rerun, "request.callback_url", S::Compared, D::Compared),
+];
+
 pub const RUN_CALLBACKS: Difference = Difference {
     id: "run_callbacks",
     kind: Kind::Gap,
-    fields: &[
-        field(
-            Op::StartRun,
-            "request.callback_url",
-            S::Compared,
-            D::Compared,
-        ),
-        field(
-            Op::StartTaskRun,
-            "request.callback_url",
-            S::Compared,
-            D::Compared,
-        ),
-        field(Op::Rerun, "request.callback_url", S::Compared, D::Compared),
-    ],
+    fields: CALLBACK_URL_FIELDS,
     summary: "V2 posts run callbacks in its own shape; the gateway relays them as V1's notification only with the relay on (callbacks.public_url set), otherwise V2's body reaches `callback_url`",
     setting: Some("callbacks.mode"),
 };
@@ -288,21 +291,7 @@ pub const RUN_CALLBACKS: Difference = Difference {
 pub const CALLBACK_URL_CHECKS: Difference = Difference {
     id: "callback_url_checks",
     kind: Kind::Gap,
-    fields: &[
-        field(
-            Op::StartRun,
-            "request.callback_url",
-            S::Compared,
-            D::Compared,
-        ),
-        field(
-            Op::StartTaskRun,
-            "request.callback_url",
-            S::Compared,
-            D::Compared,
-        ),
-        field(Op::Rerun, "request.callback_url", S::Compared, D::Compared),
-    ],
+    fields: CALLBACK_URL_FIELDS,
     summary: "a `callback_url` V1 accepted is refused (400 / 4000) when it holds control characters (CR, LF, tab, …): the URL parser drops them silently, so the URL checked would not be the one called, and CR/LF could split a header where the URL is echoed; with the callback relay on, also when it is longer than `callbacks.max_url_bytes` (2,048 bytes) or carries credentials, as the relay seals the URL into the one V2 gets and keeps it in its store, which an unbounded URL would make unbounded and a password would sit in",
     setting: Some("callbacks.max_url_bytes"),
 };

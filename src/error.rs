@@ -445,9 +445,10 @@ mod tests {
         assert_eq!(table(Subject::Other, 404, Some(11004)), (404, 4040));
     }
 
-    fn v2_refusal(status: u16, code: Option<i64>) -> GatewayError {
+    /// A V2 refusal about `subject`, with no text.
+    fn v2_refusal(subject: Subject, status: u16, code: Option<i64>) -> GatewayError {
         GatewayError::Refused {
-            subject: Subject::Other,
+            subject,
             status: StatusCode::from_u16(status).unwrap(),
             code,
             message: String::new(),
@@ -466,13 +467,13 @@ mod tests {
             (200, Some(12002)),
         ] {
             assert!(
-                v2_refusal(status, code).is_invalid_key(),
+                v2_refusal(Subject::Other, status, code).is_invalid_key(),
                 "{status} {code:?}"
             );
         }
         for (status, code) in [(404, Some(11004)), (429, Some(13000)), (500, None)] {
             assert!(
-                !v2_refusal(status, code).is_invalid_key(),
+                !v2_refusal(Subject::Other, status, code).is_invalid_key(),
                 "{status} {code:?}"
             );
         }
@@ -504,15 +505,7 @@ mod tests {
 
     #[test]
     fn unknown_worker_whichever_way_v2_says_it() {
-        let refused = |status: u16, code: Option<i64>| GatewayError::Refused {
-            subject: Subject::Worker,
-            status: StatusCode::from_u16(status).unwrap(),
-            code,
-            message: String::new(),
-            details: Vec::new(),
-            v2_request_id: None,
-            retry_after: None,
-        };
+        let refused = |status, code| v2_refusal(Subject::Worker, status, code);
         assert!(refused(404, Some(50001)).is_unknown_worker());
         assert!(refused(404, Some(11004)).is_unknown_worker());
         assert!(refused(200, Some(50001)).is_unknown_worker());

@@ -175,12 +175,17 @@ impl Body {
 
     /// The last member named `name`, unless null.
     fn member(&self, name: &str) -> Option<&Value> {
+        self.last(name).filter(|v| !v.is_null())
+    }
+
+    /// The last member named `name`, null included: a repeated name reads
+    /// as its last value, as in a map.
+    fn last(&self, name: &str) -> Option<&Value> {
         self.0
             .iter()
             .rev()
             .find(|(member, _)| member == name)
             .map(|(_, value)| value)
-            .filter(|v| !v.is_null())
     }
 
     pub fn get(&self, field: &str) -> Option<&Value> {
@@ -200,8 +205,7 @@ impl Body {
     /// `null` as absent is the gateway's leniency for the fields the
     /// `lenient_input` difference names, not for these.
     pub fn opt_str_not_null(&self, field: &str) -> Result<Option<&str>, GatewayError> {
-        let last = self.0.iter().rev().find(|(member, _)| member == field);
-        if matches!(last, Some((_, Value::Null))) {
+        if matches!(self.last(field), Some(Value::Null)) {
             return Err(GatewayError::bad(field, "must be a string, got null"));
         }
         self.opt_str(field)

@@ -1436,6 +1436,29 @@ fn clip_str(s: &str) -> String {
     }
 }
 
+/// Sends each case to both sides: the cases whose answers differ, and how
+/// often the native side answered each status and code.
+async fn compare_all(env: &Env, cases: Vec<Case>) -> (Vec<Mismatch>, BTreeMap<(u16, i64), usize>) {
+    let mut mismatches = Vec::new();
+    let mut seen: BTreeMap<(u16, i64), usize> = BTreeMap::new();
+    for c in cases {
+        let (native, gateway) = exchange(env, &c).await;
+        *seen
+            .entry((native.0, native.1["code"].as_i64().unwrap_or(-1)))
+            .or_default() += 1;
+        let paths = diff(c.op, &native, &gateway);
+        if !paths.is_empty() {
+            mismatches.push(Mismatch {
+                case: c,
+                native,
+                gateway,
+                paths,
+            });
+        }
+    }
+    (mismatches, seen)
+}
+
 /// Sends one case to both sides; returns the two answers.
 async fn exchange(env: &Env, c: &Case) -> ((u16, Value), (u16, Value)) {
     let native = env
@@ -1652,24 +1675,8 @@ async fn hostile_ids_answer_as_native_v1_without_reaching_v2() {
             }
         }
 
-        let mut mismatches = Vec::new();
-        let mut seen: BTreeMap<(u16, i64), usize> = BTreeMap::new();
         let total = cases.len();
-        for c in cases {
-            let (native, gateway) = exchange(&env, &c).await;
-            *seen
-                .entry((native.0, native.1["code"].as_i64().unwrap_or(-1)))
-                .or_default() += 1;
-            let paths = diff(c.op, &native, &gateway);
-            if !paths.is_empty() {
-                mismatches.push(Mismatch {
-                    case: c,
-                    native,
-                    gateway,
-                    paths,
-                });
-            }
-        }
+        let (mismatches, seen) = compare_all(&env, cases).await;
         let calls = upstream.paths.lock().unwrap()[before..].to_vec();
         eprintln!("dialect {dialect:?}: {total} hostile-id requests, native status/code {seen:?}");
         let report: String = mismatches.iter().take(20).map(|m| m.to_string()).collect();
@@ -1726,24 +1733,8 @@ async fn start_run_refusals_answer_as_native_v1() {
                 cases.push(Case::post("start_run", PATH, body));
             }
         }
-        let mut mismatches = Vec::new();
-        let mut seen: BTreeMap<(u16, i64), usize> = BTreeMap::new();
         let total = cases.len();
-        for c in cases {
-            let (native, gateway) = exchange(&env, &c).await;
-            *seen
-                .entry((native.0, native.1["code"].as_i64().unwrap_or(-1)))
-                .or_default() += 1;
-            let paths = diff(c.op, &native, &gateway);
-            if !paths.is_empty() {
-                mismatches.push(Mismatch {
-                    case: c,
-                    native,
-                    gateway,
-                    paths,
-                });
-            }
-        }
+        let (mismatches, seen) = compare_all(&env, cases).await;
         let report: String = mismatches.iter().take(20).map(|m| m.to_string()).collect();
         assert!(
             mismatches.is_empty(),

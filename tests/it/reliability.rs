@@ -468,6 +468,33 @@ async fn an_oversized_declared_length_is_refused_without_100_continue() {
     assert_eq!(a.json()["code"], 4000);
 }
 
+/// `method /api/proxy/region` with the test key, over HTTP/2 with prior
+/// knowledge, the client's initial stream window `window` when given: the
+/// answer (its head; the body as it comes).
+async fn region_over_http2(
+    addr: std::net::SocketAddr,
+    method: http::Method,
+    window: Option<u32>,
+) -> Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error> {
+    let mut builder =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new());
+    builder.http2_only(true);
+    if let Some(window) = window {
+        builder.http2_initial_stream_window_size(window);
+    }
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Empty<Bytes>> =
+        builder.build_http();
+    let req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}/api/proxy/region"))
+        .header("api-key", KEY)
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    tokio::time::timeout(BOUND, client.request(req))
+        .await
+        .expect("an answer in time")
+}
+
 /// HEAD over HTTP/2 (a 404, as on V1) carries its answer's headers and no
 /// DATA frame.
 #[tokio::test]
@@ -475,17 +502,8 @@ async fn head_over_http2_sends_no_body() {
     let v2 = MockV2::start(|_| Reply::ok(json!([{"code": "us", "name": "US"}]))).await;
     let config = format!("[upstream]\nbase_url = \"{}\"\n", v2.url());
     let gw = TestGateway::over_http(&config).await;
-    let client: hyper_util::client::legacy::Client<_, http_body_util::Empty<Bytes>> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .http2_only(true)
-            .build_http();
-    let req = http::Request::head(format!("http://{}/api/proxy/region", gw.addr))
-        .header("api-key", KEY)
-        .body(http_body_util::Empty::new())
-        .unwrap();
-    let resp = tokio::time::timeout(BOUND, client.request(req))
+    let resp = region_over_http2(gw.addr, http::Method::HEAD, None)
         .await
-        .unwrap()
         .expect("HEAD over HTTP/2 is answered without a protocol error");
     assert_eq!(resp.version(), http::Version::HTTP_2);
     // V1 had no HEAD routes: the 404 envelope's head, without its body.
@@ -936,18 +954,8 @@ async fn a_client_that_stops_reading_is_closed_on_the_write_timeout() {
 async fn an_http2_stream_without_window_is_closed_on_the_write_timeout() {
     let (m, _local) = local_metrics();
     let (gw, _) = big_answers(1_000, "[connections]\nwrite_timeout_ms = 600\n").await;
-    let client: hyper_util::client::legacy::Client<_, http_body_util::Empty<Bytes>> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .http2_only(true)
-            .http2_initial_stream_window_size(0)
-            .build_http();
-    let req = http::Request::get(format!("http://{}/api/proxy/region", gw.addr))
-        .header("api-key", KEY)
-        .body(http_body_util::Empty::new())
-        .unwrap();
-    let resp = tokio::time::timeout(BOUND, client.request(req))
+    let resp = region_over_http2(gw.addr, http::Method::GET, Some(0))
         .await
-        .unwrap()
         .expect("the head arrives");
     assert_eq!(resp.status(), 200);
     let started = Instant::now();
