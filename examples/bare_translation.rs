@@ -17,8 +17,17 @@
 //! to the client: `x-request-id`, `x-v2-request-id`,
 //! `x-v1compat-upstream-calls`), the request id a fixed one.
 //!
+//! With `features` it does, besides the headers, the least each of the
+//! gateway's own features on a run detail's path can cost, each in the
+//! cheapest form it has (see [`features`]): a panic guard, the in-flight
+//! limit and gauge, the client's request id or a new one, the key's check,
+//! the body limit, the run id's check, a pool of V2 connections, one
+//! deadline over the V2 call, the retry budget's deposit, the request and
+//! upstream metrics with the gateway's recorder, and the access line's
+//! level check. It measures how much room the translation leaves for them.
+//!
 //! ```text
-//! cargo run --release --example bare_translation -- 127.0.0.1:0 http://127.0.0.1:8081 [headers]
+//! cargo run --release --example bare_translation -- 127.0.0.1:0 http://127.0.0.1:8081 [headers|features]
 //! ```
 //!
 //! Prints `listening on ADDR` once it accepts connections. Any other path
@@ -38,6 +47,9 @@ use tokio::sync::Mutex;
 use v1compat::ops::result_scan;
 use v1compat::ops::run_records::{v1_run, Texts};
 use v1compat::ops::Compat;
+
+#[path = "bare_translation/features.rs"]
+mod features;
 
 // The gateway's allocator, as its binary sets it.
 #[global_allocator]
@@ -112,10 +124,13 @@ async fn serve() {
         .unwrap_or(upstream)
         .trim_end_matches('/')
         .to_owned();
-    let target = Arc::new(Target::new(
-        authority,
-        args.get(2).is_some_and(|a| a == "headers"),
-    ));
+    let mode = args.get(2).map(String::as_str);
+    if !matches!(mode, None | Some("headers" | "features")) {
+        eprintln!("the third argument is `headers` or `features`");
+        std::process::exit(64);
+    }
+    let target = Arc::new(Target::new(authority, mode.is_some()));
+    let features = (mode == Some("features")).then(|| Arc::new(features::Features::new()));
     let listener = TcpListener::bind(listen).await.expect("bind");
     println!("listening on {}", listener.local_addr().expect("address"));
     let conn: Upstream = Arc::new(Mutex::new(None));
@@ -124,11 +139,16 @@ async fn serve() {
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let (target, conn) = (target.clone(), conn.clone());
+        let (target, conn, features) = (target.clone(), conn.clone(), features.clone());
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
-                let (target, conn) = (target.clone(), conn.clone());
-                async move { Ok::<_, Infallible>(answer(&target, &conn, req).await) }
+                let (target, conn, features) = (target.clone(), conn.clone(), features.clone());
+                async move {
+                    Ok::<_, Infallible>(match &features {
+                        Some(features) => features.answer(&target, req).await,
+                        None => answer(&target, &conn, req).await,
+                    })
+                }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
@@ -237,7 +257,7 @@ async fn send(
     Some((head, body))
 }
 
-fn status(status: StatusCode) -> Response<Full<Bytes>> {
+pub(crate) fn status(status: StatusCode) -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(Bytes::new()));
     *resp.status_mut() = status;
     resp

@@ -210,8 +210,9 @@ for proxy in nginx floor v1compat; do
     stop "$PROXY_PID"
   done
 done
-# The run detail's translation alone, without and with v1compat's headers.
-for variant in "" headers; do
+# The run detail's translation alone: without and with v1compat's headers, and with
+# the least its features can cost around it.
+for variant in "" headers features; do
   log "bare translation${variant:+ with $variant} under callgrind"
   start_translation callgrind "$variant"
   measure "translation${variant:+-$variant}" callgrind detail
@@ -275,6 +276,7 @@ for p, what in (("nginx", "nginx, the V2 request proxied"),
                 ("floor", "bare proxy, the V2 request proxied (`examples/bare_proxy.rs`)"),
                 ("translation", "bare translation, the V1 request translated (`examples/bare_translation.rs`)"),
                 ("translation-headers", "bare translation with v1compat's headers (`… headers`)"),
+                ("translation-features", "bare translation with the headers and the least the gateway's features cost (`… features`)"),
                 ("v1compat", "v1compat")):
     r = get(p, "callgrind", "detail")
     n = r["instructions"] / r["requests"]
@@ -303,7 +305,7 @@ MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
   echo "| v1compat | \`serve\`, release build, log level \`$LOG_LEVEL\`, metrics recorder on, no shadow mirror; on one CPU, tokio's single-threaded runtime (\`runtime.threads = 0\`) |"
   echo "| nginx | one process (\`master_process off\`), keep-alive upstream, access log off |"
   echo "| floor | \`examples/bare_proxy.rs\`, release build: the runtime v1compat would choose, hyper's HTTP/1.1 server and one kept-alive client connection, the V2 request forwarded unchanged; nothing else |"
-  echo "| bare translation | \`examples/bare_translation.rs\`, release build: the floor's stack and v1compat's allocator; the V1 run detail read with serde, the V2 run read and the V1 record written by v1compat's own code; no checks, limits, deadlines, pool, ids, logs or metrics; with \`headers\`, v1compat's headers to V2 and to the client too |"
+  echo "| bare translation | \`examples/bare_translation.rs\`, release build: the floor's stack and v1compat's allocator; the V1 run detail read with serde, the V2 run read and the V1 record written by v1compat's own code; no checks, limits, deadlines, pool, ids, logs or metrics; with \`headers\`, v1compat's headers to V2 and to the client too; with \`features\`, the headers and the cheapest form of each of the gateway's features on that path (\`examples/bare_translation/features.rs\`) |"
   echo
   echo "Instructions: callgrind's count of user-space instructions of the proxy process (every"
   echo "thread) between zeroing (\`callgrind_control -z\`) after the warm-up and the dump"
