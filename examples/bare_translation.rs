@@ -209,15 +209,9 @@ async fn answer(target: &Target, conn: &Upstream, req: Request<Incoming>) -> Res
     let Some((head, body)) = send(target, conn, v2).await else {
         return status(StatusCode::BAD_GATEWAY);
     };
-    let Some(read) = result_scan::run_answer(&body) else {
+    let Some(envelope) = v1_envelope(&body) else {
         return status(StatusCode::BAD_GATEWAY);
     };
-    static COMPAT: OnceLock<Compat> = OnceLock::new();
-    let run = v1_run(&read.data, COMPAT.get_or_init(Compat::default));
-    let mut envelope = Vec::with_capacity(512);
-    envelope.extend_from_slice(b"{\"code\":0,\"message\":\"success\",\"data\":");
-    run.write_json(&mut envelope, Texts::scanned(&read));
-    envelope.push(b'}');
     let mut resp = Response::new(Full::new(Bytes::from(envelope)));
     let mut headers = target.to_client.clone();
     if let Some(v2_id) = head.headers.get(X_REQUEST_ID) {
@@ -229,6 +223,19 @@ async fn answer(target: &Target, conn: &Upstream, req: Request<Incoming>) -> Res
     }
     *resp.headers_mut() = headers;
     resp
+}
+
+/// The V1 envelope of a V2 run-detail answer, as the gateway writes it;
+/// `None` for an answer its one-pass reader leaves to serde.
+fn v1_envelope(v2_body: &[u8]) -> Option<Vec<u8>> {
+    let read = result_scan::run_answer(v2_body)?;
+    static COMPAT: OnceLock<Compat> = OnceLock::new();
+    let run = v1_run(&read.data, COMPAT.get_or_init(Compat::default));
+    let mut envelope = Vec::with_capacity(512);
+    envelope.extend_from_slice(b"{\"code\":0,\"message\":\"success\",\"data\":");
+    run.write_json(&mut envelope, Texts::scanned(&read));
+    envelope.push(b'}');
+    Some(envelope)
 }
 
 /// `req` to V2 on the one kept connection (made when there is none); the

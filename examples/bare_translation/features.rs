@@ -9,7 +9,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,16 +22,13 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
-use v1compat::ops::result_scan;
-use v1compat::ops::run_records::{v1_run, Texts};
-use v1compat::ops::Compat;
 use v1compat::request_id::RequestId;
 use v1compat::route::Operation;
 use v1compat::telemetry::handles::{RequestMetrics, RouteMetrics, UpstreamMetrics};
 use v1compat::upstream::ApiKey;
 use v1compat::v2::Segment;
 
-use super::{status, DetailBody, Target, X_REQUEST_ID, X_V2_REQUEST_ID};
+use super::{status, v1_envelope, DetailBody, Target, X_REQUEST_ID, X_V2_REQUEST_ID};
 
 /// The gateway's defaults.
 const MAX_IN_FLIGHT: usize = 1024;
@@ -148,15 +145,9 @@ impl Features {
         };
         self.upstream.answered_2xx.increment(1);
         self.upstream.duration.record(sent.elapsed().as_secs_f64());
-        let Some(read) = result_scan::run_answer(&body) else {
+        let Some(envelope) = v1_envelope(&body) else {
             return status(StatusCode::BAD_GATEWAY);
         };
-        static COMPAT: OnceLock<Compat> = OnceLock::new();
-        let run = v1_run(&read.data, COMPAT.get_or_init(Compat::default));
-        let mut envelope = Vec::with_capacity(512);
-        envelope.extend_from_slice(b"{\"code\":0,\"message\":\"success\",\"data\":");
-        run.write_json(&mut envelope, Texts::scanned(&read));
-        envelope.push(b'}');
         let mut resp = Response::new(Full::new(Bytes::from(envelope)));
         let mut headers = target.to_client.clone();
         let v2_id = head.headers.get(X_REQUEST_ID);
