@@ -47,7 +47,10 @@ pub fn parse_base_url(key: &str, text: &str) -> Result<url::Url, String> {
     let url = url::Url::parse(text)
         .ok()
         .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
-        .ok_or_else(|| format!("{key}: {text:?} is not an http(s) URL"))?;
+        .ok_or_else(|| {
+            let shown = crate::config::print::mask_url(text);
+            format!("{key}: {shown:?} is not an http(s) URL")
+        })?;
     origin_and_prefix(&url).map_err(|e| format!("{key}: {e}"))?;
     Ok(url)
 }

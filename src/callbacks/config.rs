@@ -133,15 +133,7 @@ pub fn redacted_store(store: &StoreKind) -> String {
     match store {
         StoreKind::Memory => "memory".into(),
         StoreKind::Redb(p) => format!("redb:{}", p.display()),
-        StoreKind::Postgres(url) => match url::Url::parse(url) {
-            Ok(mut u) => {
-                if u.password().is_some() {
-                    let _ = u.set_password(Some("***"));
-                }
-                u.to_string()
-            }
-            Err(_) => "postgres://(unparsable)".into(),
-        },
+        StoreKind::Postgres(url) => crate::config::print::mask_url(url),
     }
 }
 
@@ -178,8 +170,9 @@ pub fn validate(s: &CallbacksSection, p: &mut Vec<String>) -> CallbacksConfig {
                 Some(u.as_str().trim_end_matches('/').to_owned())
             }
             _ => {
+                let shown = crate::config::print::mask_url(public_url);
                 p.push(format!(
-                    "callbacks.public_url: {public_url:?} must be an http(s) URL without query or credentials (relay mode needs it: V2 posts callbacks there)"
+                    "callbacks.public_url: {shown:?} must be an http(s) URL without query or credentials (relay mode needs it: V2 posts callbacks there)"
                 ));
                 None
             }
@@ -276,16 +269,35 @@ fn parse_store(s: &str) -> Result<StoreKind, String> {
         Ok(StoreKind::Memory)
     } else if let Some(path) = s.strip_prefix("redb:") {
         if path.is_empty() {
-            Err("redb: needs a file path, e.g. redb:/var/lib/v1compat/callbacks.redb".into())
-        } else {
-            Ok(StoreKind::Redb(path.into()))
+            return Err(
+                "redb: needs a file path, e.g. redb:/var/lib/v1compat/callbacks.redb".into(),
+            );
+        }
+        let path = std::path::PathBuf::from(path);
+        // The file is made at start if missing; its folder must be there.
+        match path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+            Some(dir) if !dir.is_dir() => Err(format!(
+                "redb:{}: {} is not a folder the file can be made in",
+                path.display(),
+                dir.display()
+            )),
+            _ if path.is_dir() => Err(format!("redb:{}: is a folder, not a file", path.display())),
+            _ => Ok(StoreKind::Redb(path)),
         }
     } else if s.starts_with("postgres://") || s.starts_with("postgresql://") {
-        Ok(StoreKind::Postgres(s.to_owned()))
+        // Read as the store will read it, so a string it cannot use is
+        // refused here (and by `check-config`), not after the ports are bound.
+        match s.parse::<tokio_postgres::Config>() {
+            Ok(_) => Ok(StoreKind::Postgres(s.to_owned())),
+            Err(e) => Err(format!(
+                "{:?} is not a PostgreSQL connection URL the store can use: {e}",
+                crate::config::print::mask_url(s)
+            )),
+        }
     } else {
         Err(format!(
             "{:?} is not memory, redb:PATH or postgres://…",
-            redacted_store(&StoreKind::Postgres(s.to_owned()))
+            crate::config::print::mask_url(s)
         ))
     }
 }
@@ -347,6 +359,34 @@ mod tests {
         ] {
             assert!(p.iter().any(|e| e.starts_with(key)), "{key} missing: {p:?}");
         }
+    }
+
+    #[test]
+    fn stores_the_gateway_cannot_open_are_refused_before_start() {
+        let dir = std::env::temp_dir();
+        let file = dir.join(format!("v1compat-store-check-{}", std::process::id()));
+        std::fs::write(&file, b"").unwrap();
+        for (store, says) in [
+            (
+                "postgres://user:pw@host:99x/db",
+                "is not a PostgreSQL connection URL",
+            ),
+            (
+                &format!("redb:{}/sub/x.redb", file.display()),
+                "is not a folder the file can be made in",
+            ),
+            (
+                &format!("redb:{}", dir.display()),
+                "is a folder, not a file",
+            ),
+        ] {
+            let e = parse_store(store).unwrap_err();
+            assert!(e.contains(says), "{store}: {e}");
+            assert!(!e.contains(":pw@"), "{e}");
+        }
+        std::fs::remove_file(&file).unwrap();
+        assert!(parse_store("postgres://gw:pw@db:5432/v1compat?sslmode=disable").is_ok());
+        assert!(parse_store("redb:callbacks.redb").is_ok());
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub fn effective_toml(raw: &RawConfig) -> String {
 
 /// A key holds a secret when its name says so (`service_key`, `…_token`,
 /// `…secret…`, `…password…`).
-fn is_secret(key: &str) -> bool {
+pub(crate) fn is_secret(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
     key == "key"
         || key.ends_with("_key")
@@ -68,12 +68,94 @@ fn mask_value(key: &str, value: &mut toml_edit::Value) {
     }
 }
 
-/// `postgres://user:pw@host/db` → `postgres://user:********@host/db`.
+/// A URL-like value with a secret in it, masked (see [`mask_url`]); `None`
+/// when there is nothing to mask.
 fn mask_url_password(s: &str) -> Option<String> {
-    let mut url = url::Url::parse(s).ok()?;
-    url.password()?;
-    url.set_password(Some(MASK)).ok()?;
-    Some(url.to_string())
+    let masked = mask_url(s);
+    (masked != s).then_some(masked)
+}
+
+/// `text` as it may be shown in a message, a log line or `--print`, whether
+/// or not it parses as a URL: a password in its userinfo
+/// (`postgres://user:pw@host` → `postgres://user:********@host`), userinfo
+/// without one (a token as the user name: `https://********@host`), and the
+/// value of every query parameter whose name says secret (`?password=…`,
+/// PostgreSQL's `sslpassword`, `…token…`, `…key…`) masked; so too
+/// `password=…` in a PostgreSQL key/value connection string.
+pub fn mask_url(text: &str) -> String {
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return mask_key_values(text);
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:{MASK}@{host}"),
+            None => format!("{MASK}@{host}"),
+        },
+        None => authority.to_owned(),
+    };
+    let (path, fragment) = match tail.split_once('#') {
+        Some((path, fragment)) => (path, Some(fragment)),
+        None => (tail, None),
+    };
+    let mut shown = format!("{scheme}://{authority}");
+    match path.split_once('?') {
+        Some((path, query)) => {
+            shown.push_str(path);
+            shown.push('?');
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((name, value)) if is_secret_parameter(name) && !value.is_empty() => {
+                        format!("{name}={MASK}")
+                    }
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            shown.push_str(&pairs.join("&"));
+        }
+        None => shown.push_str(path),
+    }
+    if let Some(fragment) = fragment {
+        shown.push('#');
+        shown.push_str(fragment);
+    }
+    shown
+}
+
+/// A query parameter (or connection-string key) that carries a secret.
+fn is_secret_parameter(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    is_secret(&name) || name.contains("passw") || name == "pwd" || name.contains("key")
+}
+
+/// `host=db password=pw` → `host=db password=********`: the secret values
+/// of a key/value connection string, a quoted one to its closing quote.
+fn mask_key_values(text: &str) -> String {
+    let mut shown = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(eq) = rest.find('=') {
+        let name_start = rest[..eq]
+            .rfind(|c: char| c.is_whitespace())
+            .map_or(0, |i| i + 1);
+        let name = rest[name_start..eq].trim();
+        let value = &rest[eq + 1..];
+        let value_len = if let Some(quoted) = value.strip_prefix('\'') {
+            quoted.find('\'').map_or(value.len(), |i| i + 2)
+        } else {
+            value.find(char::is_whitespace).unwrap_or(value.len())
+        };
+        shown.push_str(&rest[..=eq]);
+        if is_secret_parameter(name) && value_len > 0 {
+            shown.push_str(MASK);
+        } else {
+            shown.push_str(&value[..value_len]);
+        }
+        rest = &value[value_len..];
+    }
+    shown.push_str(rest);
+    shown
 }
 
 #[cfg(test)]
@@ -107,6 +189,47 @@ mod tests {
         // The printed text is a configuration that loads back.
         let back: RawConfig = toml::from_str(&text).unwrap();
         assert_eq!(back.limits.max_in_flight, raw.limits.max_in_flight);
+    }
+
+    #[test]
+    fn urls_are_masked_whether_or_not_they_parse() {
+        for (text, shown) in [
+            (
+                "https://user:s3cretPW@host:99999",
+                "https://user:********@host:99999",
+            ),
+            (
+                "https://TOKEN@gw.example/v2",
+                "https://********@gw.example/v2",
+            ),
+            (
+                "postgres://u@h/db?sslmode=require&password=S3cretQ",
+                "postgres://********@h/db?sslmode=require&password=********",
+            ),
+            (
+                "postgres://h/db?application_name=gw&sslpassword=K3y#frag",
+                "postgres://h/db?application_name=gw&sslpassword=********#frag",
+            ),
+            (
+                "host=db user=gw password=pgpass42 dbname=v1",
+                "host=db user=gw password=******** dbname=v1",
+            ),
+            (
+                "host=db password='two words' dbname=v1",
+                "host=db password=******** dbname=v1",
+            ),
+            (
+                "https://openapi.coreclaw.com/api",
+                "https://openapi.coreclaw.com/api",
+            ),
+            ("not a url", "not a url"),
+            (
+                "redb:/var/lib/v1compat/callbacks.redb",
+                "redb:/var/lib/v1compat/callbacks.redb",
+            ),
+        ] {
+            assert_eq!(mask_url(text), shown, "{text}");
+        }
     }
 
     #[test]
