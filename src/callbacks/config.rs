@@ -274,15 +274,23 @@ fn parse_store(s: &str) -> Result<StoreKind, String> {
             );
         }
         let path = std::path::PathBuf::from(path);
-        // The file is made at start if missing; its folder must be there.
-        match path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-            Some(dir) if !dir.is_dir() => Err(format!(
+        // The file and missing folders above it are made at start; what is
+        // there already must be a folder all the way up.
+        let blocker = path
+            .ancestors()
+            .skip(1)
+            .find(|a| a.exists() || a.symlink_metadata().is_ok())
+            .filter(|a| !a.as_os_str().is_empty() && !a.is_dir());
+        match blocker {
+            Some(file) => Err(format!(
                 "redb:{}: {} is not a folder the file can be made in",
                 path.display(),
-                dir.display()
+                file.display()
             )),
-            _ if path.is_dir() => Err(format!("redb:{}: is a folder, not a file", path.display())),
-            _ => Ok(StoreKind::Redb(path)),
+            None if path.is_dir() => {
+                Err(format!("redb:{}: is a folder, not a file", path.display()))
+            }
+            None => Ok(StoreKind::Redb(path)),
         }
     } else if s.starts_with("postgres://") || s.starts_with("postgresql://") {
         // Read as the store will read it, so a string it cannot use is
@@ -387,6 +395,9 @@ mod tests {
         std::fs::remove_file(&file).unwrap();
         assert!(parse_store("postgres://gw:pw@db:5432/v1compat?sslmode=disable").is_ok());
         assert!(parse_store("redb:callbacks.redb").is_ok());
+        // Missing folders are made when the store opens.
+        let deeper = format!("redb:{}/not-yet/there/x.redb", dir.display());
+        assert!(parse_store(&deeper).is_ok());
     }
 
     #[test]

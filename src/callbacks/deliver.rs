@@ -60,6 +60,9 @@ pub enum Outcome {
     },
     /// Not attempted: the target was busy; back in the queue.
     Deferred,
+    /// Not sent: a newer status of the run went out first, or the claim
+    /// was no longer this deliverer's (see `Store::before_send`).
+    Superseded,
 }
 
 pub struct Deliverer {
@@ -263,6 +266,25 @@ impl Deliverer {
             Ok(note) => note,
             Err(why) => return self.dead(&ev, ev.attempts + 1, &why, now).await,
         };
+        // Decided last, after the enrichment read, which may take a while:
+        // a newer status that went out meanwhile wins.
+        match self
+            .store
+            .before_send(&ev.id, &self.owner, &note.status, self.clock.now_ms())
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                metrics::counter!(m::ATTEMPTS, "outcome" => "superseded").increment(1);
+                tracing::info!(run = %ev.run_slug, status = %note.status, "callback not sent: the run's receiver has a newer status");
+                return Outcome::Superseded;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "callback store: could not check a claim before sending");
+                let _ = self.store.release(&ev.id, now + 1_000).await;
+                return Outcome::Deferred;
+            }
+        }
         let webhook_id = event_id(&ev.run_slug, &note.status);
         let request = match self.request(&url, &webhook_id, now, &note.body) {
             Ok(r) => r,

@@ -1,7 +1,9 @@
 //! One received V2 callback as the store keeps it, and the rules that keep
-//! notifications monotone: a status has a rank, an event's id is derived
-//! from (run, status) so V2 repeating itself de-duplicates, and that id is the
-//! `webhook-id` the receiver de-duplicates on.
+//! notifications monotone: a status has a rank, and an event's id is derived
+//! from (run, status, the token it came in on) so V2 repeating itself
+//! de-duplicates while a callback posted on another token (someone else's,
+//! naming this run) stays apart from the run's own. The receiver
+//! de-duplicates on the `webhook-id`, derived from (run, status) alone.
 
 use ring::digest;
 use serde::{Deserialize, Serialize};
@@ -40,7 +42,7 @@ impl State {
 /// A stored event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
-    /// `msg_` + hex of SHA-256(run, status): the `webhook-id`.
+    /// `msg_` + hex of SHA-256(run, status, token): see [`store_id`].
     pub id: String,
     pub run_slug: String,
     /// V2 `run_status`, lower case.
@@ -79,7 +81,7 @@ impl Event {
     ) -> Event {
         let status = status.trim().to_ascii_lowercase();
         Event {
-            id: event_id(run_slug, &status),
+            id: store_id(run_slug, &status, token),
             run_slug: run_slug.to_owned(),
             status,
             token: token.to_owned(),
@@ -101,12 +103,27 @@ impl Event {
     }
 }
 
-/// The stable id of (run, status).
+/// The stable id of (run, status): the `webhook-id` a notification carries.
 pub fn event_id(run_slug: &str, status: &str) -> String {
+    id_of(&[run_slug, &status.trim().to_ascii_lowercase()])
+}
+
+/// The id the store keeps an event under: (run, status) on the token it
+/// came in on. Each token's events of a run are de-duplicated and ordered
+/// among themselves (`store::plan_insert`), so a callback that names a run
+/// on a token that is not the run's cannot stand in for the run's own.
+pub fn store_id(run_slug: &str, status: &str, token: &str) -> String {
+    id_of(&[run_slug, &status.trim().to_ascii_lowercase(), token])
+}
+
+fn id_of(parts: &[&str]) -> String {
     let mut ctx = digest::Context::new(&digest::SHA256);
-    ctx.update(run_slug.as_bytes());
-    ctx.update(b"\n");
-    ctx.update(status.trim().to_ascii_lowercase().as_bytes());
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            ctx.update(b"\n");
+        }
+        ctx.update(part.as_bytes());
+    }
     let d = ctx.finish();
     let hex: String = d.as_ref()[..16]
         .iter()
@@ -138,6 +155,15 @@ mod tests {
         assert_ne!(event_id("R1", "running"), event_id("R2", "running"));
         let id = event_id("R1", "running");
         assert!(id.starts_with("msg_") && id.len() == 36 && !id.contains('.'));
+        // The store's id tells tokens apart; the webhook-id does not.
+        assert_ne!(
+            store_id("R1", "running", "t1"),
+            store_id("R1", "running", "t2")
+        );
+        assert_eq!(
+            store_id("R1", "Running", "t1"),
+            Event::new("R1", "running", "t1", 0, 0, 0).id
+        );
     }
 
     #[test]

@@ -75,6 +75,25 @@ impl Store for MemoryStore {
         ready(())
     }
 
+    fn before_send(
+        &self,
+        id: &str,
+        owner: &str,
+        as_status: &str,
+        now_ms: u64,
+    ) -> StoreFuture<'_, bool> {
+        ready(self.with(|m| {
+            let Some(run) = m.get(id).map(|e| e.run_slug.clone()) else {
+                return false;
+            };
+            let (writes, send) = plan_before_send(id, owner, as_status, &same_run(m, &run), now_ms);
+            for w in writes {
+                m.insert(w.id.clone(), w);
+            }
+            send
+        }))
+    }
+
     fn failed(
         &self,
         id: &str,

@@ -6,17 +6,24 @@
 //! The rules every backend follows are written once here as plain functions
 //! over the events of one run ([`plan_insert`], [`plan_delivered`]), so the
 //! backends only load, apply and save:
-//! * an event is `(run, status)`; receiving the same pair again changes nothing;
+//! * an event is `(run, status)` on the token it came in on, and the rules
+//!   below hold among one token's events of a run (a callback naming the run
+//!   on another token, someone else's, neither de-duplicates nor supersedes
+//!   the run's own); receiving the same pair again changes nothing;
 //! * a status lower than one the run already has (pending or delivered) is
 //!   stored as done, and a newer status makes older pending ones done — so
 //!   receivers never see a run go backwards;
 //! * a delivery that carried a newer status than its event (enrichment read
-//!   the run) also records that newer status as delivered.
+//!   the run) also records that newer status as delivered;
+//! * right before it is sent ([`plan_before_send`]), an event goes out only
+//!   if it is still its deliverer's pending claim and no other event of the
+//!   run went out with a newer status (one superseded while its attempt was
+//!   under way, or an older one redelivered, would take the run back).
 
 use std::future::Future;
 use std::pin::Pin;
 
-use super::event::{event_id, rank, Event, State};
+use super::event::{rank, store_id, Event, State};
 
 pub mod memory;
 pub mod postgres;
@@ -82,6 +89,16 @@ pub trait Store: Send + Sync + 'static {
         error: &str,
         now_ms: u64,
     ) -> StoreFuture<'_, ()>;
+    /// Whether the claimed event `id` may go out now carrying `as_status`
+    /// ([`plan_before_send`]); one that may not because the run's receiver
+    /// has a newer status is made done.
+    fn before_send(
+        &self,
+        id: &str,
+        owner: &str,
+        as_status: &str,
+        now_ms: u64,
+    ) -> StoreFuture<'_, bool>;
     /// Gives a claim back without counting an attempt (target busy, shutdown).
     fn release(&self, id: &str, next_ms: u64) -> StoreFuture<'_, ()>;
     fn get(&self, id: &str) -> StoreFuture<'_, Option<Event>>;
@@ -109,7 +126,14 @@ pub struct InsertPlan {
     pub writes: Vec<Event>,
 }
 
+/// The events of `same_run` that came in on `token`: the ones the rules
+/// weigh against each other.
+fn on_token<'a>(same_run: &'a [Event], token: &'a str) -> impl Iterator<Item = &'a Event> + 'a {
+    same_run.iter().filter(move |e| e.token == token)
+}
+
 pub fn plan_insert(mut new: Event, same_run: &[Event], now_ms: u64) -> InsertPlan {
+    let same_run: Vec<Event> = on_token(same_run, &new.token).cloned().collect();
     if same_run.iter().any(|e| e.id == new.id) {
         return InsertPlan {
             outcome: Inserted::Duplicate,
@@ -152,6 +176,7 @@ pub fn plan_delivered(id: &str, as_status: &str, same_run: &[Event], now_ms: u64
     let Some(event) = same_run.iter().find(|e| e.id == id) else {
         return Vec::new();
     };
+    let same_run: Vec<Event> = on_token(same_run, &event.token).cloned().collect();
     let as_status = as_status.trim().to_ascii_lowercase();
     let r = rank(&as_status);
     let mut writes = Vec::new();
@@ -165,7 +190,7 @@ pub fn plan_delivered(id: &str, as_status: &str, same_run: &[Event], now_ms: u64
     delivered.attempts += 1;
     // The newer status went out now: its own row (present or still to come
     // from V2) must not go out again.
-    let newer_id = event_id(&event.run_slug, &as_status);
+    let newer_id = store_id(&event.run_slug, &as_status, &event.token);
     if newer_id != event.id {
         let mut row = same_run
             .iter()
@@ -187,7 +212,7 @@ pub fn plan_delivered(id: &str, as_status: &str, same_run: &[Event], now_ms: u64
             writes.push(row);
         }
     }
-    for e in same_run {
+    for e in &same_run {
         if e.id != event.id && e.id != newer_id && e.state == State::Pending && e.rank() < r {
             let mut e = e.clone();
             finish(&mut e, now_ms, "superseded by a newer status");
@@ -196,6 +221,42 @@ pub fn plan_delivered(id: &str, as_status: &str, same_run: &[Event], now_ms: u64
     }
     writes.push(delivered);
     writes
+}
+
+/// Whether the event `id`, claimed by `owner`, may go out now carrying
+/// `as_status`, and the rows to write when it may not. It may not when it
+/// is no longer `owner`'s pending claim (a newer status superseded it
+/// while its attempt was under way, or it was given up), nor when another
+/// event of the run already went out with a newer status (an older event
+/// redelivered, or one whose enrichment read failed and fell back to its
+/// own status): that one is done, superseded. The same status again may go
+/// out (a redelivery the operator asked for).
+pub fn plan_before_send(
+    id: &str,
+    owner: &str,
+    as_status: &str,
+    same_run: &[Event],
+    now_ms: u64,
+) -> (Vec<Event>, bool) {
+    let Some(event) = same_run.iter().find(|e| e.id == id) else {
+        return (Vec::new(), false);
+    };
+    if event.state != State::Pending || event.lease_owner != owner {
+        return (Vec::new(), false);
+    }
+    let r = rank(as_status);
+    let newer_sent = on_token(same_run, &event.token)
+        .any(|e| e.id != id && e.delivered_status.as_deref().is_some_and(|d| rank(d) > r));
+    if newer_sent {
+        let mut done = event.clone();
+        finish(
+            &mut done,
+            now_ms,
+            "superseded: the run's receiver already has a newer status",
+        );
+        return (vec![done], false);
+    }
+    (Vec::new(), true)
 }
 
 fn finish(e: &mut Event, now_ms: u64, note: &str) {
@@ -274,6 +335,96 @@ pub mod suite {
         claim_leases_and_failures(store).await;
         delivered_newer_status_blocks_the_older_and_the_later(store).await;
         dead_redelivery_and_prune(store).await;
+        nothing_older_goes_out_after_a_newer_status(store).await;
+        another_tokens_callbacks_stay_apart(store).await;
+    }
+
+    async fn another_tokens_callbacks_stay_apart(store: &dyn Store) {
+        // Someone's own token posted with this run's slug, newest first.
+        let stranger = |status: &str, now| Event::new("T", status, "their-token", 3, now, 0);
+        assert_eq!(
+            store.insert(stranger("succeeded", 10)).await.unwrap(),
+            Inserted::New
+        );
+        // The run's own callbacks are neither duplicates nor superseded.
+        let own = |status: &str, now| Event::new("T", status, "tok", 3, now, 0);
+        assert_eq!(
+            store.insert(own("running", 11)).await.unwrap(),
+            Inserted::New
+        );
+        assert_eq!(
+            store.insert(own("succeeded", 12)).await.unwrap(),
+            Inserted::New
+        );
+        let running = store
+            .get(&store_id("T", "running", "tok"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            running.state,
+            State::Done,
+            "superseded by its own token's newer status"
+        );
+        let succeeded = store
+            .get(&store_id("T", "succeeded", "tok"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(succeeded.state, State::Pending);
+        // Delivered, the stranger's does not keep it from going out.
+        let theirs = store_id("T", "succeeded", "their-token");
+        let claimed = store.claim(13, "me", 60_000, 10).await.unwrap();
+        assert!(claimed.iter().any(|e| e.id == theirs));
+        store.delivered(&theirs, "succeeded", 14).await.unwrap();
+        assert!(store
+            .before_send(&succeeded.id, "me", "succeeded", 15)
+            .await
+            .unwrap());
+    }
+
+    async fn nothing_older_goes_out_after_a_newer_status(store: &dyn Store) {
+        // Superseded while its attempt was under way: not sent.
+        store.insert(ev("S", "running", 10)).await.unwrap();
+        let claimed = store.claim(10, "me", 60_000, 10).await.unwrap();
+        let running = claimed.iter().find(|e| e.run_slug == "S").unwrap();
+        store.insert(ev("S", "succeeded", 11)).await.unwrap();
+        assert!(!store
+            .before_send(&running.id, "me", "running", 12)
+            .await
+            .unwrap());
+        // The newer one goes out; only its claimant may send it.
+        let claimed = store.claim(13, "me", 60_000, 10).await.unwrap();
+        let succeeded = claimed.iter().find(|e| e.run_slug == "S").unwrap();
+        assert!(!store
+            .before_send(&succeeded.id, "other", "succeeded", 14)
+            .await
+            .unwrap());
+        assert!(store
+            .before_send(&succeeded.id, "me", "succeeded", 14)
+            .await
+            .unwrap());
+        store
+            .delivered(&succeeded.id, "succeeded", 15)
+            .await
+            .unwrap();
+        // The older one redelivered: it would take the run back, so it is
+        // done without being sent; sent as the newest status, it may go.
+        assert!(store.redeliver(&running.id, 16).await.unwrap());
+        let again = store.claim(16, "me", 60_000, 10).await.unwrap();
+        let again = again.iter().find(|e| e.run_slug == "S").unwrap();
+        assert_eq!(again.id, running.id);
+        assert!(store
+            .before_send(&again.id, "me", "succeeded", 17)
+            .await
+            .unwrap());
+        assert!(!store
+            .before_send(&again.id, "me", "running", 17)
+            .await
+            .unwrap());
+        let done = store.get(&running.id).await.unwrap().unwrap();
+        assert_eq!(done.state, State::Done);
+        assert!(done.last_error.contains("newer status"), "{done:?}");
     }
 
     async fn insert_dedupes_and_supersedes(store: &dyn Store) {
@@ -289,7 +440,11 @@ pub mod suite {
             store.insert(ev("A", "succeeded", 12)).await.unwrap(),
             Inserted::New
         );
-        let running = store.get(&event_id("A", "running")).await.unwrap().unwrap();
+        let running = store
+            .get(&store_id("A", "running", "tok"))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(
             running.state,
             State::Done,
@@ -318,7 +473,7 @@ pub mod suite {
             store.claim(500, "two", 1_000, 10).await.unwrap().is_empty(),
             "leased"
         );
-        let b = event_id("B", "failed");
+        let b = store_id("B", "failed", "tok");
         store
             .failed(&b, 1, Some(5_000), "HTTP 500", 600)
             .await
@@ -344,7 +499,7 @@ pub mod suite {
 
     async fn delivered_newer_status_blocks_the_older_and_the_later(store: &dyn Store) {
         store.insert(ev("C", "running", 10)).await.unwrap();
-        let id = event_id("C", "running");
+        let id = store_id("C", "running", "tok");
         // Enrichment found the run already succeeded and delivered that.
         store.delivered(&id, "succeeded", 20).await.unwrap();
         let e = store.get(&id).await.unwrap().unwrap();
@@ -365,7 +520,7 @@ pub mod suite {
 
     async fn dead_redelivery_and_prune(store: &dyn Store) {
         store.insert(ev("D", "failed", 1_000)).await.unwrap();
-        let d = event_id("D", "failed");
+        let d = store_id("D", "failed", "tok");
         store.failed(&d, 8, None, "HTTP 503", 2_000).await.unwrap();
         let e = store.get(&d).await.unwrap().unwrap();
         assert_eq!(e.state, State::Dead, "dead, never dropped");

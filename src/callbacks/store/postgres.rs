@@ -286,6 +286,25 @@ impl Store for PostgresStore {
         })
     }
 
+    fn before_send(
+        &self,
+        id: &str,
+        owner: &str,
+        as_status: &str,
+        now_ms: u64,
+    ) -> StoreFuture<'_, bool> {
+        let (id, owner, as_status) = (id.to_owned(), owner.to_owned(), as_status.to_owned());
+        Box::pin(async move {
+            let Some(ev) = self.by_id(&id).await? else {
+                return Ok(false);
+            };
+            self.with_run(&ev.run_slug, |same| {
+                plan_before_send(&id, &owner, &as_status, &same, now_ms)
+            })
+            .await
+        })
+    }
+
     fn failed(
         &self,
         id: &str,

@@ -199,6 +199,27 @@ impl Store for RedbStore {
         })
     }
 
+    fn before_send(
+        &self,
+        id: &str,
+        owner: &str,
+        as_status: &str,
+        now_ms: u64,
+    ) -> StoreFuture<'_, bool> {
+        let (id, owner, as_status) = (id.to_owned(), owner.to_owned(), as_status.to_owned());
+        self.write(move |t| {
+            let Some(ev) = load(t, &id)? else {
+                return Ok(false);
+            };
+            let same = run_events(t, &ev.run_slug)?;
+            let (writes, send) = plan_before_send(&id, &owner, &as_status, &same, now_ms);
+            for w in &writes {
+                put(t, w)?;
+            }
+            Ok(send)
+        })
+    }
+
     fn failed(
         &self,
         id: &str,
