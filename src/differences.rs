@@ -292,7 +292,7 @@ pub const CALLBACK_URL_CHECKS: Difference = Difference {
     id: "callback_url_checks",
     kind: Kind::Gap,
     fields: CALLBACK_URL_FIELDS,
-    summary: "a `callback_url` V1 accepted is refused (400 / 4000) when it holds control characters (CR, LF, tab, …): the URL parser drops them silently, so the URL checked would not be the one called, and CR/LF could split a header where the URL is echoed; with the callback relay on, also when it is longer than `callbacks.max_url_bytes` (2,048 bytes) or carries credentials, as the relay seals the URL into the one V2 gets and keeps it in its store, which an unbounded URL would make unbounded and a password would sit in",
+    summary: "a `callback_url` V1 accepted is refused (400 / 4000) when it holds control characters (CR, LF, tab, …): the URL parser drops them silently, so the URL checked would not be the one called, and CR/LF could split a header where the URL is echoed; with the callback relay on, also when it is longer than `callbacks.max_url_bytes` (2,048 bytes, counted once spaces and other characters a URL cannot hold are percent-encoded) or carries credentials, as the relay seals the URL into the one V2 gets and keeps it in its store, which an unbounded URL would make unbounded and a password would sit in",
     setting: Some("callbacks.max_url_bytes"),
 };
 

@@ -232,11 +232,27 @@ pub fn validate(s: &CallbacksSection, p: &mut Vec<String>) -> CallbacksConfig {
     positive(p, "token_ttl_secs", s.token_ttl_secs);
     positive(p, "attempt_timeout_ms", s.attempt_timeout_ms);
     positive(p, "max_url_bytes", s.max_url_bytes as u64);
+    if s.max_url_bytes > MAX_URL_BYTES {
+        p.push(format!(
+            "callbacks.max_url_bytes: must be at most {MAX_URL_BYTES} (the URL travels sealed in the callback token V2 is given)"
+        ));
+    }
     positive(p, "max_body_bytes", s.max_body_bytes as u64);
     positive(p, "concurrency", s.concurrency as u64);
     positive(p, "per_target_concurrency", s.per_target_concurrency as u64);
     positive(p, "lease_secs", s.lease_secs);
     positive(p, "poll_interval_ms", s.poll_interval_ms);
+    // An attempt is the enrichment read and the POST, each bounded by
+    // `attempt_timeout_ms`: a lease shorter than both would let the event
+    // be claimed again, and sent again, while its attempt is under way.
+    if s.lease_secs > 0
+        && s.lease_secs.saturating_mul(1000) <= s.attempt_timeout_ms.saturating_mul(2)
+    {
+        p.push(format!(
+            "callbacks.lease_secs: {} s must be longer than twice callbacks.attempt_timeout_ms ({} ms: the enrichment read and the POST), or an event could be sent again while its attempt is under way",
+            s.lease_secs, s.attempt_timeout_ms
+        ));
+    }
     if s.jitter_percent > 50 {
         p.push("callbacks.jitter_percent: must be at most 50".into());
     }
@@ -262,6 +278,10 @@ pub fn validate(s: &CallbacksSection, p: &mut Vec<String>) -> CallbacksConfig {
         poll_interval: Duration::from_millis(s.poll_interval_ms.max(1)),
     }
 }
+
+/// The longest `max_url_bytes`: a URL this long, with the longest key,
+/// seals into a token well under `token::MAX_TOKEN_LEN`.
+pub const MAX_URL_BYTES: usize = 4096;
 
 fn parse_store(s: &str) -> Result<StoreKind, String> {
     let s = s.trim();
@@ -398,6 +418,26 @@ mod tests {
         // Missing folders are made when the store opens.
         let deeper = format!("redb:{}/not-yet/there/x.redb", dir.display());
         assert!(parse_store(&deeper).is_ok());
+    }
+
+    #[test]
+    fn a_lease_must_outlast_an_attempt() {
+        let (_, p) = check(CallbacksSection {
+            lease_secs: 10,
+            attempt_timeout_ms: 120_000,
+            ..CallbacksSection::default()
+        });
+        assert!(
+            p.iter()
+                .any(|e| e.starts_with("callbacks.lease_secs: 10 s must be longer")),
+            "{p:?}"
+        );
+        let (_, p) = check(CallbacksSection {
+            lease_secs: 31,
+            attempt_timeout_ms: 15_000,
+            ..CallbacksSection::default()
+        });
+        assert!(p.is_empty(), "{p:?}");
     }
 
     #[test]

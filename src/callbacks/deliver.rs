@@ -10,7 +10,7 @@
 //! followed, response bodies never read. Each attempt runs in its own task,
 //! so one slow receiver cannot hold up the others.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -75,6 +75,9 @@ pub struct Deliverer {
     client: DeliveryClient,
     owner: String,
     slots: Arc<Semaphore>,
+    /// The events whose attempts this deliverer has under way: a claim of
+    /// one of them again (its lease ran out meanwhile) is not a second send.
+    in_flight: Mutex<HashSet<String>>,
     targets: Mutex<HashMap<String, Arc<Semaphore>>>,
     pub(crate) wake: Notify,
 }
@@ -135,6 +138,7 @@ impl Deliverer {
             compat,
             clock,
             client,
+            in_flight: Mutex::new(HashSet::new()),
             targets: Mutex::new(HashMap::new()),
             wake: Notify::new(),
         })
@@ -158,13 +162,20 @@ impl Deliverer {
         };
         let mut handles = Vec::with_capacity(claimed.len());
         for ev in claimed {
+            if !self.in_flight().insert(ev.id.clone()) {
+                // Still under way here: the claim only renewed its lease.
+                continue;
+            }
             let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+                self.in_flight().remove(&ev.id);
                 let _ = self.store.release(&ev.id, now).await;
                 continue;
             };
             let this = self.clone();
             handles.push(tokio::spawn(async move {
+                let id = ev.id.clone();
                 let outcome = this.attempt(ev, slot).await;
+                this.in_flight().remove(&id);
                 this.wake.notify_one();
                 outcome
             }));
@@ -195,7 +206,13 @@ impl Deliverer {
                 metrics::gauge!(m::DEAD).set(stats.dead as f64);
                 let age = stats.oldest_pending_ms.map_or(0, |t| now.saturating_sub(t));
                 metrics::gauge!(m::OLDEST_PENDING).set(age as f64 / 1000.0);
-                if let Some(due) = stats.next_due_ms {
+                // With every slot taken, an event that is due waits for one
+                // to free up (its attempt's end wakes this loop), not for
+                // its time: that would spin until then.
+                if let Some(due) = stats
+                    .next_due_ms
+                    .filter(|_| self.slots.available_permits() > 0)
+                {
                     wait = wait.min(Duration::from_millis(due.saturating_sub(now)));
                 }
             }
@@ -205,6 +222,11 @@ impl Deliverer {
                 _ = stop.wait_for(|s| *s) => break,
             }
         }
+    }
+
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        // Plain bookkeeping: a panic under the lock leaves it consistent.
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn target_slot(&self, url: &url::Url) -> Option<OwnedSemaphorePermit> {
@@ -422,7 +444,9 @@ impl Deliverer {
             return Detail::Unknown;
         };
         let call = detail_call(&run).with_key(Some(key));
-        let Ok(reply) = self.upstream.call(call, &RequestId::generate()).await else {
+        // Bounded as the POST is, so an attempt fits its lease (twice this).
+        let read = self.upstream.call(call, &RequestId::generate());
+        let Ok(Ok(reply)) = tokio::time::timeout(self.cfg.attempt_timeout, read).await else {
             return Detail::Unavailable;
         };
         if reply.status == StatusCode::NOT_FOUND {

@@ -137,6 +137,12 @@ impl Relay {
             .sealer
             .seal(&claims)
             .map_err(|e| GatewayError::Internal(format!("callback token: {e}")))?;
+        // A token the receiving side would refuse must not reach V2: the
+        // run's callbacks would be dropped. `max_url_bytes` is bounded so
+        // that this does not happen; this keeps it so.
+        if token.len() > token::MAX_TOKEN_LEN {
+            return Err(GatewayError::bad("callback_url", "is too long"));
+        }
         Ok(format!("{}{}{token}", self.base, receive::PATH_PREFIX))
     }
 }
@@ -165,7 +171,19 @@ pub fn check_client_url(raw: &str, max_len: usize) -> Result<String, GatewayErro
             "must not carry credentials",
         ));
     }
-    Ok(url.to_string())
+    // Spaces and other characters a URL cannot hold are percent-encoded by
+    // parsing, three bytes each: the URL sealed into the token is this one.
+    let url = url.to_string();
+    if url.len() > max_len {
+        return Err(GatewayError::bad(
+            "callback_url",
+            format!(
+                "must be at most {max_len} characters once percent-encoded (it is {})",
+                url.len()
+            ),
+        ));
+    }
+    Ok(url)
 }
 
 /// The request path as logs may show it: a callback token is cut off.
@@ -213,6 +231,15 @@ pub async fn open_store(kind: &StoreKind) -> Result<Arc<dyn Store>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_is_measured_as_it_is_sealed() {
+        let spaced = format!("http://h.example/x{}y", " ".repeat(100));
+        assert!(spaced.len() <= 120);
+        let e = check_client_url(&spaced, 120).unwrap_err();
+        assert!(format!("{e:?}").contains("once percent-encoded"), "{e:?}");
+        assert!(check_client_url(&spaced, 400).is_ok());
+    }
 
     #[test]
     fn client_urls_are_checked_and_errors_name_the_field() {

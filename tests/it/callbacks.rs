@@ -421,6 +421,35 @@ const T0: u64 = 1_800_000_000_000;
 /// The signing secret of the Standard Webhooks specification's example.
 const WHSEC_B64: &str = "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
+/// An attempt still under way when its lease runs out (a receiver slower
+/// than the lease) is not sent a second time by the same deliverer.
+#[tokio::test]
+async fn an_attempt_under_way_is_not_claimed_and_sent_again() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let (relay, store) = make_relay("allow_cidrs = [\"127.0.0.0/8\"]\n", clock.clone());
+    let mut hook = hook().await;
+    hook.hang.store(true, Ordering::SeqCst);
+    let url = relay
+        .v2_callback_url(&format!("{}/slow", hook.base), None)
+        .unwrap();
+    let body = json!({"run_slug": "SLOW1", "run_status": "succeeded", "result_count": 1});
+    assert_eq!(v2_posts(&relay, &url, body).await, 200);
+    let first = relay.deliverer.dispatch().await;
+    assert_eq!(first.len(), 1);
+    let mut seen = Vec::new();
+    hook.until(&mut seen, |s| s.len() == 1).await;
+    // The lease (60 s) runs out while the receiver holds the POST.
+    clock.set(T0 + 61_000);
+    assert!(
+        relay.deliverer.dispatch().await.is_empty(),
+        "claimed again while its attempt is under way"
+    );
+    assert_eq!(store.stats().await.unwrap().pending, 1);
+    for h in first {
+        h.abort();
+    }
+}
+
 #[tokio::test]
 async fn retries_follow_the_schedule_with_one_webhook_id_and_410_stops() {
     let clock = Arc::new(ManualClock::new(T0));
@@ -965,7 +994,7 @@ async fn gateway_replicas_share_one_postgres_queue_and_take_over_claims() {
     std::fs::write(
         &config,
         format!(
-            "[listen]\npublic = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[upstream]\nbase_url = \"http://127.0.0.1:9\"\n[log]\nformat = \"json\"\n[callbacks]\npublic_url = \"http://127.0.0.1:9\"\nsecret = \"{SECRET}\"\nstore = \"{db}\"\nenrich = false\nallow_cidrs = [\"127.0.0.0/8\"]\nretry_schedule = [\"0s\", \"1s\", \"1s\", \"1s\", \"1s\"]\njitter_percent = 0\npoll_interval_ms = 100\nlease_secs = 2\nattempt_timeout_ms = 60000\n"
+            "[listen]\npublic = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[upstream]\nbase_url = \"http://127.0.0.1:9\"\n[log]\nformat = \"json\"\n[callbacks]\npublic_url = \"http://127.0.0.1:9\"\nsecret = \"{SECRET}\"\nstore = \"{db}\"\nenrich = false\nallow_cidrs = [\"127.0.0.0/8\"]\nretry_schedule = [\"0s\", \"1s\", \"1s\", \"1s\", \"1s\"]\njitter_percent = 0\npoll_interval_ms = 100\nlease_secs = 2\nattempt_timeout_ms = 900\n"
         ),
     )
     .unwrap();

@@ -31,6 +31,14 @@ type Tx<'a> = (
     ::redb::Table<'a, &'static str, ()>,
 );
 
+/// The same tables in a read transaction: what only looks (an event, a
+/// listing, the queue figures) commits nothing, so it costs no fsync.
+type ReadTx = (
+    ::redb::ReadOnlyTable<&'static str, &'static [u8]>,
+    ::redb::ReadOnlyTable<&'static str, ()>,
+    ::redb::ReadOnlyTable<&'static str, ()>,
+);
+
 fn state_key(state: State, id: &str) -> String {
     format!("{}\n{id}", state.as_str())
 }
@@ -60,7 +68,14 @@ fn put(t: &mut Tx<'_>, ev: &Event) -> StoreResult<()> {
 }
 
 fn load(t: &Tx<'_>, id: &str) -> StoreResult<Option<Event>> {
-    match t.0.get(id).map_err(e)? {
+    load_from(&t.0, id)
+}
+
+fn load_from(
+    events: &impl ReadableTable<&'static str, &'static [u8]>,
+    id: &str,
+) -> StoreResult<Option<Event>> {
+    match events.get(id).map_err(e)? {
         Some(v) => decode(v.value()).map(Some),
         None => Ok(None),
     }
@@ -68,19 +83,24 @@ fn load(t: &Tx<'_>, id: &str) -> StoreResult<Option<Event>> {
 
 /// The events of one run, through the `runs` index.
 fn run_events(t: &Tx<'_>, run: &str) -> StoreResult<Vec<Event>> {
-    indexed(t, &t.1, run)
+    indexed(&t.0, &t.1, run)
 }
 
 /// The events in `state`, through the `states` index.
 fn in_state(t: &Tx<'_>, state: State) -> StoreResult<Vec<Event>> {
-    indexed(t, &t.2, state.as_str())
+    indexed(&t.0, &t.2, state.as_str())
+}
+
+/// [`in_state`] in a read transaction.
+fn in_state_read(t: &ReadTx, state: State) -> StoreResult<Vec<Event>> {
+    indexed(&t.0, &t.2, state.as_str())
 }
 
 /// The events an index lists under `prefix`: its keys are `{prefix}\n{id}`,
 /// so the range `{prefix}\n..{prefix}\u{b}` (the next character) holds them all.
 fn indexed(
-    t: &Tx<'_>,
-    index: &::redb::Table<'_, &'static str, ()>,
+    events: &impl ReadableTable<&'static str, &'static [u8]>,
+    index: &impl ReadableTable<&'static str, ()>,
     prefix: &str,
 ) -> StoreResult<Vec<Event>> {
     let from = format!("{prefix}\n");
@@ -94,7 +114,7 @@ fn indexed(
     }
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        if let Some(ev) = load(t, &id)? {
+        if let Some(ev) = load_from(events, &id)? {
             out.push(ev);
         }
     }
@@ -134,6 +154,27 @@ impl RedbStore {
         };
         tx.commit().map_err(e)?;
         Ok(out)
+    }
+
+    /// Runs `f` in one read transaction on the blocking pool.
+    fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&ReadTx) -> StoreResult<T> + Send + 'static,
+    ) -> StoreFuture<'_, T> {
+        let db = self.db.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let tx = db.begin_read().map_err(e)?;
+                let t = (
+                    tx.open_table(EVENTS).map_err(e)?,
+                    tx.open_table(RUNS).map_err(e)?,
+                    tx.open_table(STATES).map_err(e)?,
+                );
+                f(&t)
+            })
+            .await
+            .map_err(e)?
+        })
     }
 
     /// Runs `f` in one write transaction on the blocking pool.
@@ -253,12 +294,12 @@ impl Store for RedbStore {
 
     fn get(&self, id: &str) -> StoreFuture<'_, Option<Event>> {
         let id = id.to_owned();
-        self.write(move |t| load(t, &id))
+        self.read(move |t| load_from(&t.0, &id))
     }
 
     fn list(&self, state: State, since_ms: u64, limit: usize) -> StoreFuture<'_, Vec<Event>> {
-        self.write(move |t| {
-            let mut out: Vec<Event> = in_state(t, state)?
+        self.read(move |t| {
+            let mut out: Vec<Event> = in_state_read(t, state)?
                 .into_iter()
                 .filter(|e| e.received_ms >= since_ms)
                 .collect();
@@ -303,9 +344,9 @@ impl Store for RedbStore {
     }
 
     fn stats(&self) -> StoreFuture<'_, Stats> {
-        self.write(|t| {
-            let mut live = in_state(t, State::Pending)?;
-            live.extend(in_state(t, State::Dead)?);
+        self.read(|t| {
+            let mut live = in_state_read(t, State::Pending)?;
+            live.extend(in_state_read(t, State::Dead)?);
             Ok(stats_of(live.iter()))
         })
     }
