@@ -46,32 +46,52 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
+/// Which of a listener's two files a problem is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsFile {
+    Cert,
+    /// The key file, alone or as the certificate's pair.
+    Key,
+}
+
 /// Reads both files and checks that the key belongs to the certificate.
 /// Also returns the files' bytes, to tell later whether they changed.
 fn read(files: &TlsFiles) -> Result<(CertifiedKey, Vec<u8>), String> {
+    read_checked(files).map_err(|(_, e)| e)
+}
+
+fn read_checked(files: &TlsFiles) -> Result<(CertifiedKey, Vec<u8>), (TlsFile, String)> {
+    let (cert, key) = (files.cert.display(), files.key.display());
     let cert_pem =
-        std::fs::read(&files.cert).map_err(|e| format!("{}: {e}", files.cert.display()))?;
-    let key_pem = std::fs::read(&files.key).map_err(|e| format!("{}: {e}", files.key.display()))?;
+        std::fs::read(&files.cert).map_err(|e| (TlsFile::Cert, format!("{cert}: {e}")))?;
+    let key_pem = std::fs::read(&files.key).map_err(|e| (TlsFile::Key, format!("{key}: {e}")))?;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("{}: {e}", files.cert.display()))?;
+        .map_err(|e| (TlsFile::Cert, format!("{cert}: {e}")))?;
     if chain.is_empty() {
-        return Err(format!("{}: no certificate in it", files.cert.display()));
+        return Err((TlsFile::Cert, format!("{cert}: no certificate in it")));
     }
     // Never echo the key file's content, only its name.
-    let key = PrivateKeyDer::from_pem_slice(&key_pem)
-        .map_err(|_| format!("{}: no usable private key in it", files.key.display()))?;
-    let certified = CertifiedKey::from_der(chain, key, &provider())
-        .map_err(|e| format!("{} and {}: {e}", files.cert.display(), files.key.display()))?;
+    let private = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|_| (TlsFile::Key, format!("{key}: no usable private key in it")))?;
+    let certified = CertifiedKey::from_der(chain, private, &provider()).map_err(|e| {
+        let why = match e {
+            rustls::Error::InconsistentKeys(_) => {
+                format!("the private key in {key} does not belong to the certificate in {cert}")
+            }
+            e => format!("{cert} and {key}: {e}"),
+        };
+        (TlsFile::Key, why)
+    })?;
     let mut stamp = cert_pem;
     stamp.extend_from_slice(&key_pem);
     Ok((certified, stamp))
 }
 
 /// Checks a listener's files without keeping anything: configuration
-/// validation.
-pub fn check(files: &TlsFiles) -> Result<(), String> {
-    read(files).map(|_| ())
+/// validation. The error says which file it is about.
+pub fn check(files: &TlsFiles) -> Result<(), (TlsFile, String)> {
+    read_checked(files).map(|_| ())
 }
 
 /// The certificate a listener presents, swappable while it serves.

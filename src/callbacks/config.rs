@@ -240,6 +240,15 @@ pub fn validate(s: &CallbacksSection, p: &mut Vec<String>) -> CallbacksConfig {
     positive(p, "max_body_bytes", s.max_body_bytes as u64);
     positive(p, "concurrency", s.concurrency as u64);
     positive(p, "per_target_concurrency", s.per_target_concurrency as u64);
+    let most = crate::config::MAX_CONCURRENCY;
+    for (key, v) in [
+        ("concurrency", s.concurrency),
+        ("per_target_concurrency", s.per_target_concurrency),
+    ] {
+        if v > most {
+            p.push(format!("callbacks.{key}: must be at most {most}"));
+        }
+    }
     positive(p, "lease_secs", s.lease_secs);
     positive(p, "poll_interval_ms", s.poll_interval_ms);
     // An attempt is the enrichment read and the POST, each bounded by

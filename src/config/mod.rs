@@ -27,7 +27,7 @@ mod source;
 mod validate;
 
 pub use schema::*;
-pub use validate::validate;
+pub use validate::{validate, MAX_CONCURRENCY};
 
 pub const ENV_PREFIX: &str = "V1COMPAT_";
 
@@ -209,6 +209,29 @@ mod tests {
             .iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn concurrency_settings_are_bounded_and_listeners_may_not_overlap() {
+        let err = load(
+            "[listen]\npublic = \"0.0.0.0:18081\"\nadmin = \"127.0.0.1:18081\"\n[limits]\nmax_in_flight = 2305843009213693952\n[shadow]\nmax_in_flight = 2000000\n[callbacks]\nconcurrency = 2000000\n",
+            Vec::new(),
+        )
+        .unwrap_err()
+        .to_string();
+        for says in [
+            "listen.admin: 127.0.0.1:18081 overlaps listen.public (0.0.0.0:18081)",
+            "limits.max_in_flight: must be between 1 and 1000000",
+            "shadow.max_in_flight: must be between 1 and 1000000",
+            "callbacks.concurrency: must be at most 1000000",
+        ] {
+            assert!(err.contains(says), "{says}: {err}");
+        }
+        assert!(load(
+            "[listen]\npublic = \"127.0.0.1:18081\"\nadmin = \"127.0.0.2:18081\"\n",
+            Vec::new()
+        )
+        .is_ok());
     }
 
     #[test]

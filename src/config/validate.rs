@@ -8,6 +8,11 @@ use super::{Config, ConfigErrors, RawConfig};
 use crate::ops::Compat;
 use crate::upstream::{AuthStyle, RetrySettings, UpstreamSettings};
 
+/// The most requests, mirrored requests or deliveries a setting may let run
+/// at once: far beyond what one process serves, and far inside what a
+/// semaphore can count.
+pub const MAX_CONCURRENCY: usize = 1_000_000;
+
 /// Checks a parsed config, collecting every problem.
 pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     let mut p = Vec::new();
@@ -27,8 +32,18 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         &l.admin_tls_cert_file,
         &l.admin_tls_key_file,
     );
-    if public_addr == admin_addr && public_addr.port() != 0 {
-        p.push("listen.admin: must differ from listen.public".into());
+    // The same port on one address, or on any address when either is the
+    // wildcard (`0.0.0.0:8080` holds `127.0.0.1:8080` too), cannot be bound
+    // twice.
+    let overlap = public_addr.port() == admin_addr.port()
+        && public_addr.port() != 0
+        && (public_addr.ip() == admin_addr.ip()
+            || public_addr.ip().is_unspecified()
+            || admin_addr.ip().is_unspecified());
+    if overlap {
+        p.push(format!(
+            "listen.admin: {admin_addr} overlaps listen.public ({public_addr}): the two listeners need different ports"
+        ));
     }
 
     let u = &raw.upstream;
@@ -95,8 +110,10 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     if l.max_body_bytes == 0 {
         p.push("limits.max_body_bytes: must be greater than 0".into());
     }
-    if l.max_in_flight == 0 {
-        p.push("limits.max_in_flight: must be greater than 0".into());
+    if !(1..=MAX_CONCURRENCY).contains(&l.max_in_flight) {
+        p.push(format!(
+            "limits.max_in_flight: must be between 1 and {MAX_CONCURRENCY}"
+        ));
     }
     if !(1..=10_000).contains(&l.max_page_size) {
         p.push("limits.max_page_size: must be between 1 and 10000".into());
@@ -273,8 +290,12 @@ fn tls_files(
             };
             match crate::tls::check(&files) {
                 Ok(()) => Some(files),
-                Err(e) => {
-                    p.push(format!("{prefix}_cert_file: {e}"));
+                Err((file, e)) => {
+                    let which = match file {
+                        crate::tls::TlsFile::Cert => "cert",
+                        crate::tls::TlsFile::Key => "key",
+                    };
+                    p.push(format!("{prefix}_{which}_file: {e}"));
                     None
                 }
             }

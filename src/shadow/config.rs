@@ -179,8 +179,11 @@ pub fn validate(s: &ShadowSection, p: &mut Vec<String>) -> ShadowConfig {
     if !(0.0..=100.0).contains(&s.sample_percent) {
         p.push("shadow.sample_percent: must be between 0 and 100".into());
     }
-    if s.max_in_flight == 0 {
-        p.push("shadow.max_in_flight: must be greater than 0".into());
+    let most = crate::config::MAX_CONCURRENCY;
+    if !(1..=most).contains(&s.max_in_flight) {
+        p.push(format!(
+            "shadow.max_in_flight: must be between 1 and {most}"
+        ));
     }
     if s.copy_timeout_ms == 0 {
         p.push("shadow.copy_timeout_ms: must be greater than 0".into());

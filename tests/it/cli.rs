@@ -83,7 +83,7 @@ fn check_config_takes_the_file_as_a_positional_argument() {
         "{err}"
     );
     assert!(
-        err.contains("line 4: limits.max_in_flight: must be greater than 0"),
+        err.contains("line 4: limits.max_in_flight: must be between 1 and 1000000"),
         "{err}"
     );
 }

@@ -151,8 +151,30 @@ fn half_a_tls_pair_or_a_mismatched_key_is_a_configuration_error() {
     .unwrap_err();
     let all = err.to_string();
     assert!(all.contains("listen.tls_key_file: required"), "{all}");
-    assert!(all.contains("listen.admin_tls_cert_file:"), "{all}");
+    // A key that is not the certificate's is the key file's problem.
+    assert!(
+        all.contains(&format!(
+            "listen.admin_tls_key_file: the private key in {} does not belong to the certificate in {}",
+            wrong_key.display(),
+            cert.display()
+        )),
+        "{all}"
+    );
     assert!(!all.contains("PRIVATE KEY"), "key material leaked: {all}");
+    // A missing key file is named as the key file.
+    let err = v1compat::config::load(
+        &format!(
+            "[listen]\ntls_cert_file = \"{}\"\ntls_key_file = \"/nonexistent/key.pem\"\n",
+            cert.display()
+        ),
+        Vec::new(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("listen.tls_key_file: /nonexistent/key.pem:"),
+        "{err}"
+    );
 }
 
 /// Serves TLS handshakes with `acceptor` on a port-0 listener, answering
