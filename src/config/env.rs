@@ -76,6 +76,12 @@ pub(super) fn overlay(
                 set_path(table, &path, v);
                 applied.set.push((key, name));
             }
+            // What a secret's variable holds is never repeated.
+            Err(expected) if path.last().is_some_and(|k| super::print::is_secret(k)) => {
+                applied.problems.push(format!(
+                    "{name}: {key} takes {expected} (the value given is not shown: a secret)"
+                ))
+            }
             Err(expected) => applied
                 .problems
                 .push(format!("{name}: {key} takes {expected}, not {value:?}")),
@@ -166,6 +172,17 @@ mod tests {
         let env = pairs.iter().map(|(a, b)| (a.to_string(), b.to_string()));
         let applied = overlay(&mut table, &defaults, env);
         (table, applied)
+    }
+
+    #[test]
+    fn a_secret_that_does_not_type_is_not_repeated() {
+        let (_, a) = apply(&[(
+            "V1COMPAT_CALLBACKS__PREVIOUS_SECRETS",
+            "s3cretPW-0123456789",
+        )]);
+        assert_eq!(a.problems.len(), 1, "{:?}", a.problems);
+        assert!(!a.problems[0].contains("s3cretPW"), "{:?}", a.problems);
+        assert!(a.problems[0].contains("callbacks.previous_secrets takes a TOML array"));
     }
 
     #[test]

@@ -68,6 +68,28 @@ pub(super) fn remove_mistyped(table: &mut toml::Table) -> Vec<String> {
 /// Names what is wrong in a value that does not type: the entries of a map
 /// or the elements of an array that fail on their own, else the whole value.
 fn locate(section: &str, key: &str, value: &toml::Value) -> Vec<String> {
+    let mut found = locate_all(section, key, value);
+    // What a secret's key was given is not repeated, only its kind.
+    if super::print::is_secret(key) {
+        for problem in &mut found {
+            *problem = value_hidden(problem);
+        }
+    }
+    found
+}
+
+/// `… found string "s3cret"` → `… found a string (not shown: a secret)`.
+fn value_hidden(problem: &str) -> String {
+    match problem.split_once(", found ") {
+        Some((before, found)) => {
+            let kind = found.split_whitespace().next().unwrap_or("a value");
+            format!("{before}, found {kind} (not shown: a secret)")
+        }
+        None => problem.to_owned(),
+    }
+}
+
+fn locate_all(section: &str, key: &str, value: &toml::Value) -> Vec<String> {
     let path = format!("{section}.{key}");
     let mut found = Vec::new();
     match value {
@@ -141,7 +163,10 @@ pub(super) fn plain(message: &str) -> String {
         .and_then(|rest| rest.rsplit_once(", expected "))
         .map_or((None, message), |(f, e)| (Some(f), e));
     let expected = match expected {
-        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => "a whole number (0 or more)",
+        "u8" => "a whole number from 0 to 255",
+        "u16" => "a whole number from 0 to 65535",
+        "u32" => "a whole number from 0 to 4294967295",
+        "u64" | "u128" | "usize" => "a whole number (0 or more)",
         "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "a whole number",
         "f32" | "f64" => "a number",
         "a boolean" => "true or false",
@@ -158,6 +183,18 @@ pub(super) fn plain(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_secret_was_given_is_not_repeated() {
+        let value = toml::Value::String("FileSecretValue-0123456789".into());
+        let problems = locate("callbacks", "previous_secrets", &value);
+        assert_eq!(
+            problems,
+            ["callbacks.previous_secrets: expected an array, found string (not shown: a secret)"]
+        );
+        let problems = locate("upstream", "service_key", &toml::Value::Integer(12345678));
+        assert!(!problems[0].contains("12345678"), "{problems:?}");
+    }
 
     #[test]
     fn serde_words_become_plain_words() {
