@@ -181,6 +181,15 @@ fn describe() {
         SHADOW_CAPTURE_DROPPED,
         "Shadow capture lines dropped because the writer fell behind"
     );
+    describe_gauge!(OPEN_CONNECTIONS, "Client connections open, by listener");
+    describe_counter!(
+        SHED_CONNECTIONS,
+        "Connections refused over connections.max_connections, by listener"
+    );
+    describe_counter!(
+        WRITE_STALLED_CONNECTIONS,
+        "Connections closed because the client took no answer bytes within connections.write_timeout_ms, by listener"
+    );
 }
 
 /// Sets up structured logging. `format` is `json` or `text`; `level` a

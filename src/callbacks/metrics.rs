@@ -10,7 +10,7 @@ pub const RECEIVED: &str = "v1compat_callbacks_received_total";
 pub const ACCEPTED: &str = "v1compat_callbacks_accepted_total";
 /// Refused: `{reason="token"|"body"|"too_large"|"method"|"store"}`.
 pub const REJECTED: &str = "v1compat_callbacks_rejected_total";
-/// Delivery attempts: `{outcome="delivered"|"http_error"|"gone"|"timeout"|"refused"|"connect"|"token"}`.
+/// Delivery attempts: `{outcome="delivered"|"http_error"|"gone"|"timeout"|"refused"|"connect"|"token"|"superseded"}`.
 pub const ATTEMPTS: &str = "v1compat_callback_attempts_total";
 /// Events that went dead (schedule used up or 410).
 pub const DEAD_TOTAL: &str = "v1compat_callbacks_dead_total";
@@ -22,3 +22,66 @@ pub const OLDEST_PENDING: &str = "v1compat_callbacks_oldest_pending_seconds";
 pub const DEAD: &str = "v1compat_callbacks_dead";
 /// Run-detail reads for enrichment that failed (the event's own data was sent).
 pub const ENRICH_FAILED: &str = "v1compat_callbacks_enrich_failed_total";
+
+const ACCEPTED_RESULTS: &[&str] = &["new", "duplicate", "superseded"];
+const REJECTED_REASONS: &[&str] = &["token", "body", "too_large", "method", "store"];
+const ATTEMPT_OUTCOMES: &[&str] = &[
+    "delivered",
+    "http_error",
+    "gone",
+    "timeout",
+    "refused",
+    "connect",
+    "token",
+    "superseded",
+];
+
+/// Describes the relay's series and registers each at zero, once the relay
+/// starts: an alert on `increase(…[10m])` sees the first store failure only
+/// if the series was there, at 0, before it.
+pub fn register() {
+    use metrics::{counter, describe_counter, describe_gauge, gauge};
+    describe_gauge!(
+        MODE,
+        "1 for the mode the callback relay runs in (relay or passthrough)"
+    );
+    describe_counter!(RECEIVED, "V2 callbacks that reached the relay");
+    describe_counter!(
+        ACCEPTED,
+        "V2 callbacks stored, by result (new, duplicate, superseded)"
+    );
+    describe_counter!(
+        REJECTED,
+        "V2 callbacks refused, by reason (token, body, too_large, method, store)"
+    );
+    describe_counter!(ATTEMPTS, "V1 notification delivery attempts, by outcome");
+    describe_counter!(
+        DEAD_TOTAL,
+        "Events that went dead (schedule used up, or 410)"
+    );
+    describe_gauge!(QUEUE_DEPTH, "Events waiting for delivery");
+    describe_gauge!(
+        OLDEST_PENDING,
+        "Age of the oldest event waiting for delivery, seconds"
+    );
+    describe_gauge!(DEAD, "Dead events kept for redelivery");
+    describe_counter!(
+        ENRICH_FAILED,
+        "V2 run reads for a notification that failed (the callback's own data was sent)"
+    );
+    counter!(RECEIVED).increment(0);
+    for result in ACCEPTED_RESULTS {
+        counter!(ACCEPTED, "result" => *result).increment(0);
+    }
+    for reason in REJECTED_REASONS {
+        counter!(REJECTED, "reason" => *reason).increment(0);
+    }
+    for outcome in ATTEMPT_OUTCOMES {
+        counter!(ATTEMPTS, "outcome" => *outcome).increment(0);
+    }
+    counter!(DEAD_TOTAL).increment(0);
+    counter!(ENRICH_FAILED).increment(0);
+    for gauge in [QUEUE_DEPTH, OLDEST_PENDING, DEAD] {
+        gauge!(gauge).set(0.0);
+    }
+}

@@ -88,6 +88,7 @@ pub(super) fn register_all() {
     for listener in ["public", "admin"] {
         metrics::counter!(SHED_CONNECTIONS, "listener" => listener).increment(0);
         metrics::counter!(WRITE_STALLED_CONNECTIONS, "listener" => listener).increment(0);
+        metrics::gauge!(OPEN_CONNECTIONS, "listener" => listener).set(0.0);
     }
     for outcome in ["applied", "rejected"] {
         metrics::counter!(CONFIG_RELOADS, "outcome" => outcome).increment(0);

@@ -109,6 +109,56 @@ fn events(log: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Every series an alert or a dashboard reads is there, described, from the
+/// first scrape: the connection series and, in relay mode, the relay's
+/// counters at zero (an `increase()` over a series that appears at 1 misses
+/// that first event).
+#[tokio::test]
+async fn connection_and_relay_series_are_described_and_at_zero_from_the_start() {
+    let mut served = Served::start(
+        "[listen]\npublic = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[upstream]\nbase_url = \"http://127.0.0.1:9\"\n[log]\nformat = \"json\"\nlevel = \"info\"\n[callbacks]\npublic_url = \"http://127.0.0.1:9\"\nsecret = \"relay-secret-0123456789\"\nstore = \"memory\"\n",
+    );
+    let started: Value =
+        serde_json::from_str(&served.line_with("v1compat listening").await).unwrap();
+    let (_, _, metrics) = send(addr(&started, "admin"), "GET", "/metrics", &[], None).await;
+    let metrics = String::from_utf8_lossy(&metrics).into_owned();
+    for series in [
+        "v1compat_open_connections{listener=\"public\"} 0",
+        "v1compat_connections_shed_total{listener=\"public\"} 0",
+        "v1compat_connections_write_stalled_total{listener=\"public\"} 0",
+        "v1compat_callbacks_received_total 0",
+        "v1compat_callbacks_accepted_total{result=\"new\"} 0",
+        "v1compat_callbacks_rejected_total{reason=\"store\"} 0",
+        "v1compat_callback_attempts_total{outcome=\"delivered\"} 0",
+        "v1compat_callback_attempts_total{outcome=\"superseded\"} 0",
+        "v1compat_callbacks_dead_total 0",
+        "v1compat_callbacks_enrich_failed_total 0",
+        "v1compat_callbacks_queue_depth 0",
+    ] {
+        assert!(
+            metrics.contains(series),
+            "{series} missing at start:\n{metrics}"
+        );
+    }
+    // Every series has its help text.
+    let described: std::collections::HashSet<&str> = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# HELP "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for line in metrics.lines().filter(|l| l.starts_with("v1compat_")) {
+        let name = line.split(['{', ' ']).next().unwrap();
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix))
+            .filter(|family| described.contains(family))
+            .unwrap_or(name);
+        assert!(described.contains(family), "{name} has no # HELP line");
+    }
+    let (code, log) = served.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
+
 #[tokio::test]
 async fn serve_logs_one_access_line_per_request_and_one_line_per_failure() {
     let v2 = MockV2::start(|req| {
