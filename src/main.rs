@@ -165,10 +165,15 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 Err(problems) => return Ok(bad_config("invalid configuration:", &problems)),
             };
             let threads = loaded.config.runtime.threads;
-            runtime_with(threads)
-                .block_on(serve(loaded, config))
-                .map(|()| ExitCode::SUCCESS)
-                .map_err(|e| format!("v1compat: {e}"))
+            match runtime_with(threads).block_on(serve(loaded, config)) {
+                Ok(()) => Ok(ExitCode::SUCCESS),
+                // Logging is set up by then: the failure is a log line in the
+                // configured format (JSON stays JSON), not a bare one.
+                Err(e) => {
+                    tracing::error!(error = %e, "v1compat stopped: it could not serve");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
         }
     }
 }

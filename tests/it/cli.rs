@@ -59,6 +59,36 @@ fn check_config_reports_two_validation_problems() {
     assert!(err.contains("retry.max_attempts"), "{err}");
 }
 
+/// A failure after logging is set up (a port already taken) is a log line in
+/// the configured format, and the exit code is 1.
+#[test]
+fn a_serve_that_cannot_listen_says_so_in_its_log_format() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let f = config_file(&format!(
+        "[listen]\npublic = \"127.0.0.1:{port}\"\nadmin = \"127.0.0.1:0\"\n[log]\nformat = \"json\"\n"
+    ));
+    let out = v1compat(&["serve", "--config", f.path().to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let last: serde_json::Value = serde_json::from_str(err.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("not a JSON line ({e}): {err}"));
+    assert_eq!(last["level"], "ERROR", "{last}");
+    let error = last["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!(
+            "cannot listen on 127.0.0.1:{port} (listen.public)"
+        )),
+        "{last}"
+    );
+    assert!(
+        err.lines()
+            .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()),
+        "a line that is not JSON: {err}"
+    );
+    drop(taken);
+}
+
 #[test]
 fn check_config_accepts_a_valid_file() {
     let f = config_file(
