@@ -28,8 +28,9 @@ impl Origins {
     }
 
     /// Prefixes `problem` (`path: message`) with where the path was set:
-    /// `line 12: …` or `V1COMPAT_…: …`. The longest known prefix of the path
-    /// wins, so `shadow.ignore[1].path` falls back to `shadow.ignore[1]`.
+    /// `line 12: …` or `V1COMPAT_…: …`. A variable set on the path or above
+    /// it wins; else the longest prefix of the path the file has, so
+    /// `shadow.ignore[1].path` falls back to `shadow.ignore[1]`.
     /// Also gives the line, for ordering (`usize::MAX` when there is none).
     /// A problem that already starts with a variable name is left as it is.
     pub(super) fn place(&self, problem: String) -> (usize, String) {
@@ -40,20 +41,25 @@ impl Origins {
         if path.contains(' ') || path.starts_with(super::ENV_PREFIX) {
             return (unplaced, problem);
         }
-        let mut candidate = path;
-        loop {
-            if let Some(var) = self.variables.get(candidate) {
-                return (unplaced, format!("{var}: {problem}"));
-            }
-            if let Some(&line) = self.lines.get(candidate) {
-                return (line, format!("line {line}: {problem}"));
-            }
-            match candidate.rfind(['.', '[']) {
-                Some(cut) => candidate = &candidate[..cut],
-                None => return (unplaced, problem),
-            }
+        // A variable replaces its key's whole value, so one set on the path
+        // or on any key above it (`V1COMPAT_WORKERS__ALIASES` for
+        // `workers.aliases.old`) is where the value came from, whatever
+        // lines the file has below that key.
+        if let Some(var) = prefixes(path).find_map(|p| self.variables.get(p)) {
+            return (unplaced, format!("{var}: {problem}"));
+        }
+        let line = prefixes(path).find_map(|p| self.lines.get(p)).copied();
+        match line {
+            Some(line) => (line, format!("line {line}: {problem}")),
+            None => (unplaced, problem),
         }
     }
+}
+
+/// `a.b[1].c`, then `a.b[1]`, `a.b`, `a`: the path and the keys above it,
+/// longest first.
+fn prefixes(path: &str) -> impl Iterator<Item = &str> {
+    std::iter::successors(Some(path), |p| p.rfind(['.', '[']).map(|cut| &p[..cut]))
 }
 
 fn walk_table(
@@ -159,6 +165,17 @@ mod tests {
         );
         // Not about a key at all: unchanged.
         assert_eq!(place(&o, "nothing here"), "nothing here");
+    }
+
+    #[test]
+    fn a_variable_that_set_a_whole_table_wins_over_the_lines_below_it() {
+        let mut o = origins("[workers.aliases]\nold = \"x\"\n");
+        o.variables
+            .insert("workers.aliases".into(), "V1COMPAT_WORKERS__ALIASES".into());
+        assert_eq!(
+            place(&o, "workers.aliases.old: expected a string"),
+            "V1COMPAT_WORKERS__ALIASES: workers.aliases.old: expected a string"
+        );
     }
 
     #[test]
