@@ -85,7 +85,23 @@ pub async fn serve_admin(
                     return Ok::<_, Infallible>(r);
                 }
             }
-            let resp = match (req.method(), req.uri().path()) {
+            let path = req.uri().path();
+            // HEAD is GET without the body (hyper leaves it out); another
+            // method on one of these paths is 405, saying which it takes.
+            let method = match req.method() {
+                &Method::HEAD => &Method::GET,
+                m => m,
+            };
+            if method != Method::GET && ADMIN_PATHS.contains(&path) {
+                let mut r = text(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method not allowed\n".into(),
+                );
+                r.headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+                return Ok(r);
+            }
+            let resp = match (method, path) {
                 (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into()),
                 // Draining comes first: a load balancer must stop sending
                 // before the public listener stops accepting.
@@ -136,6 +152,9 @@ pub async fn serve_admin(
     });
     conn::serve(listener, service, listener_conf, drain).await
 }
+
+/// The admin listener's own paths (the callback relay's come before them).
+const ADMIN_PATHS: &[&str] = &["/healthz", "/readyz", "/openapi.json", "/metrics"];
 
 fn admin_text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from(body)));

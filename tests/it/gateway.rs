@@ -1209,6 +1209,16 @@ async fn admin_health_readiness_and_unknown_paths() {
     // The V1 routes are not served on the admin port.
     let (status, _, _) = send(gw.admin, "POST", "/api/v1/run/detail", &[], None).await;
     assert_eq!(status, 404);
+    // HEAD is GET without a body; another method is refused, naming both.
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        let (status, headers, body) = send(gw.admin, "HEAD", path, &[], None).await;
+        assert_eq!(status, 200, "HEAD {path}");
+        assert!(body.is_empty(), "HEAD {path}: {body:?}");
+        assert!(headers.contains_key("content-length"), "HEAD {path}");
+        let (status, headers, _) = send(gw.admin, "POST", path, &[], None).await;
+        assert_eq!(status, 405, "POST {path}");
+        assert_eq!(headers["allow"], "GET, HEAD", "POST {path}");
+    }
 
     let dead = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
