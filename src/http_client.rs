@@ -152,14 +152,17 @@ pub(crate) fn tls_config(extra_root_pem: Option<&[u8]>) -> Result<rustls::Client
     if let Some(pem) = extra_root_pem {
         let mut added = 0usize;
         for cert in CertificateDer::pem_slice_iter(pem) {
-            let cert = cert.map_err(|e| format!("extra_root_pem: {e}"))?;
+            let cert = cert.map_err(|e| format!("not a PEM file: {e}"))?;
             roots
                 .add(cert)
-                .map_err(|e| format!("extra_root_pem: unusable certificate: {e}"))?;
+                .map_err(|e| format!("unusable CA certificate: {e}"))?;
             added += 1;
         }
         if added == 0 {
-            return Err("extra_root_pem holds no certificate".to_owned());
+            return Err(
+                "no PEM certificate in it (a CA file holds -----BEGIN CERTIFICATE----- blocks)"
+                    .to_owned(),
+            );
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -47,15 +47,11 @@ enum Command {
     /// Validate a configuration file (with the V1COMPAT_* overrides of the environment)
     /// and print every problem with its key and line; exit 64 if invalid.
     CheckConfig {
-        /// Configuration file (TOML).
-        #[arg(
-            value_name = "FILE",
-            required_unless_present = "config",
-            conflicts_with = "config"
-        )]
+        /// Configuration file (TOML); given here it wins over --config and V1COMPAT_CONFIG.
+        #[arg(value_name = "FILE")]
         file: Option<PathBuf>,
-        /// The same, as a flag.
-        #[arg(long, short, value_name = "FILE")]
+        /// The same, as a flag or as serve takes it from the environment.
+        #[arg(long, short, value_name = "FILE", env = "V1COMPAT_CONFIG")]
         config: Option<PathBuf>,
         /// Print the effective configuration (file, defaults and environment
         /// merged) as TOML, secrets masked.
@@ -126,7 +122,10 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             print,
         } => {
             let Some(config) = file.or(config) else {
-                return Ok(bad_config("check-config needs a FILE", ""));
+                return Ok(bad_config(
+                    "check-config needs a FILE (an argument, --config FILE or V1COMPAT_CONFIG)",
+                    "",
+                ));
             };
             Ok(check_config(&config, print))
         }

@@ -102,7 +102,7 @@ pub struct Listener {
 
 /// The connection cap that the process's open-file limit allows, after
 /// raising the soft limit as far as the hard one permits.
-pub fn effective_cap(wanted: usize) -> usize {
+pub fn effective_cap(wanted: usize, listener: &str) -> usize {
     #[cfg(unix)]
     {
         let limit = rlimit::increase_nofile_limit(u64::MAX).unwrap_or(0);
@@ -111,6 +111,7 @@ pub fn effective_cap(wanted: usize) -> usize {
                 usize::try_from(limit.saturating_sub(FD_RESERVE).max(1)).unwrap_or(usize::MAX);
             if room < wanted {
                 tracing::warn!(
+                    listener,
                     wanted,
                     allowed = room,
                     open_file_limit = limit,
@@ -178,7 +179,10 @@ where
         .keep_alive_timeout(Duration::from_secs(20));
     let builder = Arc::new(builder);
     let service_of = Arc::new(service_of);
-    let cap = Arc::new(Semaphore::new(effective_cap(settings.max_connections)));
+    let cap = Arc::new(Semaphore::new(effective_cap(
+        settings.max_connections,
+        conf.name,
+    )));
     let shedding = Arc::new(Semaphore::new(MAX_SHEDDING));
     let mut tasks = JoinSet::new();
     let spawn = |tasks: &mut JoinSet<()>, stream: TcpStream| match cap.clone().try_acquire_owned() {

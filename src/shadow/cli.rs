@@ -18,6 +18,8 @@ use crate::upstream::HttpUpstream;
 // section, not a link.
 #[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Clone, clap::Args)]
+// One of the two ways through the translation, named together when missing.
+#[command(group(clap::ArgGroup::new("through").required(true).args(["gateway", "upstream"])))]
 pub struct ReplayArgs {
     /// Capture or plain request list (JSONL).
     pub file: PathBuf,
@@ -26,11 +28,7 @@ pub struct ReplayArgs {
     pub legacy: url::Url,
     /// Base URL of a running v1compat gateway to replay through (one that answers with its own
     /// translation: shadow off or primary = "translated").
-    #[arg(
-        long,
-        conflicts_with = "upstream",
-        required_unless_present = "upstream"
-    )]
+    #[arg(long)]
     pub gateway: Option<url::Url>,
     /// Base URL of the V2 service: translate in this process.
     #[arg(long)]

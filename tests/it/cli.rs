@@ -89,6 +89,41 @@ fn a_serve_that_cannot_listen_says_so_in_its_log_format() {
     drop(taken);
 }
 
+/// `check-config` finds the file where `serve` does: an argument, then
+/// `--config`, then `V1COMPAT_CONFIG`.
+#[test]
+fn check_config_reads_the_file_serve_would() {
+    let bad = config_file("[limits]\nmax_in_flight = 0\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_v1compat"))
+        .arg("check-config")
+        .env_clear()
+        .env("V1COMPAT_CONFIG", bad.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("limits.max_in_flight"),
+        "{}",
+        stderr(&out)
+    );
+    let good = config_file("[limits]\nmax_in_flight = 10\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_v1compat"))
+        .args(["check-config", good.path().to_str().unwrap()])
+        .env_clear()
+        .env("V1COMPAT_CONFIG", bad.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the argument wins: {}",
+        stderr(&out)
+    );
+    let out = v1compat(&["check-config"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(stderr(&out).contains("V1COMPAT_CONFIG"), "{}", stderr(&out));
+}
+
 #[test]
 fn check_config_accepts_a_valid_file() {
     let f = config_file(
