@@ -53,6 +53,10 @@ pub async fn serve_admin(
         },
     };
     let prometheus = telemetry::prometheus();
+    // V2's reachability once at start, so `v1compat_upstream_reachable` is
+    // there (and its alert can fire) where nothing asks `/readyz`.
+    let at_start = gateway.clone();
+    tokio::spawn(async move { record_reachability(&at_start).await });
     // tower-http's layers, doing here what the public listener's front does
     // (`server::front`): keys never reach a log line, one span per request
     // (its failure log off), a panic is a 500 rather than a reset. The
@@ -116,16 +120,7 @@ pub async fn serve_admin(
                 // them all out of the Service at once and turn V1 error
                 // envelopes into refused connections.
                 (&Method::GET, "/readyz") => {
-                    let upstream = match upstream_reachable(&gateway).await {
-                        Ok(()) => {
-                            metrics::gauge!(telemetry::UPSTREAM_REACHABLE).set(1.0);
-                            "reachable".to_owned()
-                        }
-                        Err(why) => {
-                            metrics::gauge!(telemetry::UPSTREAM_REACHABLE).set(0.0);
-                            why
-                        }
-                    };
+                    let upstream = record_reachability(&gateway).await;
                     text(StatusCode::OK, format!("ready\nupstream: {upstream}\n"))
                 }
                 (&Method::GET, "/openapi.json") => {
@@ -164,6 +159,21 @@ fn admin_text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
         HeaderValue::from_static("text/plain; version=0.0.4"),
     );
     r
+}
+
+/// Checks V2's reachability and sets `v1compat_upstream_reachable`; what
+/// `/readyz` says of it.
+async fn record_reachability(gw: &Gateway) -> String {
+    match upstream_reachable(gw).await {
+        Ok(()) => {
+            metrics::gauge!(telemetry::UPSTREAM_REACHABLE).set(1.0);
+            "reachable".to_owned()
+        }
+        Err(why) => {
+            metrics::gauge!(telemetry::UPSTREAM_REACHABLE).set(0.0);
+            why
+        }
+    }
 }
 
 /// Whether a TCP connection to the upstream opens, within a deadline short

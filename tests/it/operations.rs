@@ -155,6 +155,20 @@ async fn connection_and_relay_series_are_described_and_at_zero_from_the_start() 
             .unwrap_or(name);
         assert!(described.contains(family), "{name} has no # HELP line");
     }
+    // V2's reachability is checked once at start, with nothing asking /readyz.
+    let admin = addr(&started, "admin");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, _, metrics) = send(admin, "GET", "/metrics", &[], None).await;
+        if String::from_utf8_lossy(&metrics).contains("v1compat_upstream_reachable 0") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "v1compat_upstream_reachable never set"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let (code, log) = served.stop();
     assert_eq!(code, Some(0), "{log}");
 }
