@@ -134,7 +134,13 @@ fn on_token<'a>(same_run: &'a [Event], token: &'a str) -> impl Iterator<Item = &
 
 pub fn plan_insert(mut new: Event, same_run: &[Event], now_ms: u64) -> InsertPlan {
     let same_run: Vec<Event> = on_token(same_run, &new.token).cloned().collect();
-    if same_run.iter().any(|e| e.id == new.id) {
+    // The same status on the same token: V2 repeating itself. Compared by
+    // status, not id, so that an event stored under an earlier form of the
+    // id (before the token was part of it) is still the one it repeats.
+    if same_run
+        .iter()
+        .any(|e| e.id == new.id || e.status == new.status)
+    {
         return InsertPlan {
             outcome: Inserted::Duplicate,
             writes: Vec::new(),
@@ -191,21 +197,21 @@ pub fn plan_delivered(id: &str, as_status: &str, same_run: &[Event], now_ms: u64
     // The newer status went out now: its own row (present or still to come
     // from V2) must not go out again.
     let newer_id = store_id(&event.run_slug, &as_status, &event.token);
+    let newer_row = same_run
+        .iter()
+        .find(|e| e.id == newer_id || e.status == as_status);
+    let newer_id = newer_row.map_or(newer_id, |e| e.id.clone());
     if newer_id != event.id {
-        let mut row = same_run
-            .iter()
-            .find(|e| e.id == newer_id)
-            .cloned()
-            .unwrap_or_else(|| {
-                Event::new(
-                    &event.run_slug,
-                    &as_status,
-                    &event.token,
-                    event.results,
-                    now_ms,
-                    0,
-                )
-            });
+        let mut row = newer_row.cloned().unwrap_or_else(|| {
+            Event::new(
+                &event.run_slug,
+                &as_status,
+                &event.token,
+                event.results,
+                now_ms,
+                0,
+            )
+        });
         if row.state != State::Done {
             finish(&mut row, now_ms, "");
             row.delivered_status = Some(as_status.clone());
@@ -337,6 +343,18 @@ pub mod suite {
         dead_redelivery_and_prune(store).await;
         nothing_older_goes_out_after_a_newer_status(store).await;
         another_tokens_callbacks_stay_apart(store).await;
+        an_event_stored_under_the_earlier_id_form_is_still_a_duplicate(store).await;
+    }
+
+    async fn an_event_stored_under_the_earlier_id_form_is_still_a_duplicate(store: &dyn Store) {
+        // Stored before the token was part of the id: (run, status) only.
+        let mut old = Event::new("U", "running", "tok", 1, 10, 0);
+        old.id = super::super::event::event_id("U", "running");
+        assert_eq!(store.insert(old).await.unwrap(), Inserted::New);
+        assert_eq!(
+            store.insert(ev("U", "running", 11)).await.unwrap(),
+            Inserted::Duplicate
+        );
     }
 
     async fn another_tokens_callbacks_stay_apart(store: &dyn Store) {
