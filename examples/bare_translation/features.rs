@@ -125,13 +125,16 @@ impl Features {
         };
         let mut v2 = Request::new(Full::new(Bytes::new()));
         *v2.uri_mut() = uri;
+        // A checked key is visible ASCII: always a header value.
+        let Ok(bearer) = HeaderValue::from_maybe_shared(Bytes::from(
+            [b"Bearer ", key.expose().as_bytes()].concat(),
+        )) else {
+            return status(StatusCode::UNAUTHORIZED);
+        };
         let mut headers = target.to_v2.clone();
-        let bearer = [b"Bearer ", key.expose().as_bytes()].concat();
         for (name, value) in headers.iter_mut() {
             if name == header::AUTHORIZATION {
-                if let Ok(bearer) = HeaderValue::from_maybe_shared(Bytes::from(bearer.clone())) {
-                    *value = bearer;
-                }
+                *value = bearer.clone();
             } else if name == X_REQUEST_ID {
                 *value = id.header().clone();
             }

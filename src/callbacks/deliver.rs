@@ -162,20 +162,19 @@ impl Deliverer {
         };
         let mut handles = Vec::with_capacity(claimed.len());
         for ev in claimed {
-            if !self.in_flight().insert(ev.id.clone()) {
+            let Some(under_way) = UnderWay::start(self, &ev.id) else {
                 // Still under way here: the claim only renewed its lease.
                 continue;
-            }
+            };
             let Ok(slot) = self.slots.clone().try_acquire_owned() else {
-                self.in_flight().remove(&ev.id);
+                drop(under_way);
                 let _ = self.store.release(&ev.id, now).await;
                 continue;
             };
             let this = self.clone();
             handles.push(tokio::spawn(async move {
-                let id = ev.id.clone();
                 let outcome = this.attempt(ev, slot).await;
-                this.in_flight().remove(&id);
+                drop(under_way);
                 this.wake.notify_one();
                 outcome
             }));
@@ -200,25 +199,19 @@ impl Deliverer {
                     tracing::warn!(error = %e, "callback store: prune failed");
                 }
             }
-            let mut wait = self.cfg.poll_interval;
+            let mut next_due = None;
             if let Ok(stats) = self.store.stats().await {
                 metrics::gauge!(m::QUEUE_DEPTH).set(stats.pending as f64);
                 metrics::gauge!(m::DEAD).set(stats.dead as f64);
                 let age = stats.oldest_pending_ms.map_or(0, |t| now.saturating_sub(t));
                 metrics::gauge!(m::OLDEST_PENDING).set(age as f64 / 1000.0);
-                // With every slot taken, an event that is due waits for one
-                // to free up (its attempt's end wakes this loop), not for
-                // its time: that would spin until then.
-                if let Some(due) = stats
-                    .next_due_ms
-                    .filter(|_| self.slots.available_permits() > 0)
-                {
-                    wait = wait.min(Duration::from_millis(due.saturating_sub(now)));
-                }
+                next_due = stats.next_due_ms;
             }
+            let free = self.slots.available_permits() > 0;
+            let wait = idle_wait(self.cfg.poll_interval, now, next_due, free);
             tokio::select! {
                 _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(wait.max(Duration::from_millis(5))) => {}
+                _ = tokio::time::sleep(wait) => {}
                 _ = stop.wait_for(|s| *s) => break,
             }
         }
@@ -502,9 +495,70 @@ impl Deliverer {
     }
 }
 
+/// An event's attempt under way in this deliverer, in its `in_flight` set
+/// until dropped (an attempt that panics included).
+struct UnderWay {
+    deliverer: Arc<Deliverer>,
+    id: String,
+}
+
+impl UnderWay {
+    /// `None` when the event is under way already.
+    fn start(deliverer: &Arc<Deliverer>, id: &str) -> Option<UnderWay> {
+        deliverer
+            .in_flight()
+            .insert(id.to_owned())
+            .then(|| UnderWay {
+                deliverer: deliverer.clone(),
+                id: id.to_owned(),
+            })
+    }
+}
+
+impl Drop for UnderWay {
+    fn drop(&mut self) {
+        self.deliverer.in_flight().remove(&self.id);
+    }
+}
+
+/// How long the loop sleeps when nothing wakes it: the poll interval, or
+/// less when an event falls due sooner, at least 5 ms. With every slot
+/// taken (`free` false) a due event waits for one to free up, whose
+/// attempt's end wakes the loop, not for its time: that would spin.
+fn idle_wait(poll: Duration, now_ms: u64, next_due_ms: Option<u64>, free: bool) -> Duration {
+    let due = next_due_ms
+        .filter(|_| free)
+        .map(|due| Duration::from_millis(due.saturating_sub(now_ms)));
+    due.map_or(poll, |due| poll.min(due))
+        .max(Duration::from_millis(5))
+}
+
 fn hostname() -> String {
     std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.is_empty() && h.len() <= 64 && h.bytes().all(|b| b.is_ascii_graphic()))
         .unwrap_or_else(|| "v1compat".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_due_event_shortens_the_wait_only_while_a_slot_is_free() {
+        let poll = Duration::from_secs(1);
+        assert_eq!(idle_wait(poll, 1_000, None, true), poll);
+        assert_eq!(
+            idle_wait(poll, 1_000, Some(1_300), true),
+            Duration::from_millis(300)
+        );
+        // Due now (or overdue) with a slot free: dispatch again soon.
+        assert_eq!(
+            idle_wait(poll, 1_000, Some(900), true),
+            Duration::from_millis(5)
+        );
+        // Due now with every slot taken: the loop would spin; it waits for
+        // an attempt to end (which wakes it) or the poll interval.
+        assert_eq!(idle_wait(poll, 1_000, Some(900), false), poll);
+    }
 }

@@ -36,15 +36,18 @@ const ATTEMPT_OUTCOMES: &[&str] = &[
     "superseded",
 ];
 
-/// Describes the relay's series and registers each at zero, once the relay
-/// starts: an alert on `increase(…[10m])` sees the first store failure only
-/// if the series was there, at 0, before it.
-pub fn register() {
+/// Describes the relay's series and sets the mode's; in relay mode also
+/// registers each series at zero, as the relay starts: an alert on
+/// `increase(…[10m])` sees the first store failure only if the series was
+/// there, at 0, before it.
+pub fn register(relay: bool) {
     use metrics::{counter, describe_counter, describe_gauge, gauge};
     describe_gauge!(
         MODE,
         "1 for the mode the callback relay runs in (relay or passthrough)"
     );
+    let mode = if relay { "relay" } else { "passthrough" };
+    gauge!(MODE, "mode" => mode).set(1.0);
     describe_counter!(RECEIVED, "V2 callbacks that reached the relay");
     describe_counter!(
         ACCEPTED,
@@ -69,6 +72,9 @@ pub fn register() {
         ENRICH_FAILED,
         "V2 run reads for a notification that failed (the callback's own data was sent)"
     );
+    if !relay {
+        return;
+    }
     counter!(RECEIVED).increment(0);
     for result in ACCEPTED_RESULTS {
         counter!(ACCEPTED, "result" => *result).increment(0);

@@ -98,11 +98,7 @@ impl Relay {
     ) -> Result<Option<Arc<Relay>>, String> {
         if cfg.relay.is_none() {
             tracing::info!("callbacks: passthrough mode, V2 posts its own callback body to V1 clients' callback_url (set callbacks.public_url to relay V1 notifications)");
-            ::metrics::describe_gauge!(
-                metrics::MODE,
-                "1 for the mode the callback relay runs in (relay or passthrough)"
-            );
-            ::metrics::gauge!(metrics::MODE, "mode" => "passthrough").set(1.0);
+            metrics::register(false);
             return Ok(None);
         }
         let store = open_store(&cfg.store).await?;
@@ -115,8 +111,7 @@ impl Relay {
         )?;
         if let Some(r) = &relay {
             tracing::info!(public_url = %r.base, store = %config::redacted_store(&cfg.store), enrich = cfg.enrich, "callbacks: relay mode");
-            metrics::register();
-            ::metrics::gauge!(metrics::MODE, "mode" => "relay").set(1.0);
+            metrics::register(true);
             tokio::spawn(r.deliverer.clone().run(stop));
         }
         Ok(relay)

@@ -78,7 +78,7 @@ fn locate(section: &str, key: &str, value: &toml::Value) -> Vec<String> {
     found
 }
 
-/// `… found string "s3cret"` → `… found a string (not shown: a secret)`.
+/// `… found string "s3cret"` → `… found string (not shown: a secret)`.
 fn value_hidden(problem: &str) -> String {
     match problem.split_once(", found ") {
         Some((before, found)) => {

@@ -83,8 +83,12 @@ fn mask_url_password(s: &str) -> Option<String> {
 /// PostgreSQL's `sslpassword`, `…token…`, `…key…`) masked; so too
 /// `password=…` in a PostgreSQL key/value connection string.
 pub fn mask_url(text: &str) -> String {
-    let Some((scheme, rest)) = text.split_once("://") else {
-        return mask_key_values(text);
+    // No scheme: a key/value connection string, or a URL without its
+    // scheme (`user:pw@proxy:3128`, as proxy variables are often set).
+    let (scheme, rest) = match text.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None if text.contains('=') => return mask_key_values(text),
+        None => (None, text),
     };
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
@@ -99,7 +103,10 @@ pub fn mask_url(text: &str) -> String {
         Some((path, fragment)) => (path, Some(fragment)),
         None => (tail, None),
     };
-    let mut shown = format!("{scheme}://{authority}");
+    let mut shown = match scheme {
+        Some(scheme) => format!("{scheme}://{authority}"),
+        None => authority,
+    };
     match path.split_once('?') {
         Some((path, query)) => {
             shown.push_str(path);
@@ -223,6 +230,7 @@ mod tests {
                 "https://openapi.coreclaw.com/api",
             ),
             ("not a url", "not a url"),
+            ("u:secret@p.example:1080", "u:********@p.example:1080"),
             (
                 "redb:/var/lib/v1compat/callbacks.redb",
                 "redb:/var/lib/v1compat/callbacks.redb",

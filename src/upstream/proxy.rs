@@ -126,15 +126,9 @@ impl ProxyEnv {
     }
 }
 
-/// The value without userinfo: proxy URLs may carry a password.
+/// The value as it may be shown: proxy URLs may carry a password.
 fn redact(value: &str) -> String {
-    match value.split_once('@') {
-        Some((before, host)) => match before.split_once("://") {
-            Some((scheme, _)) => format!("{scheme}://***@{host}"),
-            None => format!("***@{host}"),
-        },
-        None => value.to_owned(),
-    }
+    crate::config::print::mask_url(value)
 }
 
 impl std::fmt::Debug for ProxyEnv {
@@ -244,6 +238,12 @@ mod tests {
         );
         assert!(!problems.contains("secret"), "{problems}");
         assert!(!format!("{p:?}").contains("secret"));
+        // Without a scheme too, as proxy variables are often written.
+        let p = ProxyEnv {
+            all: "u:hunter2@proxy.example:3128".into(),
+            ..ProxyEnv::default()
+        };
+        assert!(!format!("{p:?}").contains("hunter2"), "{p:?}");
     }
 
     #[test]

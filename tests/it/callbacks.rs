@@ -421,6 +421,38 @@ const T0: u64 = 1_800_000_000_000;
 /// The signing secret of the Standard Webhooks specification's example.
 const WHSEC_B64: &str = "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
+/// An older status redelivered after a newer one went out is made done,
+/// not sent: the receiver never sees the run go back.
+#[tokio::test]
+async fn a_redelivered_older_status_is_superseded_not_sent() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let (relay, store) = make_relay("allow_cidrs = [\"127.0.0.0/8\"]\n", clock.clone());
+    let mut hook = hook().await;
+    let url = relay
+        .v2_callback_url(&format!("{}/order", hook.base), None)
+        .unwrap();
+    let mut seen = Vec::new();
+    for (n, status) in [(1, "running"), (2, "succeeded")] {
+        let body = json!({"run_slug": "ORDER1", "run_status": status, "result_count": 1});
+        assert_eq!(v2_posts(&relay, &url, body).await, 200);
+        assert!(matches!(
+            dispatch(&relay).await[..],
+            [Outcome::Delivered { .. }]
+        ));
+        hook.until(&mut seen, |s| s.len() == n).await;
+    }
+    let done = store.list(State::Done, 0, 10).await.unwrap();
+    let running = done
+        .iter()
+        .find(|e| e.run_slug == "ORDER1" && e.status == "running")
+        .unwrap();
+    assert!(store.redeliver(&running.id, T0).await.unwrap());
+    assert_eq!(dispatch(&relay).await, [Outcome::Superseded]);
+    assert!(hook.rx.try_recv().is_err(), "an older status was sent");
+    let again = store.get(&running.id).await.unwrap().unwrap();
+    assert_eq!(again.state, State::Done);
+}
+
 /// An attempt still under way when its lease runs out (a receiver slower
 /// than the lease) is not sent a second time by the same deliverer.
 #[tokio::test]

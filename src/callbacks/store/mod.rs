@@ -134,13 +134,10 @@ fn on_token<'a>(same_run: &'a [Event], token: &'a str) -> impl Iterator<Item = &
 
 pub fn plan_insert(mut new: Event, same_run: &[Event], now_ms: u64) -> InsertPlan {
     let same_run: Vec<Event> = on_token(same_run, &new.token).cloned().collect();
-    // The same status on the same token: V2 repeating itself. Compared by
-    // status, not id, so that an event stored under an earlier form of the
-    // id (before the token was part of it) is still the one it repeats.
-    if same_run
-        .iter()
-        .any(|e| e.id == new.id || e.status == new.status)
-    {
+    // The same status on the same token: V2 repeating itself. Told by the
+    // status, not the id, so that an event stored under an earlier form of
+    // the id (before the token was part of it) is still the one it repeats.
+    if same_run.iter().any(|e| e.status == new.status) {
         return InsertPlan {
             outcome: Inserted::Duplicate,
             writes: Vec::new(),
@@ -196,11 +193,11 @@ pub fn plan_delivered(id: &str, as_status: &str, same_run: &[Event], now_ms: u64
     delivered.attempts += 1;
     // The newer status went out now: its own row (present or still to come
     // from V2) must not go out again.
-    let newer_id = store_id(&event.run_slug, &as_status, &event.token);
-    let newer_row = same_run
-        .iter()
-        .find(|e| e.id == newer_id || e.status == as_status);
-    let newer_id = newer_row.map_or(newer_id, |e| e.id.clone());
+    let newer_row = same_run.iter().find(|e| e.status == as_status);
+    let newer_id = newer_row.map_or_else(
+        || store_id(&event.run_slug, &as_status, &event.token),
+        |e| e.id.clone(),
+    );
     if newer_id != event.id {
         let mut row = newer_row.cloned().unwrap_or_else(|| {
             Event::new(
@@ -336,6 +333,15 @@ pub mod suite {
         Event::new(run, status, "tok", 3, now, 0)
     }
 
+    /// The stored event of `run` and `status` on `token`; it must be there.
+    async fn stored(store: &dyn Store, run: &str, status: &str, token: &str) -> Event {
+        store
+            .get(&store_id(run, status, token))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("no event {run}/{status} on {token}"))
+    }
+
     pub async fn run_all(store: &dyn Store) {
         insert_dedupes_and_supersedes(store).await;
         claim_leases_and_failures(store).await;
@@ -374,21 +380,13 @@ pub mod suite {
             store.insert(own("succeeded", 12)).await.unwrap(),
             Inserted::New
         );
-        let running = store
-            .get(&store_id("T", "running", "tok"))
-            .await
-            .unwrap()
-            .unwrap();
+        let running = stored(store, "T", "running", "tok").await;
         assert_eq!(
             running.state,
             State::Done,
             "superseded by its own token's newer status"
         );
-        let succeeded = store
-            .get(&store_id("T", "succeeded", "tok"))
-            .await
-            .unwrap()
-            .unwrap();
+        let succeeded = stored(store, "T", "succeeded", "tok").await;
         assert_eq!(succeeded.state, State::Pending);
         // Delivered, the stranger's does not keep it from going out.
         let theirs = store_id("T", "succeeded", "their-token");
@@ -458,11 +456,7 @@ pub mod suite {
             store.insert(ev("A", "succeeded", 12)).await.unwrap(),
             Inserted::New
         );
-        let running = store
-            .get(&store_id("A", "running", "tok"))
-            .await
-            .unwrap()
-            .unwrap();
+        let running = stored(store, "A", "running", "tok").await;
         assert_eq!(
             running.state,
             State::Done,

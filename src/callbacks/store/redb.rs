@@ -67,39 +67,74 @@ fn put(t: &mut Tx<'_>, ev: &Event) -> StoreResult<()> {
     Ok(())
 }
 
-fn load(t: &Tx<'_>, id: &str) -> StoreResult<Option<Event>> {
-    load_from(&t.0, id)
+/// The three tables, as a write or a read transaction opened them: what
+/// only reads takes either.
+trait Tables {
+    fn events(&self) -> &impl ReadableTable<&'static str, &'static [u8]>;
+    fn runs(&self) -> &impl ReadableTable<&'static str, ()>;
+    fn states(&self) -> &impl ReadableTable<&'static str, ()>;
 }
 
-fn load_from(
-    events: &impl ReadableTable<&'static str, &'static [u8]>,
-    id: &str,
-) -> StoreResult<Option<Event>> {
-    match events.get(id).map_err(e)? {
+impl Tables for Tx<'_> {
+    fn events(&self) -> &impl ReadableTable<&'static str, &'static [u8]> {
+        &self.0
+    }
+    fn runs(&self) -> &impl ReadableTable<&'static str, ()> {
+        &self.1
+    }
+    fn states(&self) -> &impl ReadableTable<&'static str, ()> {
+        &self.2
+    }
+}
+
+impl Tables for ReadTx {
+    fn events(&self) -> &impl ReadableTable<&'static str, &'static [u8]> {
+        &self.0
+    }
+    fn runs(&self) -> &impl ReadableTable<&'static str, ()> {
+        &self.1
+    }
+    fn states(&self) -> &impl ReadableTable<&'static str, ()> {
+        &self.2
+    }
+}
+
+fn load(t: &impl Tables, id: &str) -> StoreResult<Option<Event>> {
+    match t.events().get(id).map_err(e)? {
         Some(v) => decode(v.value()).map(Some),
         None => Ok(None),
     }
 }
 
 /// The events of one run, through the `runs` index.
-fn run_events(t: &Tx<'_>, run: &str) -> StoreResult<Vec<Event>> {
-    indexed(&t.0, &t.1, run)
+fn run_events(t: &impl Tables, run: &str) -> StoreResult<Vec<Event>> {
+    indexed(t, t.runs(), run)
 }
 
 /// The events in `state`, through the `states` index.
-fn in_state(t: &Tx<'_>, state: State) -> StoreResult<Vec<Event>> {
-    indexed(&t.0, &t.2, state.as_str())
+fn in_state(t: &impl Tables, state: State) -> StoreResult<Vec<Event>> {
+    indexed(t, t.states(), state.as_str())
 }
 
-/// [`in_state`] in a read transaction.
-fn in_state_read(t: &ReadTx, state: State) -> StoreResult<Vec<Event>> {
-    indexed(&t.0, &t.2, state.as_str())
+/// [`plan_before_send`] over the run of `id` as `t` has it.
+fn before_send_plan(
+    t: &impl Tables,
+    id: &str,
+    owner: &str,
+    as_status: &str,
+    now_ms: u64,
+) -> StoreResult<(Vec<Event>, bool)> {
+    let Some(ev) = load(t, id)? else {
+        return Ok((Vec::new(), false));
+    };
+    let same = run_events(t, &ev.run_slug)?;
+    Ok(plan_before_send(id, owner, as_status, &same, now_ms))
 }
 
 /// The events an index lists under `prefix`: its keys are `{prefix}\n{id}`,
 /// so the range `{prefix}\n..{prefix}\u{b}` (the next character) holds them all.
 fn indexed(
-    events: &impl ReadableTable<&'static str, &'static [u8]>,
+    t: &impl Tables,
     index: &impl ReadableTable<&'static str, ()>,
     prefix: &str,
 ) -> StoreResult<Vec<Event>> {
@@ -114,7 +149,7 @@ fn indexed(
     }
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        if let Some(ev) = load_from(events, &id)? {
+        if let Some(ev) = load(t, &id)? {
             out.push(ev);
         }
     }
@@ -251,36 +286,23 @@ impl Store for RedbStore {
         // Read first: the usual answer, "send", writes nothing, so it costs
         // no commit (and no fsync) a delivery.
         Box::pin(async move {
-            let plan = {
+            let (writes, send) = {
                 let (id, owner, as_status) = (id.clone(), owner.clone(), as_status.clone());
-                self.read(move |t| {
-                    let Some(ev) = load_from(&t.0, &id)? else {
-                        return Ok((Vec::new(), false));
-                    };
-                    let same = indexed(&t.0, &t.1, &ev.run_slug)?;
-                    Ok(plan_before_send(&id, &owner, &as_status, &same, now_ms))
-                })
-                .await?
+                self.read(move |t| before_send_plan(t, &id, &owner, &as_status, now_ms))
+                    .await?
             };
-            match plan {
-                (writes, send) if writes.is_empty() => Ok(send),
-                // Made done: planned again under the write lock, as things are now.
-                _ => {
-                    self.write(move |t| {
-                        let Some(ev) = load(t, &id)? else {
-                            return Ok(false);
-                        };
-                        let same = run_events(t, &ev.run_slug)?;
-                        let (writes, send) =
-                            plan_before_send(&id, &owner, &as_status, &same, now_ms);
-                        for w in &writes {
-                            put(t, w)?;
-                        }
-                        Ok(send)
-                    })
-                    .await
-                }
+            if writes.is_empty() {
+                return Ok(send);
             }
+            // Made done: planned again under the write lock, as things are now.
+            self.write(move |t| {
+                let (writes, send) = before_send_plan(t, &id, &owner, &as_status, now_ms)?;
+                for w in &writes {
+                    put(t, w)?;
+                }
+                Ok(send)
+            })
+            .await
         })
     }
 
@@ -317,12 +339,12 @@ impl Store for RedbStore {
 
     fn get(&self, id: &str) -> StoreFuture<'_, Option<Event>> {
         let id = id.to_owned();
-        self.read(move |t| load_from(&t.0, &id))
+        self.read(move |t| load(t, &id))
     }
 
     fn list(&self, state: State, since_ms: u64, limit: usize) -> StoreFuture<'_, Vec<Event>> {
         self.read(move |t| {
-            let mut out: Vec<Event> = in_state_read(t, state)?
+            let mut out: Vec<Event> = in_state(t, state)?
                 .into_iter()
                 .filter(|e| e.received_ms >= since_ms)
                 .collect();
@@ -368,8 +390,8 @@ impl Store for RedbStore {
 
     fn stats(&self) -> StoreFuture<'_, Stats> {
         self.read(|t| {
-            let mut live = in_state_read(t, State::Pending)?;
-            live.extend(in_state_read(t, State::Dead)?);
+            let mut live = in_state(t, State::Pending)?;
+            live.extend(in_state(t, State::Dead)?);
             Ok(stats_of(live.iter()))
         })
     }
