@@ -24,8 +24,8 @@
 //! too large headers → 431) come with an empty body and no hook to change
 //! it; `refusal` recognises them on the way out, on the plaintext side of
 //! TLS, and writes the listener's envelope instead. What hyper refuses without any answer (garbage HTTP/2
-//! frames, a head that never completes) is closed without one; the README
-//! lists these cases.
+//! frames, a head that never completes) is closed without one;
+//! docs/errors-and-dialects.md lists these cases.
 
 pub mod activity;
 pub mod body;
