@@ -950,15 +950,16 @@ async fn a_callback_accepted_before_kill_9_is_delivered_after_restart() {
 }
 
 /// The PostgreSQL server of `TEST_POSTGRES_URL`, or `None` after saying
-/// (on the real stderr, past the test harness's capture) what was skipped.
-fn postgres_url(suite: &str) -> Option<String> {
+/// the test was skipped (it fails instead where `.ci/run` set
+/// `V1COMPAT_REQUIRE_TOOLS`, having started a server).
+fn postgres_url(test: &str) -> Option<String> {
     match std::env::var("TEST_POSTGRES_URL") {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipped: {suite} (needs PostgreSQL; run with TEST_POSTGRES_URL=postgres://user@127.0.0.1:5432/postgres, as .ci/run does)"
+            crate::support::skip_or_fail(
+                test,
+                "TEST_POSTGRES_URL is not set",
+                "it needs a PostgreSQL server: run with TEST_POSTGRES_URL=postgres://user@127.0.0.1:5432/postgres, as .ci/run does",
             );
             None
         }
@@ -986,7 +987,7 @@ async fn fresh_database(url: &str) -> String {
 
 #[tokio::test]
 async fn postgres_store_passes_the_store_suite() {
-    let Some(url) = postgres_url("PostgreSQL store suite") else {
+    let Some(url) = postgres_url("callbacks::postgres_store_passes_the_store_suite") else {
         return;
     };
     let db = fresh_database(&url).await;
@@ -1016,7 +1017,7 @@ fn seal(url: &str) -> String {
 /// one holding a claim is killed, another takes the claim over after its lease.
 #[tokio::test]
 async fn gateway_replicas_share_one_postgres_queue_and_take_over_claims() {
-    let Some(url) = postgres_url("two gateway processes on one PostgreSQL") else {
+    let Some(url) = postgres_url("callbacks::gateway_replicas_share_one_postgres_queue_and_take_over_claims") else {
         return;
     };
     let db = fresh_database(&url).await;

@@ -8,6 +8,7 @@ mod callbacks;
 mod cli;
 mod deploy;
 mod differential;
+mod docs_links;
 mod future_sizes;
 mod gateway;
 mod golden;

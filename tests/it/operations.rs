@@ -538,16 +538,18 @@ fn alert_rules_have_severity_and_runbook_and_name_exported_metrics() {
 
 /// `promtool check rules` and the rule unit tests in alerts.test.yaml
 /// (the upstream alerts stay quiet on client errors). `.ci/run` installs
-/// promtool; elsewhere the test says it skipped.
+/// promtool (and fails without it); elsewhere the test says it skipped.
 #[test]
 fn alert_rules_pass_promtool() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus");
-    let Ok(version) = Command::new("promtool").arg("--version").output() else {
-        println!(
-            "SKIPPED: promtool is not installed (Debian package `prometheus`; .ci/run installs it)"
-        );
+    if crate::support::tool_missing(
+        "operations::alert_rules_pass_promtool",
+        "promtool",
+        "it checks deploy/prometheus/alerts.yaml; install Debian's `prometheus` package (.ci/run does)",
+    ) {
         return;
-    };
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus");
+    let version = Command::new("promtool").arg("--version").output().unwrap();
     assert!(version.status.success());
     for args in [
         ["check", "rules", "alerts.yaml"],

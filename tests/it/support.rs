@@ -111,6 +111,73 @@ impl Drop for TestGateway {
     }
 }
 
+/// Set (to anything but `0`) by `.ci/run`, which installs every external
+/// tool the suite uses: a test that cannot find its tool then fails rather
+/// than skips.
+pub const REQUIRE_TOOLS: &str = "V1COMPAT_REQUIRE_TOOLS";
+
+/// Whether `tool`, a program, is missing from `PATH`; when it is, says so
+/// as [`skip_or_fail`] does, and the caller returns. `why` says what the
+/// test needs it for and how to run it.
+pub fn tool_missing(test: &str, tool: &str, why: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if on_path(tool, &path) {
+        return false;
+    }
+    skip_or_fail(test, &format!("{tool} is not installed"), why);
+    true
+}
+
+/// The suite's one answer to a missing prerequisite (a tool, a server):
+/// with [`REQUIRE_TOOLS`] set the test fails; otherwise it writes
+/// `SKIPPED <test>: …` to the real stderr, past the harness's capture, so a
+/// skip is seen where a person reads the run, never a plain `ok`.
+pub fn skip_or_fail(test: &str, missing: &str, why: &str) {
+    let required = std::env::var_os(REQUIRE_TOOLS).is_some_and(|v| !v.is_empty() && v != "0");
+    report_missing(test, missing, why, required);
+}
+
+fn report_missing(test: &str, missing: &str, why: &str, required: bool) {
+    if required {
+        panic!("{test}: {missing}, and {REQUIRE_TOOLS} is set ({why})");
+    }
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {missing}; {why}");
+}
+
+/// Whether an executable file named `tool` is in one of the `path` folders.
+fn on_path(tool: &str, path: &std::ffi::OsStr) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(path).any(|dir| {
+        std::fs::metadata(dir.join(tool))
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
+#[test]
+fn a_missing_tool_is_found_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let tool = dir.path().join("a-tool");
+    std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+    let path = std::env::join_paths([dir.path()]).unwrap();
+    assert!(!on_path("a-tool", &path), "not executable yet");
+    std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    assert!(on_path("a-tool", &path));
+    assert!(!on_path("another-tool", &path));
+    assert!(!tool_missing("support::a_missing_tool_is_found_missing", "sh", "the shell"));
+}
+
+#[test]
+fn a_missing_tool_fails_only_where_it_is_required() {
+    report_missing("t", "x is not installed", "install x", false);
+    let failed = std::panic::catch_unwind(|| {
+        report_missing("t", "x is not installed", "install x", true)
+    });
+    let message = failed.expect_err("required and missing fails");
+    let message = message.downcast_ref::<String>().expect("a formatted panic");
+    assert!(message.contains("t: x is not installed") && message.contains(REQUIRE_TOOLS), "{message}");
+}
+
 /// A request id for a V2 call made by hand.
 pub fn rid(id: &str) -> RequestId {
     RequestId::usable(&http::HeaderValue::from_str(id).unwrap()).expect("a usable request id")
