@@ -1017,7 +1017,9 @@ fn seal(url: &str) -> String {
 /// one holding a claim is killed, another takes the claim over after its lease.
 #[tokio::test]
 async fn gateway_replicas_share_one_postgres_queue_and_take_over_claims() {
-    let Some(url) = postgres_url("callbacks::gateway_replicas_share_one_postgres_queue_and_take_over_claims") else {
+    let Some(url) =
+        postgres_url("callbacks::gateway_replicas_share_one_postgres_queue_and_take_over_claims")
+    else {
         return;
     };
     let db = fresh_database(&url).await;

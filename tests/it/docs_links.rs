@@ -124,7 +124,11 @@ fn links(text: &str) -> Vec<(usize, String)> {
 /// heading of the target page makes.
 fn broken_links(page: &Path, root: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
-    let shown = page.strip_prefix(root).unwrap_or(page).display().to_string();
+    let shown = page
+        .strip_prefix(root)
+        .unwrap_or(page)
+        .display()
+        .to_string();
     let dir = page.parent().expect("a page is in a folder");
     let mut broken = Vec::new();
     for (line, target) in links(&text) {
@@ -146,12 +150,16 @@ fn broken_links(page: &Path, root: &Path) -> Vec<String> {
         }
         let Some(anchor) = anchor else { continue };
         if !file.extension().is_some_and(|e| e == "md") {
-            broken.push(format!("{shown}:{line}: {target}: an anchor into a page that is not Markdown"));
+            broken.push(format!(
+                "{shown}:{line}: {target}: an anchor into a page that is not Markdown"
+            ));
             continue;
         }
         let target_text = std::fs::read_to_string(&file).unwrap_or_default();
         if !anchors(&target_text).contains(anchor) {
-            broken.push(format!("{shown}:{line}: {target}: no heading makes #{anchor}"));
+            broken.push(format!(
+                "{shown}:{line}: {target}: no heading makes #{anchor}"
+            ));
         }
     }
     broken
@@ -168,14 +176,20 @@ fn documentation_links_resolve() {
 
 #[test]
 fn slugs_follow_github() {
-    assert_eq!(slug(" V1 contract (OpenAPI) and schemathesis"), "v1-contract-openapi-and-schemathesis");
+    assert_eq!(
+        slug(" V1 contract (OpenAPI) and schemathesis"),
+        "v1-contract-openapi-and-schemathesis"
+    );
     assert_eq!(
         slug(" Slow clients, connection limits and shutdown"),
         "slow-clients-connection-limits-and-shutdown"
     );
     assert_eq!(slug(" `[compat]` settings"), "compat-settings");
     assert_eq!(slug(" What's new — 2.0"), "whats-new--20");
-    assert_eq!(slug(" See [the relay](callbacks.md) here"), "see-the-relay-here");
+    assert_eq!(
+        slug(" See [the relay](callbacks.md) here"),
+        "see-the-relay-here"
+    );
     assert_eq!(slug(" snake_case and-dash"), "snake_case-and-dash");
 }
 

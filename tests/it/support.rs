@@ -164,18 +164,24 @@ fn a_missing_tool_is_found_missing() {
     std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     assert!(on_path("a-tool", &path));
     assert!(!on_path("another-tool", &path));
-    assert!(!tool_missing("support::a_missing_tool_is_found_missing", "sh", "the shell"));
+    assert!(!tool_missing(
+        "support::a_missing_tool_is_found_missing",
+        "sh",
+        "the shell"
+    ));
 }
 
 #[test]
 fn a_missing_tool_fails_only_where_it_is_required() {
     report_missing("t", "x is not installed", "install x", false);
-    let failed = std::panic::catch_unwind(|| {
-        report_missing("t", "x is not installed", "install x", true)
-    });
+    let failed =
+        std::panic::catch_unwind(|| report_missing("t", "x is not installed", "install x", true));
     let message = failed.expect_err("required and missing fails");
     let message = message.downcast_ref::<String>().expect("a formatted panic");
-    assert!(message.contains("t: x is not installed") && message.contains(REQUIRE_TOOLS), "{message}");
+    assert!(
+        message.contains("t: x is not installed") && message.contains(REQUIRE_TOOLS),
+        "{message}"
+    );
 }
 
 /// A request id for a V2 call made by hand.
