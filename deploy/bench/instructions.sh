@@ -12,8 +12,11 @@
 #   deploy/bench/instructions.sh [--requests N] [--warmup N] [--out FILE]
 #                                [--profile DIR] [--log-level LEVEL]
 #                                [--binary PATH] [--floor PATH]
-#                                [--translation PATH]
+#                                [--translation PATH] [--cargo-profile NAME]
 #                                [--no-install] [--no-build]
+#
+# Builds and measures the `dist` profile of Cargo.toml (what ships); with
+# --cargo-profile release, the lighter profile of local builds.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -28,12 +31,13 @@ BUILD=1
 BIN=""
 FLOOR=""
 TRANSLATION=""
+CARGO_PROFILE=dist
 KEY=sandbox-key
 SEED=7
 COMMAND="deploy/bench/instructions.sh${*:+ $*}"
 
 usage() {
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
   exit 64
 }
 while [ $# -gt 0 ]; do
@@ -46,6 +50,7 @@ while [ $# -gt 0 ]; do
     --binary) BIN="$2"; BUILD=0; shift 2 ;;
     --floor) FLOOR="$2"; shift 2 ;;
     --translation) TRANSLATION="$2"; shift 2 ;;
+    --cargo-profile) CARGO_PROFILE="$2"; shift 2 ;;
     --no-install) INSTALL=0; shift ;;
     --no-build) BUILD=0; shift ;;
     -h|--help) usage ;;
@@ -70,17 +75,18 @@ install_missing "$INSTALL" valgrind=valgrind strace=strace nginx=nginx-light cur
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 
 if [ "$BUILD" = 1 ]; then
-  log "cargo build --release --bin v1compat --example bare_proxy --example bare_translation"
-  (cd "$ROOT" && timeout 3600 cargo build --release --quiet --bin v1compat --example bare_proxy \
-    --example bare_translation)
+  log "cargo build --profile $CARGO_PROFILE --bin v1compat --example bare_proxy --example bare_translation"
+  (cd "$ROOT" && timeout 3600 cargo build --profile "$CARGO_PROFILE" --quiet --bin v1compat \
+    --example bare_proxy --example bare_translation)
 fi
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-[ -n "$BIN" ] || BIN="$TARGET_DIR/release/v1compat"
-[ -x "$BIN" ] || die "no release build at $BIN (drop --no-build)"
-[ -n "$FLOOR" ] || FLOOR="$TARGET_DIR/release/examples/bare_proxy"
-[ -x "$FLOOR" ] || die "no release build of the bare proxy at $FLOOR (cargo build --release --example bare_proxy, or --floor PATH)"
-[ -n "$TRANSLATION" ] || TRANSLATION="$TARGET_DIR/release/examples/bare_translation"
-[ -x "$TRANSLATION" ] || die "no release build of the bare translation at $TRANSLATION (cargo build --release --example bare_translation, or --translation PATH)"
+OUT_DIR="$TARGET_DIR/$CARGO_PROFILE"
+[ -n "$BIN" ] || BIN="$OUT_DIR/v1compat"
+[ -x "$BIN" ] || die "no $CARGO_PROFILE build at $BIN (drop --no-build)"
+[ -n "$FLOOR" ] || FLOOR="$OUT_DIR/examples/bare_proxy"
+[ -x "$FLOOR" ] || die "no $CARGO_PROFILE build of the bare proxy at $FLOOR (cargo build --profile $CARGO_PROFILE --example bare_proxy, or --floor PATH)"
+[ -n "$TRANSLATION" ] || TRANSLATION="$OUT_DIR/examples/bare_translation"
+[ -x "$TRANSLATION" ] || die "no $CARGO_PROFILE build of the bare translation at $TRANSLATION (cargo build --profile $CARGO_PROFILE --example bare_translation, or --translation PATH)"
 
 # ---------------------------------------------------------------- processes
 WORK="$(mktemp -d /tmp/v1compat-instructions.XXXXXX)"
@@ -302,10 +308,10 @@ MODEL=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
   echo "| Versions | $("$BIN" --version), $("$NGINX" -v 2>&1 | sed 's/.*: //'), $(valgrind --version), $(strace -V | head -1 | sed 's/ -- version / /'), $(rustc --version 2>/dev/null | awk '{print "rustc " $2}') |"
   echo "| Requests | one keep-alive connection per workload and tool; $WARMUP warm-up then $REQUESTS counted requests through nginx; through v1compat the same for run detail, 100 rows, the run list and the store search, $WARMUP_1000 then $REQUESTS_1000 for 1,000 rows |"
   echo "| Pinning | each proxy on cpu $PROXY_CPU (\`taskset\`), the V2 sandbox unpinned |"
-  echo "| v1compat | \`serve\`, release build, log level \`$LOG_LEVEL\`, metrics recorder on, no shadow mirror; on one CPU, tokio's single-threaded runtime (\`runtime.threads = 0\`) |"
+  echo "| v1compat | \`serve\`, \`$CARGO_PROFILE\` build, log level \`$LOG_LEVEL\`, metrics recorder on, no shadow mirror; on one CPU, tokio's single-threaded runtime (\`runtime.threads = 0\`) |"
   echo "| nginx | one process (\`master_process off\`), keep-alive upstream, access log off |"
-  echo "| floor | \`examples/bare_proxy.rs\`, release build: the runtime v1compat would choose, hyper's HTTP/1.1 server and one kept-alive client connection, the V2 request forwarded unchanged; nothing else |"
-  echo "| bare translation | \`examples/bare_translation.rs\`, release build: the floor's stack and v1compat's allocator; the V1 run detail read with serde, the V2 run read and the V1 record written by v1compat's own code; no checks, limits, deadlines, pool, ids, logs or metrics; with \`headers\`, v1compat's headers to V2 and to the client too; with \`features\`, the headers and the cheapest form of each of the gateway's features on that path (\`examples/bare_translation/features.rs\`) |"
+  echo "| floor | \`examples/bare_proxy.rs\`, \`$CARGO_PROFILE\` build: the runtime v1compat would choose, hyper's HTTP/1.1 server and one kept-alive client connection, the V2 request forwarded unchanged; nothing else |"
+  echo "| bare translation | \`examples/bare_translation.rs\`, \`$CARGO_PROFILE\` build: the floor's stack and v1compat's allocator; the V1 run detail read with serde, the V2 run read and the V1 record written by v1compat's own code; no checks, limits, deadlines, pool, ids, logs or metrics; with \`headers\`, v1compat's headers to V2 and to the client too; with \`features\`, the headers and the cheapest form of each of the gateway's features on that path (\`examples/bare_translation/features.rs\`) |"
   echo
   echo "Instructions: callgrind's count of user-space instructions of the proxy process (every"
   echo "thread) between zeroing (\`callgrind_control -z\`) after the warm-up and the dump"

@@ -53,13 +53,13 @@ install_missing "$INSTALL" wrk=wrk nginx=nginx-light curl=curl taskset=util-linu
 NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 
 if [ "$BUILD" = 1 ]; then
-  log "cargo build --release (binary and the loadgen example)"
-  (cd "$ROOT" && timeout 3600 cargo build --release --quiet --bin v1compat --example loadgen)
+  log "cargo build --profile dist (binary and the loadgen example)"
+  (cd "$ROOT" && timeout 3600 cargo build --profile dist --quiet --bin v1compat --example loadgen)
 fi
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-BIN="$TARGET_DIR/release/v1compat"
-LOADGEN="$TARGET_DIR/release/examples/loadgen"
-[ -x "$BIN" ] && [ -x "$LOADGEN" ] || die "no release build at $TARGET_DIR/release (drop --no-build)"
+BIN="$TARGET_DIR/dist/v1compat"
+LOADGEN="$TARGET_DIR/dist/examples/loadgen"
+[ -x "$BIN" ] && [ -x "$LOADGEN" ] || die "no dist build at $TARGET_DIR/dist (drop --no-build)"
 
 # ---------------------------------------------------------------- plan
 NCPU=$(nproc)

@@ -21,7 +21,7 @@ RATE=40
 CONNECTIONS=16
 OUT=""
 BUILD=1
-BIN="$ROOT/target/release/v1compat"
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/dist/v1compat"
 
 usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 64; }
 while [ $# -gt 0 ]; do
@@ -44,8 +44,8 @@ command -v python3 >/dev/null || { echo "python3 is needed" >&2; exit 1; }
 log() { printf '[soak %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 if [ "$BUILD" = 1 ]; then
-  log "building the release binary"
-  (cd "$ROOT" && cargo build --release --quiet)
+  log "building the dist binary (cargo build --profile dist)"
+  (cd "$ROOT" && cargo build --profile dist --quiet --bin v1compat)
 fi
 [ -x "$BIN" ] || { echo "$BIN missing (build it, or run without --no-build)" >&2; exit 1; }
 
