@@ -134,15 +134,20 @@ pub fn tool_missing(test: &str, tool: &str, why: &str) -> bool {
 /// skip is seen where a person reads the run, never a plain `ok`.
 pub fn skip_or_fail(test: &str, missing: &str, why: &str) {
     let required = std::env::var_os(REQUIRE_TOOLS).is_some_and(|v| !v.is_empty() && v != "0");
-    report_missing(test, missing, why, required);
+    report_missing(test, missing, why, required, &mut std::io::stderr());
 }
 
-fn report_missing(test: &str, missing: &str, why: &str, required: bool) {
+fn report_missing(
+    test: &str,
+    missing: &str,
+    why: &str,
+    required: bool,
+    out: &mut impl std::io::Write,
+) {
     if required {
         panic!("{test}: {missing}, and {REQUIRE_TOOLS} is set ({why})");
     }
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {missing}; {why}");
+    let _ = writeln!(out, "SKIPPED {test}: {missing}; {why}");
 }
 
 /// Whether an executable file named `tool` is in one of the `path` folders.
@@ -173,9 +178,21 @@ fn a_missing_tool_is_found_missing() {
 
 #[test]
 fn a_missing_tool_fails_only_where_it_is_required() {
-    report_missing("t", "x is not installed", "install x", false);
-    let failed =
-        std::panic::catch_unwind(|| report_missing("t", "x is not installed", "install x", true));
+    let mut said = Vec::new();
+    report_missing("t", "x is not installed", "install x", false, &mut said);
+    assert_eq!(
+        String::from_utf8(said).unwrap(),
+        "SKIPPED t: x is not installed; install x\n"
+    );
+    let failed = std::panic::catch_unwind(|| {
+        report_missing(
+            "t",
+            "x is not installed",
+            "install x",
+            true,
+            &mut Vec::new(),
+        )
+    });
     let message = failed.expect_err("required and missing fails");
     let message = message.downcast_ref::<String>().expect("a formatted panic");
     assert!(
