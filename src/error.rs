@@ -8,9 +8,9 @@
 
 use http::StatusCode;
 
-use crate::dialect::{Dialect, MissingKeyStatus};
 use crate::upstream::UpstreamFailure;
 use crate::v1::{code, Envelope};
+use v1compat_contract::dialect::{Dialect, MissingKeyStatus};
 
 /// What an operation is about, so that a V2 "not found" becomes the V1 code a
 /// V1 client knows for that kind of thing.
@@ -575,7 +575,7 @@ mod tests {
 
     #[test]
     fn dialects_change_statuses_and_the_missing_key_answer() {
-        use crate::dialect::BusinessErrorStatus;
+        use v1compat_contract::dialect::BusinessErrorStatus;
         let missing = GatewayError::MissingKey("send your key".into());
         let http = Dialect::default();
         let r = missing.render_in(&http);

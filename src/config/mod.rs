@@ -37,8 +37,8 @@ pub struct Config {
     pub public_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     /// TLS on the public / admin listener, when configured.
-    pub public_tls: Option<crate::tls::TlsFiles>,
-    pub admin_tls: Option<crate::tls::TlsFiles>,
+    pub public_tls: Option<crate::edge::tls::TlsFiles>,
+    pub admin_tls: Option<crate::edge::tls::TlsFiles>,
     pub upstream: UpstreamSettings,
     pub service_key: Option<crate::upstream::ApiKey>,
     pub request_timeout: Duration,
@@ -49,7 +49,7 @@ pub struct Config {
     pub log: LogSection,
     pub grace_period: Duration,
     pub drain_delay: Duration,
-    pub connections: crate::conn::ConnSettings,
+    pub connections: crate::edge::conn::ConnSettings,
     pub runtime: RuntimeSection,
     pub shadow: crate::shadow::ShadowConfig,
     pub callbacks: crate::callbacks::CallbacksConfig,
@@ -300,7 +300,7 @@ mod tests {
 
     #[test]
     fn dialect_choices_read_quoted_unquoted_and_from_the_environment() {
-        use crate::dialect::{BusinessErrorStatus, EmptyStoreSearch, MissingKeyStatus};
+        use v1compat_contract::dialect::{BusinessErrorStatus, EmptyStoreSearch, MissingKeyStatus};
         let c = load(
             "[compat]\nbusiness_error_status = 200\nempty_store_search = \"all\"\n",
             env(&[("V1COMPAT_COMPAT__MISSING_KEY_STATUS", "400")]),

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::{Settings, Translator};
 use crate::error::{GatewayError, Subject};
-use crate::request_id::RequestId;
+use crate::pipeline::request_id::RequestId;
 use crate::upstream::{ApiKey, V2Call};
 use crate::v2::{DataEnvelope, Envelope};
 

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::error::GatewayError;
-use crate::request_id::RequestId;
-use crate::route::Operation;
+use crate::pipeline::request_id::RequestId;
+use crate::pipeline::route::Operation;
 use crate::upstream::{ApiKey, Upstream};
 use crate::v1::Json;
 

@@ -31,7 +31,6 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::error::{GatewayError, Subject};
-use crate::json_escape::json_string;
 use crate::ops::input::Body;
 use crate::ops::result_scan::{self, Column, Scan, ScannedRows};
 use crate::ops::wire::{self, IntLike, Kind, List, OrDefault, StrOnly};
@@ -40,6 +39,7 @@ use crate::paging::{Plan, Window};
 use crate::upstream::V2Call;
 use crate::v1::Json;
 use crate::v2::{Part, Segment, V2Path};
+use v1compat_json::escape::json_string;
 
 /// V1 `result/list` default page size.
 pub const DEFAULT_PAGE_SIZE: u64 = 10;
@@ -1005,7 +1005,7 @@ mod tests {
         let copied = page.to_json().into_envelope().to_bytes();
         let envelope = page.to_json_sharing(bodies.iter().copied()).into_envelope();
         assert_eq!(envelope.to_bytes(), copied);
-        let mut body = crate::answer::AnswerBody::from(envelope);
+        let mut body = crate::pipeline::answer::AnswerBody::from(envelope);
         let mut shared = false;
         while let Some(frame) = futures_util::FutureExt::now_or_never(body.frame()).flatten() {
             let frame = frame.unwrap().into_data().unwrap();

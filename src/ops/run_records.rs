@@ -27,7 +27,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{GatewayError, Subject};
-use crate::json_escape::json_string;
 use crate::ops::input::{Body, Ident};
 use crate::ops::result_scan::{self, RunPage};
 use crate::ops::wire::{self, IntLike, Object, StrOrNum};
@@ -38,6 +37,7 @@ use crate::upstream::V2Call;
 use crate::v1::status;
 use crate::v1::Json;
 use crate::v2::{Part, RunStatus, Segment, V2Path};
+use v1compat_json::escape::json_string;
 
 /// A V2 run status as sent: text, a number (its integer value if it has
 /// one), or anything else (absent, null, other types).
@@ -233,7 +233,7 @@ impl V1Run<'_> {
         fn text(out: &mut Vec<u8>, key: &[u8], s: &str, texts: Texts) {
             out.extend_from_slice(key);
             if texts.plain {
-                debug_assert!(crate::json_escape::first_special(s.as_bytes()).is_none());
+                debug_assert!(v1compat_json::escape::first_special(s.as_bytes()).is_none());
                 out.push(b'"');
                 out.extend_from_slice(s.as_bytes());
                 out.push(b'"');
@@ -533,7 +533,7 @@ mod tests {
             // Texts known plain are copied as they are, to the same bytes
             // when they are (the origin, which may be a configured name, is
             // looked at either way).
-            let needs_escape = |t: &str| crate::json_escape::first_special(t.as_bytes()).is_some();
+            let needs_escape = |t: &str| v1compat_json::escape::first_special(t.as_bytes()).is_some();
             if s.iter().enumerate().all(|(i, t)| i == 5 || !needs_escape(t)) {
                 let mut plain = Vec::new();
                 run.write_json(&mut plain, Texts { plain: true });

@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::replay::{replay, ReplayOptions, TranslatedSide};
 use super::report::Report;
 use crate::config::Config;
-use crate::gateway::Gateway;
 use crate::pipeline::Pipeline;
+use crate::reload::gateway::Gateway;
 use crate::upstream::HttpUpstream;
 
 /// Flags of `v1compat replay`.

@@ -29,10 +29,10 @@ use http::StatusCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::GatewayError;
-use crate::gateway::Gateway;
 use crate::ops::V1Request;
+use crate::pipeline::route::Operation;
 use crate::pipeline::{self, Admitted, BodyError, Pipeline, RawV1Request, V1Response};
-use crate::route::Operation;
+use crate::reload::gateway::Gateway;
 use crate::telemetry;
 use crate::upstream::UpstreamFailure;
 

@@ -13,7 +13,7 @@
 
 use std::fmt::{self, Write};
 
-use crate::json_escape::first_special;
+use v1compat_json::escape::first_special;
 
 use tracing::field::{Field, Visit};
 use tracing::span::Record;

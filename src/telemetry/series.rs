@@ -5,7 +5,7 @@
 //! where the truth is 0.
 
 use crate::error::Origin;
-use crate::route::Operation;
+use crate::pipeline::route::Operation;
 
 use super::*;
 
@@ -168,8 +168,8 @@ mod tests {
 
     #[test]
     fn every_rendered_error_has_its_series_registered() {
-        let missing_key_400 = crate::dialect::Dialect {
-            missing_key_status: crate::dialect::MissingKeyStatus::BadRequest,
+        let missing_key_400 = v1compat_contract::dialect::Dialect {
+            missing_key_status: v1compat_contract::dialect::MissingKeyStatus::BadRequest,
             ..Default::default()
         };
         let renders = every_error().into_iter().flat_map(|e| {

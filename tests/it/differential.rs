@@ -58,9 +58,9 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 // How a field allowed to differ is compared: the registry's treatments.
 use v1compat::differences::Differential as Rule;
-use v1compat::request_id::RequestId;
-use v1compat::sandbox::{Sandbox, SandboxConfig};
+use v1compat::pipeline::request_id::RequestId;
 use v1compat::upstream::{HttpUpstream, Upstream, UpstreamFuture, V2Call};
+use v1compat_sandbox::{Sandbox, SandboxConfig};
 
 use crate::support::{send, send_json, TestGateway};
 

@@ -20,7 +20,6 @@ mod properties;
 mod python_sdk;
 mod reliability;
 mod reload;
-mod sandbox;
 mod schemathesis;
 mod shadow;
 mod support;
