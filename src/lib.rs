@@ -40,6 +40,9 @@ pub mod cli;
 pub mod config;
 pub mod reload;
 
+// Below everything: helpers any layer may use.
+pub mod common;
+
 // The contract, as types and data.
 pub mod differences;
 pub mod openapi;

@@ -20,14 +20,13 @@ use crate::upstream::UpstreamSettings;
 
 mod env;
 mod keys;
-pub(crate) use keys::suggestion;
 pub mod print;
 pub mod schema;
 mod source;
 mod validate;
 
 pub use schema::*;
-pub use validate::{validate, MAX_CONCURRENCY};
+pub use validate::validate;
 
 pub const ENV_PREFIX: &str = "V1COMPAT_";
 

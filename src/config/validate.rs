@@ -8,10 +8,7 @@ use super::{Config, ConfigErrors, RawConfig};
 use crate::ops::Compat;
 use crate::upstream::{AuthStyle, RetrySettings, UpstreamSettings};
 
-/// The most requests, mirrored requests or deliveries a setting may let run
-/// at once: far beyond what one process serves, and far inside what a
-/// semaphore can count.
-pub const MAX_CONCURRENCY: usize = 1_000_000;
+use crate::common::checks::MAX_CONCURRENCY;
 
 /// Checks a parsed config, collecting every problem.
 pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {

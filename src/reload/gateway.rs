@@ -15,6 +15,10 @@ use crate::upstream::Upstream;
 /// One configuration snapshot, with what the operations run on.
 pub struct Gateway {
     pub config: Arc<Config>,
+    /// The callback relay, when `[callbacks]` is in relay mode: started
+    /// once, carried over by reloads. The operations see only its URL
+    /// maker ([`ops::CallbackUrls`]).
+    relay: Option<Arc<crate::callbacks::Relay>>,
     /// The operations' side: built from `config`, never reading it.
     pub translator: Translator,
 }
@@ -24,16 +28,20 @@ impl Gateway {
         Gateway {
             translator: Translator::new(upstream, config.translation()),
             config,
+            relay: None,
         }
     }
 
     /// The same snapshot with the callback relay's hooks on.
     pub fn with_callbacks(&self, relay: Option<Arc<crate::callbacks::Relay>>) -> Gateway {
         let mut translator = self.translator.clone();
-        translator.callbacks = relay;
+        translator.callbacks = relay
+            .clone()
+            .map(|r| r as Arc<dyn ops::CallbackUrls>);
         Gateway {
             config: self.config.clone(),
             translator,
+            relay,
         }
     }
 
@@ -44,7 +52,7 @@ impl Gateway {
 
     /// The callback relay, when `[callbacks]` is in relay mode.
     pub fn callbacks(&self) -> Option<&Arc<crate::callbacks::Relay>> {
-        self.translator.callbacks.as_ref()
+        self.relay.as_ref()
     }
 
     /// The snapshot after a reload to `config` with `upstream`: the callback
@@ -65,6 +73,7 @@ impl Gateway {
                 worker_ids,
                 callbacks: self.translator.callbacks.clone(),
             },
+            relay: self.relay.clone(),
         }
     }
 }

@@ -179,7 +179,7 @@ pub fn validate(s: &ShadowSection, p: &mut Vec<String>) -> ShadowConfig {
     if !(0.0..=100.0).contains(&s.sample_percent) {
         p.push("shadow.sample_percent: must be between 0 and 100".into());
     }
-    let most = crate::config::MAX_CONCURRENCY;
+    let most = crate::common::checks::MAX_CONCURRENCY;
     if !(1..=most).contains(&s.max_in_flight) {
         p.push(format!(
             "shadow.max_in_flight: must be between 1 and {most}"

@@ -48,7 +48,7 @@ pub fn parse_base_url(key: &str, text: &str) -> Result<url::Url, String> {
         .ok()
         .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
         .ok_or_else(|| {
-            let shown = crate::config::print::mask_url(text);
+            let shown = crate::common::redact::mask_url(text);
             format!("{key}: {shown:?} is not an http(s) URL")
         })?;
     origin_and_prefix(&url).map_err(|e| format!("{key}: {e}"))?;

@@ -128,7 +128,7 @@ impl ProxyEnv {
 
 /// The value as it may be shown: proxy URLs may carry a password.
 fn redact(value: &str) -> String {
-    crate::config::print::mask_url(value)
+    crate::common::redact::mask_url(value)
 }
 
 impl std::fmt::Debug for ProxyEnv {

@@ -25,6 +25,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+use v1compat::ops::CallbackUrls;
 use v1compat::callbacks::clock::ManualClock;
 use v1compat::callbacks::deliver::Outcome;
 use v1compat::callbacks::event::State;
