@@ -12,7 +12,7 @@
 //!   committed file is stale; `V1COMPAT_BLESS=1 cargo test --lib differences`
 //!   rewrites it).
 
-use crate::pipeline::route::Operation;
+use crate::v1::route::Operation;
 
 /// How the shadow tester treats a field by default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,9 +9,9 @@ use clap::{Parser, Subcommand};
 
 use v1compat::cli::bind::bind;
 use v1compat::cli::probe;
+use v1compat::cli::shadow::{self as cli, ReplayArgs, ReportArgs};
 use v1compat::config::{self, Config};
 use v1compat::edge::server;
-use v1compat::shadow::cli::{self, ReplayArgs, ReportArgs};
 use v1compat::{reload, telemetry};
 
 mod allocator;

@@ -22,10 +22,10 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
-use v1compat::pipeline::request_id::RequestId;
-use v1compat::pipeline::route::Operation;
+use v1compat::common::request_id::RequestId;
 use v1compat::telemetry::handles::{RequestMetrics, RouteMetrics, UpstreamMetrics};
 use v1compat::upstream::ApiKey;
+use v1compat::v1::route::Operation;
 use v1compat::v2::Segment;
 
 use super::{status, v1_envelope, DetailBody, Target, X_REQUEST_ID, X_V2_REQUEST_ID};

@@ -197,7 +197,6 @@ pub fn loggable_path(path: &str) -> &str {
     }
 }
 
-
 /// Opens the store `[callbacks] store` names.
 pub async fn open_store(kind: &StoreKind) -> Result<Arc<dyn Store>, String> {
     Ok(match kind {

@@ -12,8 +12,7 @@
 
 use std::num::NonZeroUsize;
 
-/// The most `runtime.threads` may ask for: more is a mistake, not a machine.
-pub const MAX_THREADS: usize = 1024;
+pub use crate::config::MAX_THREADS;
 
 /// Which runtime to build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,17 +34,6 @@ pub fn kind(threads: usize, cpus: NonZeroUsize, tokio_workers: bool) -> Kind {
         0 => Kind::MultiThreaded(None),
         1 => Kind::SingleThreaded,
         n => Kind::MultiThreaded(Some(n)),
-    }
-}
-
-/// Checks `runtime.threads`, adding a line to `problems` if it is over
-/// [`MAX_THREADS`].
-pub fn validate(section: &crate::config::RuntimeSection, problems: &mut Vec<String>) {
-    if section.threads > MAX_THREADS {
-        problems.push(format!(
-            "runtime.threads: {} is more than {MAX_THREADS} (0 = one per CPU)",
-            section.threads
-        ));
     }
 }
 

@@ -4,8 +4,8 @@
 //! path and taken out, so the rest still types and validates (its default
 //! stands in).
 
-use crate::common::checks::suggestion;
 use super::RawConfig;
+use crate::common::checks::suggestion;
 
 /// Removes the sections [`RawConfig`] does not have (the known ones are
 /// read off its defaults) and names each one. Keys inside a section are
@@ -25,7 +25,6 @@ pub(super) fn remove_unknown(table: &mut toml::Table, known: &toml::Table) -> Ve
     });
     problems
 }
-
 
 /// Types every `section.key` on its own against [`RawConfig`]; a key that
 /// does not type is reported (down to the map entry or array element at

@@ -26,7 +26,7 @@ mod source;
 mod validate;
 
 pub use schema::*;
-pub use validate::validate;
+pub use validate::{validate, MAX_THREADS};
 
 pub const ENV_PREFIX: &str = "V1COMPAT_";
 

@@ -16,7 +16,6 @@ pub fn effective_toml(raw: &RawConfig) -> String {
     doc.to_string()
 }
 
-
 fn mask(table: &mut dyn toml_edit::TableLike) {
     for (key, item) in table.iter_mut() {
         match item {
@@ -62,9 +61,6 @@ fn mask_url_password(s: &str) -> Option<String> {
     let masked = mask_url(s);
     (masked != s).then_some(masked)
 }
-
-
-
 
 #[cfg(test)]
 mod tests {

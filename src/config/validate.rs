@@ -10,6 +10,9 @@ use crate::upstream::{AuthStyle, RetrySettings, UpstreamSettings};
 
 use crate::common::checks::MAX_CONCURRENCY;
 
+/// The most `runtime.threads` may ask for: more is a mistake, not a machine.
+pub const MAX_THREADS: usize = 1024;
+
 /// Checks a parsed config, collecting every problem.
 pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     let mut p = Vec::new();
@@ -202,7 +205,12 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     let extra_root_pem = read_ca_file(&u.ca_file, &mut p);
     let callbacks = crate::callbacks::config::validate(&raw.callbacks, &mut p);
     let connections = crate::edge::conn::settings::validate(&raw.connections, &mut p);
-    crate::cli::runtime::validate(&raw.runtime, &mut p);
+    if raw.runtime.threads > MAX_THREADS {
+        p.push(format!(
+            "runtime.threads: {} is more than {MAX_THREADS} (0 = one per CPU)",
+            raw.runtime.threads
+        ));
+    }
 
     let (Some(base_url), true) = (base_url, p.is_empty()) else {
         return Err(ConfigErrors(p));

@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::common::request_id::RequestId;
 use crate::error::GatewayError;
-use crate::pipeline::request_id::RequestId;
-use crate::pipeline::route::Operation;
 use crate::upstream::{ApiKey, Upstream};
+use crate::v1::route::Operation;
 use crate::v1::Json;
 
 mod exchange;
@@ -55,7 +55,11 @@ pub trait CallbackUrls: Send + Sync {
     /// The URL V2 calls back instead of `client_url` (checked and sealed,
     /// with the client's key when the relay may use it), or the V1 error
     /// for a URL the relay refuses.
-    fn v2_callback_url(&self, client_url: &str, key: Option<&ApiKey>) -> Result<String, GatewayError>;
+    fn v2_callback_url(
+        &self,
+        client_url: &str,
+        key: Option<&ApiKey>,
+    ) -> Result<String, GatewayError>;
 }
 
 impl Translator {

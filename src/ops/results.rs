@@ -31,9 +31,9 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::error::{GatewayError, Subject};
-pub use crate::ops::result_scan::{V2Header, V2ResultPage};
 use crate::ops::input::Body;
 use crate::ops::result_scan::{self, Column, Scan, ScannedRows};
+pub use crate::ops::result_scan::{V2Header, V2ResultPage};
 use crate::ops::wire::{self, Kind, OrDefault, StrOnly};
 use crate::ops::{Exchange, Fetched, Read};
 use crate::paging::{Plan, Window};
@@ -981,7 +981,7 @@ mod tests {
         let copied = page.to_json().into_envelope().to_bytes();
         let envelope = page.to_json_sharing(bodies.iter().copied()).into_envelope();
         assert_eq!(envelope.to_bytes(), copied);
-        let mut body = crate::pipeline::answer::AnswerBody::from(envelope);
+        let mut body = crate::v1::answer::AnswerBody::from(envelope);
         let mut shared = false;
         while let Some(frame) = futures_util::FutureExt::now_or_never(body.frame()).flatten() {
             let frame = frame.unwrap().into_data().unwrap();

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use http::{Method, StatusCode};
 
+use crate::common::request_id::RequestId;
 use crate::error::{GatewayError, Origin, Rendered};
-use crate::pipeline::request_id::RequestId;
-use crate::pipeline::route::Operation;
+use crate::v1::route::Operation;
 
 /// Log target of access lines, for filters such as `v1compat::access=off`.
 pub const TARGET: &str = "v1compat::access";

@@ -28,23 +28,18 @@ use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 mod access;
-pub mod answer;
-pub mod deadline;
-pub mod request_id;
-pub mod route;
 pub use access::TARGET as ACCESS_LOG_TARGET;
 
-use crate::config::Config;
+use crate::common::request_id::RequestId;
 use crate::error::{GatewayError, Rendered};
 use crate::ops::{self, V1Request};
-use crate::pipeline::answer::AnswerBytes;
-use crate::pipeline::request_id::RequestId;
 use crate::reload::gateway::Gateway;
 use crate::reload::Live;
 use crate::telemetry;
 use crate::telemetry::handles::RequestMetrics;
 use crate::upstream::ApiKey;
-use route::Operation;
+use crate::v1::answer::AnswerBytes;
+use crate::v1::route::{self, Operation};
 use v1compat_contract::dialect::Dialect;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -414,7 +409,11 @@ impl Pipeline {
     /// Runs the operation under its deadline and renders the V1 answer.
     /// The request is moved into the future once (see [`Pipeline::admit`]).
     pub fn translate(&self, mut req: Admitted) -> impl Future<Output = V1Response> + '_ {
-        let deadline = deadline(&req.gateway.config, req.op);
+        let deadline = deadline(
+            req.gateway.config.request_timeout,
+            req.gateway.config.sync_run_timeout,
+            req.op,
+        );
         let v1 = req.take_v1_request();
         async move {
             let calls = AtomicU32::new(0);
@@ -474,11 +473,12 @@ impl Pipeline {
 }
 
 /// How long one operation may take: a synchronous run waits for the run too.
-pub fn deadline(config: &Config, op: Operation) -> Duration {
+/// (`request` is `limits.request_timeout_ms`, `sync_run` `limits.sync_run_timeout_ms`.)
+pub fn deadline(request: Duration, sync_run: Duration, op: Operation) -> Duration {
     if op == Operation::StartRun {
-        config.sync_run_timeout + config.request_timeout
+        sync_run + request
     } else {
-        config.request_timeout
+        request
     }
 }
 
@@ -507,7 +507,7 @@ fn dispatch_counting<'a>(
     let handled = Box::pin(ops::handle_counting(&gw.translator, v1, calls));
     async move {
         let at = tokio::time::Instant::now() + deadline;
-        match crate::pipeline::deadline::deadline_at(at, handled).await {
+        match crate::common::deadline::deadline_at(at, handled).await {
             Ok(result) => result,
             Err(_) => Err(GatewayError::Deadline(deadline)),
         }

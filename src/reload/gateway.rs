@@ -35,9 +35,7 @@ impl Gateway {
     /// The same snapshot with the callback relay's hooks on.
     pub fn with_callbacks(&self, relay: Option<Arc<crate::callbacks::Relay>>) -> Gateway {
         let mut translator = self.translator.clone();
-        translator.callbacks = relay
-            .clone()
-            .map(|r| r as Arc<dyn ops::CallbackUrls>);
+        translator.callbacks = relay.clone().map(|r| r as Arc<dyn ops::CallbackUrls>);
         Gateway {
             config: self.config.clone(),
             translator,

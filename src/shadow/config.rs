@@ -197,7 +197,7 @@ pub fn validate(s: &ShadowSection, p: &mut Vec<String>) -> ShadowConfig {
     if !(s.baseline_absolute.is_finite() && s.baseline_absolute >= 0.0) {
         p.push("shadow.baseline_absolute: must be 0 or more".into());
     }
-    let known_ops: Vec<&str> = crate::pipeline::route::Operation::ALL
+    let known_ops: Vec<&str> = crate::v1::route::Operation::ALL
         .iter()
         .map(|o| o.name())
         .collect();

@@ -28,9 +28,9 @@ use tokio::sync::Semaphore;
 use super::capture::{now_ms, CaptureWriter, CapturedRequest, Record, Side, REDACTED};
 use super::legacy::{LegacyClient, V1Call};
 use super::{captured_request, side_of, LEGACY, TRANSLATION};
-use crate::pipeline::route::{self, Operation};
 use crate::pipeline::{Pipeline, RawV1Request};
 use crate::upstream::UpstreamFailure;
+use crate::v1::route::{self, Operation};
 
 /// Where the translated answers come from.
 #[derive(Clone)]

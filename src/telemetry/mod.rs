@@ -1,6 +1,6 @@
 //! Logs and metrics: the tracing subscriber (JSON or text), the Prometheus
 //! recorder behind `/metrics`, and the one list of metric names. Labels are
-//! bounded: `operation` is an [`Operation`](crate::pipeline::route::Operation) name,
+//! bounded: `operation` is an [`Operation`](crate::v1::route::Operation) name,
 //! never a raw path; keys never appear in either.
 
 use std::sync::OnceLock;

@@ -5,7 +5,7 @@
 //! where the truth is 0.
 
 use crate::error::Origin;
-use crate::pipeline::route::Operation;
+use crate::v1::route::Operation;
 
 use super::*;
 
@@ -69,7 +69,7 @@ pub(super) fn register_all() {
     metrics::counter!(REQUESTS, "operation" => "unknown", "status" => "404").increment(0);
     metrics::counter!(ERRORS, "operation" => "unknown", "origin" => "client", "cause" => "unknown_route")
         .increment(0);
-    for route in crate::upstream::V2_ROUTES {
+    for route in crate::v2::routes::V2_ROUTES {
         for class in STATUS_CLASSES {
             metrics::counter!(UPSTREAM_REQUESTS_TOTAL, "route" => *route, "status_class" => *class)
                 .increment(0);

@@ -30,7 +30,7 @@ use super::retry::{
 use super::{ApiKey, RetryPolicy, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply};
 
 use super::pool::Pool;
-use crate::pipeline::request_id::RequestId;
+use crate::common::request_id::RequestId;
 use crate::telemetry::handles::UpstreamMetrics;
 use crate::telemetry::{
     UPSTREAM_DURATION_SECONDS, UPSTREAM_REQUESTS_TOTAL, UPSTREAM_RETRIES_SKIPPED_TOTAL,
@@ -597,16 +597,14 @@ impl Inner {
                 ended,
             ))
         });
-        let (outcome, ended) = match crate::pipeline::deadline::nested_deadline_at(
-            deadline(started, timeout),
-            exchange,
-        )
-        .await
-        {
-            Ok(Ok((answer, ended))) => (Ok(answer), ended),
-            Ok(Err(failure)) => (Err(failure), Instant::now()),
-            Err(_) => (Err(UpstreamFailure::Timeout(timeout)), Instant::now()),
-        };
+        let (outcome, ended) =
+            match crate::common::deadline::nested_deadline_at(deadline(started, timeout), exchange)
+                .await
+            {
+                Ok(Ok((answer, ended))) => (Ok(answer), ended),
+                Ok(Err(failure)) => (Err(failure), Instant::now()),
+                Err(_) => (Err(UpstreamFailure::Timeout(timeout)), Instant::now()),
+            };
 
         let elapsed = ended.saturating_duration_since(started);
 

@@ -135,7 +135,7 @@ pub(crate) fn pool<C: Connect + Clone>(
     max_idle_per_host: usize,
 ) -> Client<C, Full<Bytes>> {
     // Connection tasks absorb their own wake-ups (see `conn::coalesce`).
-    Client::builder(crate::edge::conn::coalesce::CoalescingExecutor)
+    Client::builder(crate::common::coalesce::CoalescingExecutor)
         // Without a timer the pool never evicts idle connections.
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(idle_timeout)

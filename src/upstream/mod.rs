@@ -6,7 +6,7 @@
 //! [`crate::upstream::http_client`] plumbing: headers, deadlines, size cap, upstream
 //! metrics), `pool` (its connections to V2 over hyper's connection-level
 //! senders), `retry` (which failures are retried, backoff, the retry
-//! budget), `proxy` (outbound proxies from the environment), `route_label`
+//! budget), `proxy` (outbound proxies from the environment), `v2::routes`
 //! (the `route` label values registered at start).
 
 use std::future::Future;
@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, StatusCode};
 
-use crate::pipeline::request_id::RequestId;
+use crate::common::request_id::RequestId;
 use crate::v2::V2Path;
 
 mod client;
@@ -25,11 +25,10 @@ pub mod http_client;
 mod pool;
 pub(crate) mod proxy;
 mod retry;
-mod route_label;
+pub use crate::v2::routes::V2_ROUTES;
 pub use client::{AuthStyle, HttpUpstream, UpstreamSettings};
 pub use proxy::ProxyEnv;
 pub use retry::RetrySettings;
-pub use route_label::V2_ROUTES;
 
 /// A key to present upstream. Kept opaque so it cannot end up in a `{:?}`.
 /// Shared, not copied, by the calls of one request that present it.

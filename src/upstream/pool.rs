@@ -39,7 +39,7 @@ use tracing::debug;
 
 use super::proxy::ProxyConnector;
 use super::UpstreamFailure;
-use crate::edge::conn::coalesce::CoalescingExecutor;
+use crate::common::coalesce::CoalescingExecutor;
 use crate::upstream::http_client::error_chain;
 
 type Body = Full<Bytes>;

@@ -25,13 +25,13 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use v1compat::ops::CallbackUrls;
 use v1compat::callbacks::clock::ManualClock;
 use v1compat::callbacks::deliver::Outcome;
 use v1compat::callbacks::event::State;
 use v1compat::callbacks::store::memory::MemoryStore;
 use v1compat::callbacks::store::Store;
 use v1compat::callbacks::Relay;
+use v1compat::ops::CallbackUrls;
 use v1compat::upstream::{ApiKey, HttpUpstream};
 use v1compat_sandbox::{Sandbox, SandboxConfig};
 

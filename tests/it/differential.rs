@@ -57,8 +57,8 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 // How a field allowed to differ is compared: the registry's treatments.
+use v1compat::common::request_id::RequestId;
 use v1compat::differences::Differential as Rule;
-use v1compat::pipeline::request_id::RequestId;
 use v1compat::upstream::{HttpUpstream, Upstream, UpstreamFuture, V2Call};
 use v1compat_sandbox::{Sandbox, SandboxConfig};
 

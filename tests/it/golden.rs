@@ -14,10 +14,10 @@ use http::{HeaderMap, HeaderValue, Method};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use v1compat::pipeline::route::Operation;
 use v1compat::pipeline::{Pipeline, RawV1Request};
 use v1compat::reload::gateway::Gateway;
 use v1compat::upstream::HttpUpstream;
+use v1compat::v1::route::Operation;
 
 use crate::support::{send, Exchange, MockV2, TestGateway};
 
@@ -247,7 +247,7 @@ async fn golden_errors_under_the_200_dialect() {
 fn operation_of(case: &Case) -> &'static str {
     let method = Method::from_bytes(case.v1.method.as_bytes()).unwrap();
     let path = case.v1.path.split('?').next().unwrap_or_default();
-    v1compat::pipeline::route::route(&method, path).map_or("route", Operation::name)
+    v1compat::v1::route::route(&method, path).map_or("route", Operation::name)
 }
 
 /// Every case sits in its operation's folder, and every operation has at

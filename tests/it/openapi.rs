@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use http::Method;
 use serde_json::{json, Value};
 use v1compat::openapi::V1_DOCUMENT;
-use v1compat::pipeline::route::{route, Operation};
+use v1compat::v1::route::{route, Operation};
 
 use crate::golden;
 use crate::support::{send, TestGateway};

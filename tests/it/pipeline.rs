@@ -56,10 +56,10 @@ fn example_probes(key: &str) -> Vec<Probe> {
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let v: Value = serde_json::from_str(line).unwrap();
         let op = match (v["path"].as_str(), v["operation"].as_str()) {
-            (Some(path), _) => v1compat::pipeline::route::Operation::ALL
+            (Some(path), _) => v1compat::v1::route::Operation::ALL
                 .into_iter()
                 .find(|o| o.v1_endpoint().1 == path),
-            (None, Some(name)) => v1compat::pipeline::route::Operation::ALL
+            (None, Some(name)) => v1compat::v1::route::Operation::ALL
                 .into_iter()
                 .find(|o| o.name() == name),
             (None, None) => None,

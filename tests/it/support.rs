@@ -26,7 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use v1compat::pipeline::request_id::RequestId;
+use v1compat::common::request_id::RequestId;
 use v1compat::shadow::Mirror;
 use v1compat::upstream::{
     HttpUpstream, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply,

@@ -29,7 +29,6 @@
 
 pub mod activity;
 pub mod body;
-pub mod coalesce;
 pub mod drain;
 mod refusal;
 mod service;
@@ -57,9 +56,9 @@ pub use refusal::ProtocolAnswer;
 pub use service::CutAnswer;
 pub use settings::{ConnSettings, ConnectionSection};
 
+use crate::common::coalesce::{Coalesce, CoalescingExecutor, WhenWoken};
 use crate::telemetry::{OPEN_CONNECTIONS, SHED_CONNECTIONS, WRITE_STALLED_CONNECTIONS};
 use activity::{Activity, Quiet, Stall};
-use coalesce::{Coalesce, CoalescingExecutor, WhenWoken};
 use refusal::Refusals;
 use service::ConnService;
 use stream::SharedStream;

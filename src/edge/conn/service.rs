@@ -24,8 +24,8 @@ use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
 
 use super::activity::{Activity, Busy, Writer};
-use super::coalesce::WhenWoken;
 use super::drain::Drain;
+use crate::common::coalesce::WhenWoken;
 
 /// Builds the answer to a request cut at the grace deadline.
 pub type CutAnswer = fn() -> Response<Full<Bytes>>;

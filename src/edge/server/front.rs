@@ -25,11 +25,11 @@ use std::task::{Context, Poll};
 use http::{header, HeaderMap, Request, Response};
 use tracing::Span;
 
+use crate::common::request_id::RequestId;
 use crate::error::GatewayError;
-use crate::pipeline::answer::AnswerBody;
-use crate::pipeline::request_id::RequestId;
-use crate::pipeline::route::{self, Operation};
 use crate::pipeline::{self, Pipeline, Settled, API_KEY, REQUEST_ID};
+use crate::v1::answer::AnswerBody;
+use crate::v1::route::{self, Operation};
 
 /// Marks the headers a key can travel in as sensitive, so that no log line
 /// or debug output shows them, even at trace level. A walk over the few

@@ -20,9 +20,9 @@ use tokio::net::TcpListener;
 
 use crate::edge::conn::{self, BodyReader, ConnHandle, Drain};
 use crate::error::GatewayError;
-use crate::pipeline::answer::{AnswerBody, AnswerBytes};
 use crate::pipeline::{self, BodyError, Pipeline, RawV1Request, Settled, V1Response};
 use crate::shadow::Mirror;
+use crate::v1::answer::{AnswerBody, AnswerBytes};
 use v1compat_contract::dialect::Dialect;
 
 pub mod admin;

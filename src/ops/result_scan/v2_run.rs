@@ -62,7 +62,6 @@ impl<'de: 'a, 'a> Deserialize<'de> for StatusField<'a> {
     }
 }
 
-
 /// A V2 run record, the fields V1 keeps, read leniently (see [`wire`]):
 /// strings borrow from the V2 body.
 #[derive(Debug, Default, PartialEq, Deserialize)]
@@ -100,4 +99,3 @@ impl<'a> V2Run<'a> {
             .unwrap_or_default()
     }
 }
-

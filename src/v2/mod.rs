@@ -3,6 +3,8 @@
 //! envelope it reads back (whole, or with `data` typed by the readers of
 //! `ops::wire`), and the run status vocabulary.
 
+pub mod routes;
+
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use std::borrow::Cow;
 use std::sync::{Mutex, PoisonError};

@@ -2,12 +2,15 @@
 //! `message`, `data`), the integer run statuses and the application codes and
 //! messages of the retired V1 service.
 
+pub mod answer;
+pub mod route;
+
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::pipeline::answer::AnswerBytes;
+use crate::v1::answer::AnswerBytes;
 
 /// The V1 envelope. `data` is always present, `null` on errors and on abort.
 /// Successful answers carry their `data` already written as JSON.
@@ -210,7 +213,7 @@ mod tests {
             serde_json::to_vec(&Envelope::success(&data)).unwrap()
         );
         // Sent as three frames, the middle one the caller's buffer itself.
-        let mut body = crate::pipeline::answer::AnswerBody::from(envelope);
+        let mut body = crate::v1::answer::AnswerBody::from(envelope);
         let mut frames = Vec::new();
         while let Some(frame) = futures_util::FutureExt::now_or_never(body.frame()).flatten() {
             frames.push(frame.unwrap().into_data().unwrap());

@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::replay::{replay, ReplayOptions, TranslatedSide};
-use super::report::Report;
 use crate::config::Config;
 use crate::pipeline::Pipeline;
 use crate::reload::gateway::Gateway;
+use crate::shadow::replay::{replay, ReplayOptions, TranslatedSide};
+use crate::shadow::report::Report;
 use crate::upstream::HttpUpstream;
 
 /// Flags of `v1compat replay`.
