@@ -35,23 +35,8 @@ impl Subject {
     }
 }
 
-/// Who is to blame, reported in `x-v1compat-error-origin` and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
-    Client,
-    Upstream,
-    Gateway,
-}
-
-impl Origin {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Origin::Client => "client",
-            Origin::Upstream => "upstream",
-            Origin::Gateway => "gateway",
-        }
-    }
-}
+/// Who is to blame (defined with the metric labels it becomes).
+pub use crate::telemetry::Origin;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum GatewayError {

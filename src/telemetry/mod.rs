@@ -221,3 +221,23 @@ pub fn init_logging(format: &str, level: &str) {
 fn colour(terminal: bool) -> bool {
     terminal && std::env::var_os("NO_COLOR").map_or(true, |v| v.is_empty())
 }
+
+/// Who is to blame for a failed request: the `origin` label of the error
+/// metrics and the `x-v1compat-error-origin` header. Listed here, with the
+/// names it labels, so the metrics need nothing of `error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Client,
+    Upstream,
+    Gateway,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Client => "client",
+            Origin::Upstream => "upstream",
+            Origin::Gateway => "gateway",
+        }
+    }
+}

@@ -4,7 +4,7 @@
 //! `increase()` blind to that event and leaves dashboards saying "no data"
 //! where the truth is 0.
 
-use crate::error::Origin;
+use super::Origin;
 use crate::v1::route::Operation;
 
 use super::*;
