@@ -38,7 +38,7 @@ const DEADLINE: Duration = Duration::from_secs(10);
 const V2_ROUTE: &str = "/api/v2/worker-runs/{id}";
 
 /// What the features keep between requests.
-pub struct Features {
+pub(crate) struct Features {
     in_flight: Semaphore,
     /// Idle V2 connections, last in first out.
     pool: Mutex<Vec<SendRequest<Full<Bytes>>>>,
@@ -51,7 +51,7 @@ pub struct Features {
 impl Features {
     /// Installs the gateway's recorder and logging (at `warn`, as the
     /// benchmarks run it) and resolves the handles, as the gateway does.
-    pub fn new() -> Features {
+    pub(crate) fn new() -> Features {
         v1compat::telemetry::prometheus();
         v1compat::telemetry::init_logging("text", "warn");
         let upstream = UpstreamMetrics::resolve();
@@ -69,7 +69,11 @@ impl Features {
     }
 
     /// The answer to `req`, a panic answered as a 500.
-    pub async fn answer(&self, target: &Target, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    pub(crate) async fn answer(
+        &self,
+        target: &Target,
+        req: Request<Incoming>,
+    ) -> Response<Full<Bytes>> {
         AssertUnwindSafe(self.translate(target, req))
             .catch_unwind()
             .await

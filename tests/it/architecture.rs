@@ -39,8 +39,16 @@ const SAME_LAYER: &[(&str, &str)] = &[("differences", "v1")];
 /// instead, these go, and the test fails until they are struck from here.
 const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
     ("edge", "reload", "the listeners read the live snapshot"),
-    ("pipeline", "reload", "a request is admitted on the live snapshot"),
-    ("shadow", "reload", "the mirror answers on the snapshot it was built with"),
+    (
+        "pipeline",
+        "reload",
+        "a request is admitted on the live snapshot",
+    ),
+    (
+        "shadow",
+        "reload",
+        "the mirror answers on the snapshot it was built with",
+    ),
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
@@ -157,7 +165,12 @@ fn imports() -> BTreeMap<(String, String), Vec<String>> {
     let mut found: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for file in files {
         let rel = file.strip_prefix(&src).unwrap();
-        let first = rel.components().next().unwrap().as_os_str().to_string_lossy();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
         let module = first.trim_end_matches(".rs").to_owned();
         if module == "lib" || module == "main" || module == "allocator" {
             continue;
@@ -198,7 +211,9 @@ fn imports_point_down_the_layers() {
     let mut used_exceptions = BTreeSet::new();
     for ((from, to), files) in imports() {
         let (Some(a), Some(b)) = (layer_of(&from), layer_of(&to)) else {
-            wrong.push(format!("{from} -> {to}: a module without a layer ({files:?})"));
+            wrong.push(format!(
+                "{from} -> {to}: a module without a layer ({files:?})"
+            ));
             continue;
         };
         let allowed = a < b || (a == b && SAME_LAYER.contains(&(from.as_str(), to.as_str())));
@@ -211,7 +226,11 @@ fn imports_point_down_the_layers() {
         }
         wrong.push(format!("{from} -> {to} runs up the layers, in {files:?}"));
     }
-    assert!(wrong.is_empty(), "imports against the house's layers:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "imports against the house's layers:\n{}",
+        wrong.join("\n")
+    );
     let stale: Vec<_> = KNOWN_UPWARD
         .iter()
         .filter(|(f, t, _)| !used_exceptions.contains(&(f.to_string(), t.to_string())))
@@ -267,11 +286,14 @@ fn the_sandbox_and_the_contract_do_not_depend_on_the_gateway() {
         }
     }
     // The contract is serde types and nothing else of ours.
-    let contract: toml::Table =
-        std::fs::read_to_string(root.join("crates/contract/Cargo.toml"))
-            .unwrap()
-            .parse()
-            .unwrap();
-    let deps: Vec<&String> = contract["dependencies"].as_table().unwrap().keys().collect();
+    let contract: toml::Table = std::fs::read_to_string(root.join("crates/contract/Cargo.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let deps: Vec<&String> = contract["dependencies"]
+        .as_table()
+        .unwrap()
+        .keys()
+        .collect();
     assert_eq!(deps, ["http", "serde"], "the contract's dependencies");
 }

@@ -20,7 +20,7 @@ use crate::support::{send, MockV2, Reply, TestGateway};
 
 /// GET `path` over TLS trusting `client`'s roots; the status and body, or
 /// the handshake or HTTP error.
-pub async fn https_get(
+pub(crate) async fn https_get(
     addr: SocketAddr,
     client: rustls::ClientConfig,
     path: &str,

@@ -27,7 +27,7 @@ fn problem(status: StatusCode, msg: &str) -> Response<Body> {
     json(status, &json!({ "error": msg }))
 }
 
-pub async fn handle(shared: &Arc<Shared>, req: Req) -> Response<Body> {
+pub(crate) async fn handle(shared: &Arc<Shared>, req: Req) -> Response<Body> {
     let path = req.path.trim_start_matches("/__sandbox");
     match (&req.method, path) {
         (&Method::GET, "/healthz") => json(StatusCode::OK, &json!({"status": "ok"})),
@@ -118,7 +118,7 @@ fn set_faults(shared: &Arc<Shared>, req: &Req) -> Response<Body> {
 }
 
 /// Remember a V2 request, with credentials redacted.
-pub fn record(shared: &Shared, req: &Req, operation: Option<&str>) {
+pub(crate) fn record(shared: &Shared, req: &Req, operation: Option<&str>) {
     let query = Query::parse(&req.query);
     let auth = credential(req, &query).map(|(kind, _)| kind);
     let mut headers = Map::new();

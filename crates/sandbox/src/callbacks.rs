@@ -24,7 +24,7 @@ const TICK: Duration = Duration::from_millis(20);
 /// Deadline of one callback delivery.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub async fn run(shared: Arc<Shared>) {
+pub(crate) async fn run(shared: Arc<Shared>) {
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let mut changed = shared.clock.subscribe();
     let mut stop = shared.stop.clone();

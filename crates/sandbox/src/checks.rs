@@ -9,12 +9,12 @@ use super::catalog::WorkerSpec;
 
 /// Parsed query string (later duplicates win).
 #[derive(Debug, Default)]
-pub struct Query {
+pub(crate) struct Query {
     pairs: Vec<(String, String)>,
 }
 
 impl Query {
-    pub fn parse(raw: &str) -> Self {
+    pub(crate) fn parse(raw: &str) -> Self {
         Query {
             pairs: url::form_urlencoded::parse(raw.as_bytes())
                 .map(|(k, v)| (k.into_owned(), v.into_owned()))
@@ -22,7 +22,7 @@ impl Query {
         }
     }
 
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.pairs
             .iter()
             .rev()
@@ -31,7 +31,7 @@ impl Query {
     }
 
     /// Names not in `allowed`, once each, in order of appearance.
-    pub fn unknown(&self, allowed: &[&str]) -> Vec<String> {
+    pub(crate) fn unknown(&self, allowed: &[&str]) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for (k, _) in &self.pairs {
             if !allowed.contains(&k.as_str()) && !out.contains(k) {
@@ -43,9 +43,9 @@ impl Query {
 }
 
 /// Largest V2 page size.
-pub const MAX_LIMIT: i64 = 100;
+pub(crate) const MAX_LIMIT: i64 = 100;
 /// V2 default page size.
-pub const DEFAULT_LIMIT: u64 = 20;
+pub(crate) const DEFAULT_LIMIT: u64 = 20;
 
 fn parse_int(name: &str, raw: &str, min: i64, max: i64, errs: &mut Vec<String>) -> Option<i64> {
     match raw.trim().parse::<i64>() {
@@ -63,7 +63,7 @@ fn parse_int(name: &str, raw: &str, min: i64, max: i64, errs: &mut Vec<String>) 
 
 /// V2 query paging: `offset` is a 1-based page number (0 means 1, default 1),
 /// `limit` 1-100 (default 20). Returns (page, limit).
-pub fn query_paging(q: &Query, errs: &mut Vec<String>) -> (u64, u64) {
+pub(crate) fn query_paging(q: &Query, errs: &mut Vec<String>) -> (u64, u64) {
     let limit = q
         .get("limit")
         .and_then(|v| parse_int("limit", v, 1, MAX_LIMIT, errs))
@@ -78,18 +78,24 @@ pub fn query_paging(q: &Query, errs: &mut Vec<String>) -> (u64, u64) {
 }
 
 /// Optional integer query parameter with a range.
-pub fn query_int(q: &Query, name: &str, min: i64, max: i64, errs: &mut Vec<String>) -> Option<i64> {
+pub(crate) fn query_int(
+    q: &Query,
+    name: &str,
+    min: i64,
+    max: i64,
+    errs: &mut Vec<String>,
+) -> Option<i64> {
     q.get(name).and_then(|v| parse_int(name, v, min, max, errs))
 }
 
 /// Index range of page `page` (1-based) of size `limit`.
-pub fn window(page: u64, limit: u64) -> (u64, u64) {
+pub(crate) fn window(page: u64, limit: u64) -> (u64, u64) {
     let from = page.saturating_sub(1).saturating_mul(limit);
     (from, from.saturating_add(limit))
 }
 
 /// Parse a JSON request body. Empty → `Ok(None)`; not JSON → `Err`.
-pub fn parse_body(body: &[u8]) -> Result<Option<Value>, String> {
+pub(crate) fn parse_body(body: &[u8]) -> Result<Option<Value>, String> {
     if body.iter().all(|b| b.is_ascii_whitespace()) {
         return Ok(None);
     }
@@ -110,14 +116,14 @@ fn type_name(v: &Value) -> &'static str {
 }
 
 /// Typed access to the fields of a JSON object body, collecting problems.
-pub struct Fields<'a> {
+pub(crate) struct Fields<'a> {
     obj: &'a Map<String, Value>,
     pub errors: Vec<String>,
 }
 
 impl<'a> Fields<'a> {
     /// `allowed = None` accepts any field (the lenient V1 surface).
-    pub fn new(obj: &'a Map<String, Value>, allowed: Option<&[&str]>) -> Self {
+    pub(crate) fn new(obj: &'a Map<String, Value>, allowed: Option<&[&str]>) -> Self {
         let mut errors = Vec::new();
         if let Some(allowed) = allowed {
             for k in obj.keys() {
@@ -129,11 +135,11 @@ impl<'a> Fields<'a> {
         Fields { obj, errors }
     }
 
-    pub fn has(&self, key: &str) -> bool {
+    pub(crate) fn has(&self, key: &str) -> bool {
         self.obj.contains_key(key)
     }
 
-    pub fn value(&self, key: &str) -> Option<&'a Value> {
+    pub(crate) fn value(&self, key: &str) -> Option<&'a Value> {
         self.obj.get(key)
     }
 
@@ -142,7 +148,7 @@ impl<'a> Fields<'a> {
             .push(format!("{key} must be {want}, got {}", type_name(got)));
     }
 
-    pub fn str(&mut self, key: &str) -> Option<String> {
+    pub(crate) fn str(&mut self, key: &str) -> Option<String> {
         match self.obj.get(key)? {
             Value::String(s) => Some(s.clone()),
             other => {
@@ -152,7 +158,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn req_str(&mut self, key: &str) -> Option<String> {
+    pub(crate) fn req_str(&mut self, key: &str) -> Option<String> {
         if !self.has(key) {
             self.errors.push(format!("{key} is required"));
             return None;
@@ -165,7 +171,7 @@ impl<'a> Fields<'a> {
         Some(s)
     }
 
-    pub fn bool(&mut self, key: &str) -> Option<bool> {
+    pub(crate) fn bool(&mut self, key: &str) -> Option<bool> {
         match self.obj.get(key)? {
             Value::Bool(b) => Some(*b),
             other => {
@@ -175,7 +181,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    pub fn int(&mut self, key: &str, min: i64, max: i64) -> Option<i64> {
+    pub(crate) fn int(&mut self, key: &str, min: i64, max: i64) -> Option<i64> {
         let v = self.obj.get(key)?;
         match v.as_i64() {
             Some(n) if (min..=max).contains(&n) => Some(n),
@@ -192,7 +198,7 @@ impl<'a> Fields<'a> {
     }
 
     /// A `callback_url`: an absolute http(s) URL.
-    pub fn url(&mut self, key: &str) -> Option<String> {
+    pub(crate) fn url(&mut self, key: &str) -> Option<String> {
         let s = self.str(key)?;
         match url::Url::parse(&s) {
             Ok(u) if matches!(u.scheme(), "http" | "https") => Some(s),
@@ -218,7 +224,7 @@ const SYSTEM_FIELDS: &[&str] = &[
 
 /// How a surface reads a zero (or `null`) system limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ZeroLimits {
+pub(crate) enum ZeroLimits {
     /// V1: `0` / `null` (and `""` for the region) mean "the worker's default";
     /// the published n8n V1 workflow templates send `execute_limit_time_seconds: 0`.
     MeanDefault,
@@ -230,7 +236,12 @@ pub enum ZeroLimits {
 /// "system"?: {...}}}`, known system fields with the right types and ranges (zero
 /// read per `zero`), and custom values that match the schema (required present,
 /// declared types respected).
-pub fn check_input(input: &Value, worker: &WorkerSpec, zero: ZeroLimits, errs: &mut Vec<String>) {
+pub(crate) fn check_input(
+    input: &Value,
+    worker: &WorkerSpec,
+    zero: ZeroLimits,
+    errs: &mut Vec<String>,
+) {
     let Some(obj) = input.as_object() else {
         errs.push(format!("input must be an object, got {}", type_name(input)));
         return;

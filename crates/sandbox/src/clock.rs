@@ -10,9 +10,9 @@ use tokio::sync::watch;
 
 /// Largest single jump of the clock (about 30 years), so time arithmetic never
 /// overflows whatever a caller asks for.
-pub const MAX_ADVANCE_SECONDS: f64 = 1e9;
+pub(crate) const MAX_ADVANCE_SECONDS: f64 = 1e9;
 
-pub struct SimClock {
+pub(crate) struct SimClock {
     start_real: Instant,
     start_ms: i64,
     speed: f64,
@@ -22,7 +22,7 @@ pub struct SimClock {
 }
 
 impl SimClock {
-    pub fn new(speed: f64) -> Self {
+    pub(crate) fn new(speed: f64) -> Self {
         let start_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
@@ -37,7 +37,7 @@ impl SimClock {
     }
 
     /// Simulated Unix time in milliseconds.
-    pub fn now_ms(&self) -> i64 {
+    pub(crate) fn now_ms(&self) -> i64 {
         let real = self.start_real.elapsed().as_secs_f64();
         self.start_ms
             .saturating_add((real * self.speed * 1000.0) as i64)
@@ -46,7 +46,7 @@ impl SimClock {
 
     /// Jump forward by `seconds` simulated seconds (negative or non-finite values
     /// are ignored; one jump is capped at `MAX_ADVANCE_SECONDS`).
-    pub fn advance(&self, seconds: f64) {
+    pub(crate) fn advance(&self, seconds: f64) {
         if !seconds.is_finite() || seconds <= 0.0 {
             return;
         }
@@ -60,16 +60,16 @@ impl SimClock {
     }
 
     /// Wake waiters because something they may depend on changed.
-    pub fn bump(&self) {
+    pub(crate) fn bump(&self) {
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
     }
 
     /// Real time it takes the clock to move `sim_ms` forward on its own.
-    pub fn real_delay(&self, sim_ms: i64) -> Duration {
+    pub(crate) fn real_delay(&self, sim_ms: i64) -> Duration {
         let secs = sim_ms.max(0) as f64 / 1000.0 / self.speed;
         // Capped so a tiny speed cannot overflow; callers re-check after waking anyway.
         Duration::from_secs_f64(secs.min(86_400.0))

@@ -8,7 +8,7 @@ use super::catalog::{ColumnType, WorkerSpec};
 
 /// FNV-1a over the parts (with a separator), finished with a splitmix64 mix so that
 /// nearby inputs give unrelated outputs.
-pub fn hash(parts: &[&[u8]]) -> u64 {
+pub(crate) fn hash(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for part in parts {
         for b in part.iter().chain(std::iter::once(&0xffu8)) {
@@ -27,7 +27,7 @@ fn mix(mut z: u64) -> u64 {
 }
 
 /// 64 lowercase hex characters derived from `h` (the row data id format).
-pub fn hex64(h: u64) -> String {
+pub(crate) fn hex64(h: u64) -> String {
     (0..4u64)
         .map(|i| format!("{:016x}", mix(h ^ i.wrapping_mul(0x5851_f42d_4c95_7f2d))))
         .collect()
@@ -35,7 +35,7 @@ pub fn hex64(h: u64) -> String {
 
 /// JSON text with object keys sorted at every level, so key order does not change
 /// the hash of an input.
-pub fn canonical(v: &Value) -> String {
+pub(crate) fn canonical(v: &Value) -> String {
     match v {
         Value::Object(m) => {
             let mut keys: Vec<&String> = m.keys().collect();
@@ -55,7 +55,7 @@ pub fn canonical(v: &Value) -> String {
 }
 
 /// Row `i` (0-based) of a run whose data seed is `data_seed`.
-pub fn row(worker: &WorkerSpec, data_seed: u64, i: u64) -> Map<String, Value> {
+pub(crate) fn row(worker: &WorkerSpec, data_seed: u64, i: u64) -> Map<String, Value> {
     let mut m = Map::new();
     let base = hash(&[&data_seed.to_le_bytes(), &i.to_le_bytes()]);
     m.insert("__coreclaw_data_id__".into(), Value::String(hex64(base)));
@@ -112,7 +112,7 @@ fn text_value(key: &str, label: &str, i: u64, h: u64) -> String {
 
 /// A log level, numbered as in V1 (`type` 1-4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
+pub(crate) enum Level {
     Debug = 1,
     Info = 2,
     Warn = 3,
@@ -120,7 +120,7 @@ pub enum Level {
 }
 
 impl Level {
-    pub fn word(self) -> &'static str {
+    pub(crate) fn word(self) -> &'static str {
         match self {
             Level::Debug => "DEBUG",
             Level::Info => "INFO",
@@ -132,7 +132,7 @@ impl Level {
 
 /// One log entry of a run.
 #[derive(Debug, Clone)]
-pub struct LogLine {
+pub(crate) struct LogLine {
     pub level: Level,
     pub group: String,
     pub content: String,
@@ -141,7 +141,7 @@ pub struct LogLine {
 
 impl LogLine {
     /// V1 object form.
-    pub fn to_object(&self) -> Value {
+    pub(crate) fn to_object(&self) -> Value {
         serde_json::json!({
             "type": self.level as i64,
             "group": self.group,
@@ -151,7 +151,7 @@ impl LogLine {
     }
 
     /// V2 string form: `2026-11-22T14:05:12.123Z INFO SYSTEM: ...`.
-    pub fn to_text(&self) -> String {
+    pub(crate) fn to_text(&self) -> String {
         format!(
             "{} {} {}",
             iso_millis(self.timestamp_ms),
@@ -162,7 +162,7 @@ impl LogLine {
 }
 
 /// ISO-8601 UTC with milliseconds for a Unix time in ms.
-pub fn iso_millis(ms: i64) -> String {
+pub(crate) fn iso_millis(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let millis = ms.rem_euclid(1000);
     let days = secs.div_euclid(86_400);
@@ -177,7 +177,7 @@ pub fn iso_millis(ms: i64) -> String {
 }
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
-pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+pub(crate) fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -191,7 +191,7 @@ pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
 }
 
 /// (year, month) of a Unix time in seconds, at UTC+8 (the service's month boundary).
-pub fn month_utc8(secs: i64) -> (i64, u32) {
+pub(crate) fn month_utc8(secs: i64) -> (i64, u32) {
     let (y, m, _) = civil_from_days((secs + 8 * 3600).div_euclid(86_400));
     (y, m)
 }

@@ -19,14 +19,14 @@ const KEEP: usize = 200;
 type File = (&'static str, Bytes);
 
 #[derive(Default)]
-pub struct Exports {
+pub(crate) struct Exports {
     /// Files by name, and names oldest first (for eviction).
     inner: Mutex<(HashMap<String, File>, VecDeque<String>)>,
 }
 
 impl Exports {
     /// Render and store an export; returns its signed-looking download URL.
-    pub fn create(
+    pub(crate) fn create(
         &self,
         addr: SocketAddr,
         format: &str,
@@ -50,7 +50,7 @@ impl Exports {
         format!("http://{addr}/__sandbox/exports/{name}?sign={sign:016x}")
     }
 
-    pub fn get(&self, name: &str) -> Option<File> {
+    pub(crate) fn get(&self, name: &str) -> Option<File> {
         lock(&self.inner).0.get(name).cloned()
     }
 }
@@ -92,7 +92,7 @@ fn project(columns: &[Column], row: &Map<String, Value>) -> Map<String, Value> {
 }
 
 /// (extension, content type, bytes) of an export.
-pub fn render(
+pub(crate) fn render(
     format: &str,
     columns: &[Column],
     rows: &[Map<String, Value>],

@@ -94,30 +94,30 @@ impl FaultRule {
 }
 
 /// The active rule set and the RNG that decides probabilistic hits.
-pub struct Faults {
+pub(crate) struct Faults {
     rules: Mutex<Vec<FaultRule>>,
     rng: Mutex<StdRng>,
 }
 
 impl Faults {
-    pub fn new(seed: u64, rules: Vec<FaultRule>) -> Self {
+    pub(crate) fn new(seed: u64, rules: Vec<FaultRule>) -> Self {
         Faults {
             rules: Mutex::new(rules),
             rng: Mutex::new(StdRng::seed_from_u64(seed ^ 0xFA17_FA17)),
         }
     }
 
-    pub fn replace(&self, rules: Vec<FaultRule>) {
+    pub(crate) fn replace(&self, rules: Vec<FaultRule>) {
         *lock(&self.rules) = rules;
     }
 
-    pub fn list(&self) -> Vec<FaultRule> {
+    pub(crate) fn list(&self) -> Vec<FaultRule> {
         lock(&self.rules).clone()
     }
 
     /// The first rule that hits this operation, consuming one of its `times`.
     /// Exhausted rules are removed.
-    pub fn pick(&self, operation: &str) -> Option<FaultRule> {
+    pub(crate) fn pick(&self, operation: &str) -> Option<FaultRule> {
         let mut rules = lock(&self.rules);
         let mut hit = None;
         for (i, rule) in rules.iter_mut().enumerate() {

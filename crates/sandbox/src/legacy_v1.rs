@@ -28,7 +28,7 @@ use v1compat_contract::dialect::{Dialect, EmptyStoreSearch, MissingKeyStatus};
 /// A V1 error answer. `detail` names what was wrong with the request, after
 /// the fixed message and a colon, as V1 did for its own validation.
 #[derive(Debug, Clone, PartialEq)]
-pub struct V1Error {
+pub(crate) struct V1Error {
     pub status: u16,
     pub code: i64,
     pub message: &'static str,
@@ -92,7 +92,7 @@ fn render(result: V1Result, dialect: &Dialect) -> Response<Body> {
     json_resp(status, &body)
 }
 
-pub async fn handle(shared: Arc<Shared>, req: Req) -> Result<Response<Body>, Dropped> {
+pub(crate) async fn handle(shared: Arc<Shared>, req: Req) -> Result<Response<Body>, Dropped> {
     Ok(render(dispatch(&shared, &req).await, &shared.v1_dialect))
 }
 

@@ -13,7 +13,7 @@ use super::data::{hash, row, Level, LogLine};
 
 /// Run status. V1 numbers them 1-5, V2 names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     Ready,
     Running,
     Succeeded,
@@ -22,7 +22,7 @@ pub enum Status {
 }
 
 impl Status {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Status::Ready => "ready",
             Status::Running => "running",
@@ -32,7 +32,7 @@ impl Status {
         }
     }
 
-    pub fn v1_code(self) -> i64 {
+    pub(crate) fn v1_code(self) -> i64 {
         match self {
             Status::Ready => 1,
             Status::Running => 2,
@@ -42,7 +42,7 @@ impl Status {
         }
     }
 
-    pub fn parse(s: &str) -> Option<Status> {
+    pub(crate) fn parse(s: &str) -> Option<Status> {
         Some(match s {
             "ready" => Status::Ready,
             "running" => Status::Running,
@@ -54,20 +54,20 @@ impl Status {
     }
 
     /// Only succeeded and failed are completed states.
-    pub fn is_completed(self) -> bool {
+    pub(crate) fn is_completed(self) -> bool {
         matches!(self, Status::Succeeded | Status::Failed)
     }
 }
 
 /// Where a run was started from (reported as `origin`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     V1,
     V2,
 }
 
 impl Origin {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Origin::V1 => "api",
             Origin::V2 => "api_v2",
@@ -76,7 +76,7 @@ impl Origin {
 }
 
 /// The text of the failure of an aborted run.
-pub const ABORTED_MESSAGE: &str = "run aborted";
+pub(crate) const ABORTED_MESSAGE: &str = "run aborted";
 /// Simulated time from accepted to running.
 const START_DELAY_MS: i64 = 1_000;
 /// Simulated time an abort spends in `aborting`.
@@ -85,7 +85,7 @@ const ABORT_DELAY_MS: i64 = 3_000;
 const MAX_ROWS: u64 = 100_000;
 
 #[derive(Debug, Clone)]
-pub struct Run {
+pub(crate) struct Run {
     pub slug: String,
     pub account: String,
     pub worker: usize,
@@ -106,7 +106,7 @@ pub struct Run {
 
 /// A run as seen at one instant.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RunView {
+pub(crate) struct RunView {
     pub status: Status,
     pub started_at: i64,
     pub finished_at: i64,
@@ -121,7 +121,7 @@ impl Run {
     /// A new run of worker `w`: its row count, duration, data seed and log
     /// group are derived from the sandbox seed and the run's input, so the
     /// same input gives the same rows.
-    pub fn new(new: NewRun, w: &WorkerSpec, seed: u64, now_ms: i64) -> Run {
+    pub(crate) fn new(new: NewRun, w: &WorkerSpec, seed: u64, now_ms: i64) -> Run {
         let custom = new
             .input
             .pointer("/parameters/custom")
@@ -193,7 +193,7 @@ impl Run {
 
     /// Asks the run to stop at `now_ms`: it shows `aborting`, then `failed`.
     /// A completed run refuses; a run already aborting accepts again.
-    pub fn abort(&mut self, now_ms: i64) -> Result<(), AbortError> {
+    pub(crate) fn abort(&mut self, now_ms: i64) -> Result<(), AbortError> {
         match self.status_at(now_ms) {
             Status::Succeeded | Status::Failed => Err(AbortError::Completed),
             Status::Aborting => Ok(()),
@@ -205,19 +205,19 @@ impl Run {
     }
 
     /// When the run completes (or completed), given what is known now.
-    pub fn end_ms(&self) -> i64 {
+    pub(crate) fn end_ms(&self) -> i64 {
         match self.abort_ms {
             Some(a) => a + ABORT_DELAY_MS,
             None => self.natural_end_ms(),
         }
     }
 
-    pub fn status_at(&self, now_ms: i64) -> Status {
+    pub(crate) fn status_at(&self, now_ms: i64) -> Status {
         self.view(now_ms).status
     }
 
     /// Status and figures at simulated time `now_ms`.
-    pub fn view(&self, now_ms: i64) -> RunView {
+    pub(crate) fn view(&self, now_ms: i64) -> RunView {
         let started_at = self.created_ms / 1000;
         let (status, rows, end, err) = match self.abort_ms {
             Some(a) if now_ms >= a + ABORT_DELAY_MS => (
@@ -266,7 +266,7 @@ impl Run {
     }
 
     /// Rows `[from, to)` clipped to what the run has produced at `now_ms`.
-    pub fn rows(
+    pub(crate) fn rows(
         &self,
         worker: &WorkerSpec,
         now_ms: i64,
@@ -280,7 +280,7 @@ impl Run {
     }
 
     /// The run's log so far.
-    pub fn logs(&self, now_ms: i64) -> Vec<LogLine> {
+    pub(crate) fn logs(&self, now_ms: i64) -> Vec<LogLine> {
         let v = self.view(now_ms);
         let g = &self.group;
         let mut out = Vec::new();
@@ -344,7 +344,7 @@ impl Run {
 }
 
 /// What a new run is made of.
-pub struct NewRun {
+pub(crate) struct NewRun {
     pub account: String,
     pub worker: usize,
     pub version: String,
@@ -355,7 +355,7 @@ pub struct NewRun {
 
 /// Why an abort was refused.
 #[derive(Debug, PartialEq, Eq)]
-pub enum AbortError {
+pub(crate) enum AbortError {
     NotFound,
     Completed,
 }

@@ -21,8 +21,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-pub type Body = BoxBody<Bytes, BoxError>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type Body = BoxBody<Bytes, BoxError>;
 
 /// Largest request body the sandbox reads.
 const MAX_BODY: usize = 8 * 1024 * 1024;
@@ -31,7 +31,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// Returned by a handler to close the connection without any answer.
 #[derive(Debug)]
-pub struct Dropped;
+pub(crate) struct Dropped;
 
 impl std::fmt::Display for Dropped {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -42,7 +42,7 @@ impl std::error::Error for Dropped {}
 
 /// A request with its body already read.
 #[derive(Debug)]
-pub struct Req {
+pub(crate) struct Req {
     pub method: Method,
     pub path: String,
     pub query: String,
@@ -53,24 +53,24 @@ pub struct Req {
 }
 
 impl Req {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 }
 
-pub fn full(bytes: impl Into<Bytes>) -> Body {
+pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into())
         .map_err(|e: Infallible| match e {})
         .boxed()
 }
 
 /// A JSON response.
-pub fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
+pub(crate) fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
     let text = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
     bytes_response(status, "application/json", text)
 }
 
-pub fn bytes_response(
+pub(crate) fn bytes_response(
     status: StatusCode,
     content_type: &str,
     body: impl Into<Bytes>,
@@ -86,7 +86,7 @@ pub fn bytes_response(
 /// A response with a Content-Length longer than the bytes that follow: the head and
 /// the partial body are sent, then (after a short pause, so they are flushed) the body
 /// fails and the connection is closed instead of waiting for the missing bytes.
-pub fn truncated(status: StatusCode, body: Bytes) -> Response<Body> {
+pub(crate) fn truncated(status: StatusCode, body: Bytes) -> Response<Body> {
     let announced = body.len() + 64;
     // States: Some(Some(data)) → send data; Some(None) → pause, then fail; None → end.
     let stream = futures_util::stream::unfold(Some(Some(body)), |state| async move {
@@ -111,7 +111,7 @@ pub fn truncated(status: StatusCode, body: Bytes) -> Response<Body> {
 
 /// Serve `listener` until `stop` turns true; then stop accepting, give in-flight
 /// requests a short grace period and cut what remains.
-pub fn serve<H, F>(
+pub(crate) fn serve<H, F>(
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
     handler: H,

@@ -11,7 +11,7 @@ use super::config::SandboxConfig;
 use super::lifecycle::{AbortError, NewRun, Run};
 
 #[derive(Debug, Clone)]
-pub struct Account {
+pub(crate) struct Account {
     pub balance: String,
     pub balance_expiration_at: i64,
     pub traffic: i64,
@@ -19,7 +19,7 @@ pub struct Account {
 }
 
 #[derive(Debug, Clone)]
-pub struct Task {
+pub(crate) struct Task {
     pub slug: String,
     pub account: String,
     pub worker: usize,
@@ -35,7 +35,7 @@ pub struct Task {
     pub run_times: u64,
 }
 
-pub struct State {
+pub(crate) struct State {
     pub workers: Vec<WorkerSpec>,
     accounts: HashMap<String, Account>,
     runs: Vec<Run>,
@@ -48,7 +48,7 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(cfg: &SandboxConfig) -> Self {
+    pub(crate) fn new(cfg: &SandboxConfig) -> Self {
         let mut accounts = HashMap::new();
         let main = super::config::AccountConfig::with_key(&cfg.api_key);
         for a in std::iter::once(&main).chain(cfg.accounts.iter()) {
@@ -73,30 +73,30 @@ impl State {
         }
     }
 
-    pub fn account(&self, key: &str) -> Option<&Account> {
+    pub(crate) fn account(&self, key: &str) -> Option<&Account> {
         self.accounts.get(key)
     }
 
     /// V2 worker id: slug or `owner~name`.
-    pub fn find_worker(&self, id: &str) -> Option<usize> {
+    pub(crate) fn find_worker(&self, id: &str) -> Option<usize> {
         self.workers
             .iter()
             .position(|w| w.slug == id || w.path() == id)
     }
 
     /// V1 worker id: slug or `owner/name`.
-    pub fn find_worker_v1(&self, id: &str) -> Option<usize> {
+    pub(crate) fn find_worker_v1(&self, id: &str) -> Option<usize> {
         self.workers
             .iter()
             .position(|w| w.slug == id || w.slash_path() == id)
     }
 
-    pub fn worker(&self, i: usize) -> Option<&WorkerSpec> {
+    pub(crate) fn worker(&self, i: usize) -> Option<&WorkerSpec> {
         self.workers.get(i)
     }
 
     /// `None`/`latest` → the latest version; a listed version → itself; else `None`.
-    pub fn resolve_version(&self, worker: usize, asked: Option<&str>) -> Option<String> {
+    pub(crate) fn resolve_version(&self, worker: usize, asked: Option<&str>) -> Option<String> {
         let w = self.workers.get(worker)?;
         match asked {
             None | Some("latest") => Some(w.latest_version().to_string()),
@@ -105,7 +105,7 @@ impl State {
         }
     }
 
-    pub fn create_run(&mut self, new: NewRun, now_ms: i64) -> String {
+    pub(crate) fn create_run(&mut self, new: NewRun, now_ms: i64) -> String {
         let Some(w) = self.workers.get(new.worker) else {
             return String::new();
         };
@@ -120,24 +120,24 @@ impl State {
     }
 
     /// A run of this account (another account's run is invisible).
-    pub fn run(&self, account: &str, slug: &str) -> Option<&Run> {
+    pub(crate) fn run(&self, account: &str, slug: &str) -> Option<&Run> {
         let r = self.runs.get(*self.run_index.get(slug)?)?;
         (r.account == account).then_some(r)
     }
 
     /// Copies of a run and its worker, so rows can be generated without the lock.
-    pub fn snapshot(&self, account: &str, slug: &str) -> Option<(Run, WorkerSpec)> {
+    pub(crate) fn snapshot(&self, account: &str, slug: &str) -> Option<(Run, WorkerSpec)> {
         let r = self.run(account, slug)?;
         Some((r.clone(), self.workers.get(r.worker)?.clone()))
     }
 
     /// A run whatever its account (for the unauthenticated full-log file).
-    pub fn run_any(&self, slug: &str) -> Option<&Run> {
+    pub(crate) fn run_any(&self, slug: &str) -> Option<&Run> {
         self.runs.get(*self.run_index.get(slug)?)
     }
 
     /// Runs of an account, newest first, optionally of one worker.
-    pub fn runs_of<'a>(
+    pub(crate) fn runs_of<'a>(
         &'a self,
         account: &'a str,
         worker: Option<usize>,
@@ -150,13 +150,18 @@ impl State {
 
     /// Call `f` on every run still waiting for callbacks; `f` returns whether the
     /// run still waits (false once its completion has been reported).
-    pub fn for_pending_callbacks(&mut self, mut f: impl FnMut(&mut Run) -> bool) {
+    pub(crate) fn for_pending_callbacks(&mut self, mut f: impl FnMut(&mut Run) -> bool) {
         let runs = &mut self.runs;
         self.pending_callbacks
             .retain(|i| runs.get_mut(*i).is_some_and(&mut f));
     }
 
-    pub fn abort(&mut self, account: &str, slug: &str, now_ms: i64) -> Result<(), AbortError> {
+    pub(crate) fn abort(
+        &mut self,
+        account: &str,
+        slug: &str,
+        now_ms: i64,
+    ) -> Result<(), AbortError> {
         let i = *self.run_index.get(slug).ok_or(AbortError::NotFound)?;
         let r = self.runs.get_mut(i).ok_or(AbortError::NotFound)?;
         if r.account != account {
@@ -165,23 +170,23 @@ impl State {
         r.abort(now_ms)
     }
 
-    pub fn add_task(&mut self, task: Task) {
+    pub(crate) fn add_task(&mut self, task: Task) {
         self.tasks.push(task);
     }
 
-    pub fn task(&self, account: &str, slug: &str) -> Option<&Task> {
+    pub(crate) fn task(&self, account: &str, slug: &str) -> Option<&Task> {
         self.tasks
             .iter()
             .find(|t| t.slug == slug && t.account == account)
     }
 
-    pub fn task_mut(&mut self, account: &str, slug: &str) -> Option<&mut Task> {
+    pub(crate) fn task_mut(&mut self, account: &str, slug: &str) -> Option<&mut Task> {
         self.tasks
             .iter_mut()
             .find(|t| t.slug == slug && t.account == account)
     }
 
-    pub fn delete_task(&mut self, account: &str, slug: &str) -> bool {
+    pub(crate) fn delete_task(&mut self, account: &str, slug: &str) -> bool {
         let before = self.tasks.len();
         self.tasks
             .retain(|t| !(t.slug == slug && t.account == account));
@@ -189,7 +194,7 @@ impl State {
     }
 
     /// Tasks of an account, newest first.
-    pub fn tasks_of<'a>(&'a self, account: &'a str) -> impl Iterator<Item = &'a Task> + 'a {
+    pub(crate) fn tasks_of<'a>(&'a self, account: &'a str) -> impl Iterator<Item = &'a Task> + 'a {
         self.tasks
             .iter()
             .rev()

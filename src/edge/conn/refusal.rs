@@ -29,7 +29,7 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
 /// The raw HTTP/1.1 answer that replaces hyper's own for a status.
 pub type ProtocolAnswer = fn(StatusCode) -> Bytes;
 
-pub struct Refusals<IO> {
+pub(super) struct Refusals<IO> {
     inner: IO,
     answer: Option<ProtocolAnswer>,
     /// A replacement answer not yet fully written to `inner`.
@@ -42,7 +42,7 @@ pub struct Refusals<IO> {
 impl<IO: AsyncRead + AsyncWrite + Unpin> Refusals<IO> {
     /// `answer: None` passes everything through unchanged; `activity` is
     /// marked if the client turns out to speak HTTP/2.
-    pub fn new(
+    pub(super) fn new(
         inner: IO,
         answer: Option<ProtocolAnswer>,
         activity: Option<std::sync::Arc<Activity>>,

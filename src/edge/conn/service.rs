@@ -30,14 +30,14 @@ use crate::common::coalesce::WhenWoken;
 /// Builds the answer to a request cut at the grace deadline.
 pub type CutAnswer = fn() -> Response<Full<Bytes>>;
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The most of an HTTP/2 answer handed to hyper at once (h2's default frame
 /// size). Hyper asks for more only once h2 has sent what it holds, which a
 /// stream without flow-control window never does: the answer then waits
 /// here, seen by the connection's stall watch, and h2 holds at most this
 /// much of it.
-pub const H2_SLICE: usize = 16 * 1024;
+pub(super) const H2_SLICE: usize = 16 * 1024;
 
 pin_project_lite::pin_project! {
     /// The body of every answer the connection layer hands hyper: the
@@ -153,7 +153,7 @@ where
 }
 
 #[derive(Clone)]
-pub struct ConnService<S> {
+pub(super) struct ConnService<S> {
     pub inner: S,
     pub activity: Arc<Activity>,
     pub drain: Drain,

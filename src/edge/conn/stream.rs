@@ -17,13 +17,13 @@ use tokio::net::TcpStream;
 
 use super::activity::Activity;
 
-pub struct SharedStream {
+pub(super) struct SharedStream {
     socket: Arc<TcpStream>,
     activity: Arc<Activity>,
 }
 
 impl SharedStream {
-    pub fn new(socket: Arc<TcpStream>, activity: Arc<Activity>) -> SharedStream {
+    pub(super) fn new(socket: Arc<TcpStream>, activity: Arc<Activity>) -> SharedStream {
         SharedStream { socket, activity }
     }
 }
@@ -49,7 +49,7 @@ impl SharedStream {
 
 /// Whether the client has sent bytes that are still in the kernel's
 /// receive buffer. End of stream counts as nothing pending.
-pub fn has_unread_bytes(socket: &TcpStream) -> bool {
+pub(super) fn has_unread_bytes(socket: &TcpStream) -> bool {
     let mut probe = [std::mem::MaybeUninit::<u8>::uninit(); 1];
     // Tokio sockets are non-blocking, so the peek never waits.
     matches!(socket2::SockRef::from(socket).peek(&mut probe), Ok(n) if n > 0)

@@ -9,7 +9,7 @@ use crate::lock;
 use crate::state::State;
 
 /// Proxy regions (same list in both generations; `language` is passed through).
-pub const REGIONS: &[(&str, &str)] = &[
+pub(crate) const REGIONS: &[(&str, &str)] = &[
     ("US", "United States"),
     ("GB", "United Kingdom"),
     ("DE", "Germany"),
@@ -22,7 +22,7 @@ pub const REGIONS: &[(&str, &str)] = &[
     ("AU", "Australia"),
 ];
 
-pub fn regions_value() -> Value {
+pub(crate) fn regions_value() -> Value {
     let list: Vec<Value> = REGIONS
         .iter()
         .map(|(c, n)| json!({"code": c, "name": n}))
@@ -30,18 +30,18 @@ pub fn regions_value() -> Value {
     json!({ "list": list })
 }
 
-pub fn regions(_call: &Call) -> Outcome {
+pub(crate) fn regions(_call: &Call) -> Outcome {
     Ok(Some(regions_value()))
 }
 
 /// Worker index for a V2 `{workerId}` (slug or `owner~name`), or 404/50001.
-pub fn resolve_worker(st: &State, id: Option<&str>) -> Result<usize, ApiError> {
+pub(crate) fn resolve_worker(st: &State, id: Option<&str>) -> Result<usize, ApiError> {
     id.and_then(|id| st.find_worker(id))
         .ok_or_else(ApiError::worker_not_found)
 }
 
 /// `keyword` matches title, slug or path, case-insensitively.
-pub fn matches_keyword(st: &State, i: usize, keyword: &str) -> bool {
+pub(crate) fn matches_keyword(st: &State, i: usize, keyword: &str) -> bool {
     let Some(w) = st.worker(i) else { return false };
     let k = keyword.to_lowercase();
     k.is_empty()
@@ -52,7 +52,7 @@ pub fn matches_keyword(st: &State, i: usize, keyword: &str) -> bool {
 }
 
 /// Store (public) and worker list (key): `{scraper: [...]}`, no count.
-pub fn store(call: &Call) -> Outcome {
+pub(crate) fn store(call: &Call) -> Outcome {
     let mut errs = Vec::new();
     let (page, limit) = query_paging(&call.query, &mut errs);
     if !errs.is_empty() {
@@ -76,7 +76,7 @@ pub fn store(call: &Call) -> Outcome {
     Ok(Some(json!({ "scraper": items })))
 }
 
-pub fn account(call: &Call) -> Outcome {
+pub(crate) fn account(call: &Call) -> Outcome {
     let st = lock(&call.shared.state);
     let a = st
         .account(&call.account)
@@ -87,7 +87,7 @@ pub fn account(call: &Call) -> Outcome {
     })))
 }
 
-pub fn worker(call: &Call) -> Outcome {
+pub(crate) fn worker(call: &Call) -> Outcome {
     let st = lock(&call.shared.state);
     let i = resolve_worker(&st, call.params.worker.as_deref())?;
     let w = st.worker(i).ok_or_else(ApiError::worker_not_found)?;
@@ -112,7 +112,7 @@ pub fn worker(call: &Call) -> Outcome {
     })))
 }
 
-pub fn input_schema(call: &Call) -> Outcome {
+pub(crate) fn input_schema(call: &Call) -> Outcome {
     let st = lock(&call.shared.state);
     let i = resolve_worker(&st, call.params.worker.as_deref())?;
     let w = st.worker(i).ok_or_else(ApiError::worker_not_found)?;

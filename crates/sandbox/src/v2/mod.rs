@@ -24,7 +24,7 @@ mod tasks;
 
 /// A V2 error: HTTP status, application code, message and details.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     pub status: u16,
     pub code: i64,
     pub message: String,
@@ -32,7 +32,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: u16, code: i64, message: &str, details: Vec<String>) -> Self {
+    pub(crate) fn new(status: u16, code: i64, message: &str, details: Vec<String>) -> Self {
         ApiError {
             status,
             code,
@@ -40,19 +40,19 @@ impl ApiError {
             details,
         }
     }
-    pub fn bad_request(detail: String) -> Self {
+    pub(crate) fn bad_request(detail: String) -> Self {
         Self::new(400, 11000, "invalid argument", vec![detail])
     }
-    pub fn invalid(details: Vec<String>) -> Self {
+    pub(crate) fn invalid(details: Vec<String>) -> Self {
         Self::new(422, 11000, "invalid argument", details)
     }
-    pub fn invalid1(detail: impl Into<String>) -> Self {
+    pub(crate) fn invalid1(detail: impl Into<String>) -> Self {
         Self::invalid(vec![detail.into()])
     }
-    pub fn not_found() -> Self {
+    pub(crate) fn not_found() -> Self {
         Self::new(404, 11004, "not found", vec![])
     }
-    pub fn method_not_allowed() -> Self {
+    pub(crate) fn method_not_allowed() -> Self {
         Self::new(
             405,
             11000,
@@ -60,16 +60,16 @@ impl ApiError {
             vec!["method not allowed".into()],
         )
     }
-    pub fn unauthenticated() -> Self {
+    pub(crate) fn unauthenticated() -> Self {
         Self::new(401, 12001, "authentication required", vec![])
     }
-    pub fn invalid_token() -> Self {
+    pub(crate) fn invalid_token() -> Self {
         Self::new(401, 12002, "invalid token", vec![])
     }
-    pub fn worker_not_found() -> Self {
+    pub(crate) fn worker_not_found() -> Self {
         Self::new(404, 50001, "worker does not exist", vec![])
     }
-    pub fn version_unavailable(v: &str) -> Self {
+    pub(crate) fn version_unavailable(v: &str) -> Self {
         Self::new(
             400,
             50003,
@@ -77,23 +77,23 @@ impl ApiError {
             vec![format!("version {v:?} is not available")],
         )
     }
-    pub fn task_not_found() -> Self {
+    pub(crate) fn task_not_found() -> Self {
         Self::new(404, 60001, "task does not exist", vec![])
     }
-    pub fn run_not_found() -> Self {
+    pub(crate) fn run_not_found() -> Self {
         Self::new(404, 70001, "run record does not exist", vec![])
     }
-    pub fn run_op_failed(detail: &str) -> Self {
+    pub(crate) fn run_op_failed(detail: &str) -> Self {
         Self::new(400, 70002, "run operation failed", vec![detail.to_string()])
     }
 }
 
 /// `Ok(None)`: success without a `data` key.
-pub type Outcome = Result<Option<Value>, ApiError>;
+pub(crate) type Outcome = Result<Option<Value>, ApiError>;
 
 /// What an operation does; several operationIds share one action (the `last` forms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     Regions,
     Store,
     Account,
@@ -159,7 +159,7 @@ impl Action {
 
 /// Which run a run operation targets.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RunRef {
+pub(crate) enum RunRef {
     None,
     Id(String),
     /// Latest run of the account.
@@ -169,21 +169,21 @@ pub enum RunRef {
 }
 
 #[derive(Debug, Clone)]
-pub struct Params {
+pub(crate) struct Params {
     pub worker: Option<String>,
     pub task: Option<String>,
     pub run: RunRef,
 }
 
 #[derive(Debug)]
-pub enum Routed {
+pub(crate) enum Routed {
     Op(&'static str, Action, Params),
     MethodNotAllowed,
     NotFound,
 }
 
 /// The route table of the 34 served V2 operations.
-pub fn route(method: &Method, path: &str) -> Routed {
+pub(crate) fn route(method: &Method, path: &str) -> Routed {
     let Some(rest) = path.strip_prefix("/api/v2/") else {
         return Routed::NotFound;
     };
@@ -306,7 +306,7 @@ pub fn route(method: &Method, path: &str) -> Routed {
 
 /// The credential a request carries: (form, key). Bearer wins over `api-key`,
 /// which wins over `?token=`.
-pub fn credential(req: &Req, q: &Query) -> Option<(&'static str, String)> {
+pub(crate) fn credential(req: &Req, q: &Query) -> Option<(&'static str, String)> {
     if let Some(v) = req.header("authorization") {
         let key = match v.split_once(' ') {
             Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") => {
@@ -324,7 +324,7 @@ pub fn credential(req: &Req, q: &Query) -> Option<(&'static str, String)> {
 }
 
 /// An operation call after the generic checks.
-pub struct Call<'a> {
+pub(crate) struct Call<'a> {
     pub shared: &'a Arc<Shared>,
     /// The authenticated account key ("" on public operations without a key).
     pub account: String,
@@ -334,7 +334,7 @@ pub struct Call<'a> {
     pub body: Map<String, Value>,
 }
 
-pub async fn handle(shared: Arc<Shared>, req: Req) -> Result<Response<Body>, Dropped> {
+pub(crate) async fn handle(shared: Arc<Shared>, req: Req) -> Result<Response<Body>, Dropped> {
     if req.path == "/__sandbox" || req.path.starts_with("/__sandbox/") {
         return Ok(admin::handle(&shared, req).await);
     }
@@ -483,7 +483,7 @@ async fn operate(shared: &Arc<Shared>, req: &Req, action: Action, params: Params
     }
 }
 
-pub fn request_id() -> String {
+pub(crate) fn request_id() -> String {
     format!("req-{}", ulid::Ulid::new())
 }
 
@@ -499,7 +499,7 @@ fn envelope_ok(data: Option<Value>, rid: &str) -> Value {
 }
 
 /// The one place a V2 outcome becomes a response.
-pub fn render(outcome: Outcome) -> Response<Body> {
+pub(crate) fn render(outcome: Outcome) -> Response<Body> {
     let rid = request_id();
     let (status, body) = match outcome {
         Ok(data) => (StatusCode::OK, envelope_ok(data, &rid)),

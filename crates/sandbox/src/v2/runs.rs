@@ -18,10 +18,10 @@ use crate::state::State;
 use crate::Shared;
 
 /// Longest a synchronous run request waits, in simulated seconds.
-pub const SYNC_WAIT_SECONDS: i64 = 300;
+pub(crate) const SYNC_WAIT_SECONDS: i64 = 300;
 
 /// V2 run record. `err_msg` only on failed runs (successful ones omit it).
-pub fn record(run: &Run, worker: &WorkerSpec, v: &RunView) -> Value {
+pub(crate) fn record(run: &Run, worker: &WorkerSpec, v: &RunView) -> Value {
     let mut r = json!({
         "slug": run.slug,
         "scraper_slug": worker.slug,
@@ -43,7 +43,7 @@ pub fn record(run: &Run, worker: &WorkerSpec, v: &RunView) -> Value {
 }
 
 /// `{count, headers:[{key,label}], list, page_index, page_size}`.
-pub fn result_page(run: &Run, w: &WorkerSpec, now: i64, page: u64, limit: u64) -> Value {
+pub(crate) fn result_page(run: &Run, w: &WorkerSpec, now: i64, page: u64, limit: u64) -> Value {
     let v = run.view(now);
     let (from, to) = window(page, limit);
     let headers: Vec<Value> = w
@@ -61,7 +61,7 @@ pub fn result_page(run: &Run, w: &WorkerSpec, now: i64, page: u64, limit: u64) -
 }
 
 /// The run slug a run operation targets, checked to belong to the account.
-pub fn resolve_run(st: &State, call: &Call) -> Result<String, ApiError> {
+pub(crate) fn resolve_run(st: &State, call: &Call) -> Result<String, ApiError> {
     let found = match &call.params.run {
         RunRef::Id(id) => st.run(&call.account, id),
         RunRef::Last => st.runs_of(&call.account, None).next(),
@@ -78,7 +78,7 @@ pub fn resolve_run(st: &State, call: &Call) -> Result<String, ApiError> {
 
 /// Wait (on the simulated clock, without polling) until the run is completed or
 /// `SYNC_WAIT_SECONDS` simulated seconds have passed, or the sandbox stops.
-pub async fn wait_done(shared: &Arc<Shared>, account: &str, slug: &str) {
+pub(crate) async fn wait_done(shared: &Arc<Shared>, account: &str, slug: &str) {
     let deadline = shared.clock.now_ms() + SYNC_WAIT_SECONDS * 1000;
     let mut changed = shared.clock.subscribe();
     let mut stop = shared.stop.clone();
@@ -180,7 +180,7 @@ fn fail_if(errs: Vec<String>) -> Result<(), ApiError> {
     }
 }
 
-pub async fn run_worker(call: &Call<'_>) -> Outcome {
+pub(crate) async fn run_worker(call: &Call<'_>) -> Outcome {
     let worker = resolve_worker(&lock(&call.shared.state), call.params.worker.as_deref())?;
     let mut f = Fields::new(
         &call.body,
@@ -222,7 +222,7 @@ pub async fn run_worker(call: &Call<'_>) -> Outcome {
     start(call, new, is_async, win, false).await
 }
 
-pub async fn run_task(call: &Call<'_>) -> Outcome {
+pub(crate) async fn run_task(call: &Call<'_>) -> Outcome {
     let mut f = Fields::new(
         &call.body,
         Some(&["callback_url", "is_async", "limit", "offset"]),
@@ -256,7 +256,7 @@ pub async fn run_task(call: &Call<'_>) -> Outcome {
     start(call, new, is_async, win, false).await
 }
 
-pub async fn rerun(call: &Call<'_>) -> Outcome {
+pub(crate) async fn rerun(call: &Call<'_>) -> Outcome {
     let mut f = Fields::new(
         &call.body,
         Some(&["callback_url", "is_async", "limit", "offset"]),
@@ -287,7 +287,7 @@ pub async fn rerun(call: &Call<'_>) -> Outcome {
     start(call, new, is_async, win, true).await
 }
 
-pub fn detail(call: &Call) -> Outcome {
+pub(crate) fn detail(call: &Call) -> Outcome {
     let st = lock(&call.shared.state);
     let slug = resolve_run(&st, call)?;
     let run = st
@@ -299,7 +299,7 @@ pub fn detail(call: &Call) -> Outcome {
     Ok(Some(record(run, w, &run.view(call.shared.clock.now_ms()))))
 }
 
-pub fn abort(call: &Call) -> Outcome {
+pub(crate) fn abort(call: &Call) -> Outcome {
     let now = call.shared.clock.now_ms();
     {
         let mut st = lock(&call.shared.state);
@@ -318,7 +318,7 @@ pub fn abort(call: &Call) -> Outcome {
 
 /// `{count, list}` newest first. Without a time range only the current month
 /// (UTC+8) is listed; a range must have both ends in one month.
-pub fn list(call: &Call) -> Outcome {
+pub(crate) fn list(call: &Call) -> Outcome {
     let mut errs = Vec::new();
     let (page, limit) = query_paging(&call.query, &mut errs);
     let status = match call.query.get("status") {
@@ -380,7 +380,7 @@ pub fn list(call: &Call) -> Outcome {
     Ok(Some(json!({"count": matching.len(), "list": list})))
 }
 
-pub fn log(call: &Call) -> Outcome {
+pub(crate) fn log(call: &Call) -> Outcome {
     let st = lock(&call.shared.state);
     let slug = resolve_run(&st, call)?;
     let run = st
@@ -399,11 +399,11 @@ pub fn log(call: &Call) -> Outcome {
     })))
 }
 
-pub fn logs_url(shared: &Shared, slug: &str) -> String {
+pub(crate) fn logs_url(shared: &Shared, slug: &str) -> String {
     format!("http://{}/__sandbox/logs/{slug}.txt", shared.v2_addr)
 }
 
-pub fn result(call: &Call) -> Outcome {
+pub(crate) fn result(call: &Call) -> Outcome {
     let mut errs = Vec::new();
     let (page, limit) = query_paging(&call.query, &mut errs);
     let (run, w) = {
@@ -423,9 +423,9 @@ pub fn result(call: &Call) -> Outcome {
 }
 
 /// Export formats of V2 (case-insensitive).
-pub const FORMATS: &[&str] = &["csv", "json", "jsonl", "xlsx", "xls", "xml", "html", "rss"];
+pub(crate) const FORMATS: &[&str] = &["csv", "json", "jsonl", "xlsx", "xls", "xml", "html", "rss"];
 
-pub fn export(call: &Call) -> Outcome {
+pub(crate) fn export(call: &Call) -> Outcome {
     let format = call
         .query
         .get("format")

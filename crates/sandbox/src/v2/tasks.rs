@@ -85,7 +85,7 @@ fn fail_if(errs: Vec<String>) -> Result<(), ApiError> {
     }
 }
 
-pub fn create(call: &Call) -> Outcome {
+pub(super) fn create(call: &Call) -> Outcome {
     let mut allowed = vec!["worker_id", "title", "input", "description", "version"];
     allowed.extend_from_slice(SCHEDULE);
     let mut f = Fields::new(&call.body, Some(&allowed));
@@ -135,7 +135,7 @@ pub fn create(call: &Call) -> Outcome {
     Ok(Some(json!({ "slug": slug })))
 }
 
-pub fn list(call: &Call) -> Outcome {
+pub(super) fn list(call: &Call) -> Outcome {
     let mut errs = Vec::new();
     let (page, limit) = query_paging(&call.query, &mut errs);
     fail_if(errs)?;
@@ -173,7 +173,7 @@ fn task_slug<'a>(call: &'a Call) -> &'a str {
     call.params.task.as_deref().unwrap_or("")
 }
 
-pub fn get(call: &Call) -> Outcome {
+pub(super) fn get(call: &Call) -> Outcome {
     let st = lock(&call.shared.state);
     let t = st
         .task(&call.account, task_slug(call))
@@ -181,7 +181,7 @@ pub fn get(call: &Call) -> Outcome {
     Ok(Some(task_value(&st, t)))
 }
 
-pub fn update(call: &Call) -> Outcome {
+pub(super) fn update(call: &Call) -> Outcome {
     let mut allowed = vec!["title", "description"];
     allowed.extend_from_slice(SCHEDULE);
     let mut f = Fields::new(&call.body, Some(&allowed));
@@ -210,7 +210,7 @@ pub fn update(call: &Call) -> Outcome {
     Ok(Some(json!({})))
 }
 
-pub fn get_input(call: &Call) -> Outcome {
+pub(super) fn get_input(call: &Call) -> Outcome {
     let st = lock(&call.shared.state);
     let t = st
         .task(&call.account, task_slug(call))
@@ -218,7 +218,7 @@ pub fn get_input(call: &Call) -> Outcome {
     Ok(Some(json!({"input": t.input, "version": t.version})))
 }
 
-pub fn update_input(call: &Call) -> Outcome {
+pub(super) fn update_input(call: &Call) -> Outcome {
     let mut f = Fields::new(&call.body, Some(&["input", "version"]));
     if !f.has("input") {
         f.errors.push("input is required".into());
@@ -257,7 +257,7 @@ pub fn update_input(call: &Call) -> Outcome {
     Ok(Some(json!({})))
 }
 
-pub fn delete(call: &Call) -> Outcome {
+pub(super) fn delete(call: &Call) -> Outcome {
     if lock(&call.shared.state).delete_task(&call.account, task_slug(call)) {
         Ok(None)
     } else {
