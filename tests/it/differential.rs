@@ -13,8 +13,9 @@
 //! Some JSON bodies go with a form or text `Content-Type`, as `curl -d` sends them
 //! (both sides read them as JSON), and start-run `system` limits of `0` (the n8n V1
 //! workflow templates) are among the valid variants. A second pass sets the other
-//! V1 dialect (`[compat]` / `[v1]`: errors as HTTP 200, `search=` lists everything,
-//! a missing key is 400) on both sides. Every mismatch is collected; the test fails
+//! V1 dialect (`[compat]` / `[v1]`: business errors as HTTP 200, key problems still
+//! 401 or 400, `search=` lists everything, a missing key is 400) on both sides, and
+//! a fixed set sends the n8n V1 node's credential test in it. Every mismatch is collected; the test fails
 //! at the end with a count per operation and the first ones in full (request, both
 //! answers, the differing paths).
 //!
@@ -1524,7 +1525,7 @@ const N8N_DIALECT: &str = "business_error_status = \"200\"\n\
                            missing_key_status = \"400\"\n";
 
 /// The other reading of every point the V1 record disagrees on (the n8n V1 node's:
-/// errors as HTTP 200, `search=` lists everything, a missing key is 400), set on
+/// business errors as HTTP 200, `search=` lists everything, a missing key is 400), set on
 /// both sides: they must still agree.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_v1_and_gateway_agree_in_the_other_dialect() {
