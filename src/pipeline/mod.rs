@@ -516,16 +516,34 @@ fn dispatch_counting<'a>(
 
 /// The client's key from `api-key` or `Authorization: Bearer` (the scheme
 /// in any case, as HTTP reads it). A header that is present but unusable is
-/// an error rather than silently ignored.
+/// an error rather than silently ignored; one that is empty or blank (`api-key:`,
+/// `Authorization: Bearer`) carries no key, as a client form with an empty key
+/// field sends it, and the request is one without a key.
 fn client_key(headers: &HeaderMap) -> Result<Option<ApiKey>, GatewayError> {
     let malformed = || GatewayError::Unauthorized("the key header is malformed".into());
-    if let Some(v) = headers.get(&API_KEY) {
+    if let Some(v) = headers.get(&API_KEY).filter(|v| !is_blank(v.as_bytes())) {
         return api_key_of(v).map(Some).ok_or_else(malformed);
     }
     match headers.get(header::AUTHORIZATION) {
+        Some(v) if is_empty_bearer(v) => Ok(None),
         Some(v) => bearer_of(v).map(Some).ok_or_else(malformed),
         None => Ok(None),
     }
+}
+
+fn is_blank(v: &[u8]) -> bool {
+    v.iter().all(u8::is_ascii_whitespace)
+}
+
+/// `Bearer` with no token after it (a header value loses its trailing
+/// blanks on the wire, so `Bearer ` arrives as `Bearer`).
+fn is_empty_bearer(v: &HeaderValue) -> bool {
+    let v = v.as_bytes();
+    let scheme_end = v
+        .iter()
+        .position(u8::is_ascii_whitespace)
+        .unwrap_or(v.len());
+    v[..scheme_end].eq_ignore_ascii_case(b"bearer") && is_blank(&v[scheme_end..])
 }
 
 /// The first usable key of the two headers, for the operations that need

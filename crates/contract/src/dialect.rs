@@ -7,20 +7,22 @@
 //!
 //! | Choice | Values (default first) | Who expects what |
 //! |---|---|---|
-//! | `business_error_status` | `http`, `200` | `http`: V1-SKILL, the spec, the PyPI SDK and the V1 CLI (400/401/404/429/500 with the V1 code; the SDK raises `CoreClawHTTPError`). `200`: the n8n V1 node 0.1.x ("the API always returns HTTP 200 with a `code` field"; it builds its error hints only from `code`) |
+//! | `business_error_status` | `http`, `200` | `http`: V1-SKILL, the spec, the PyPI SDK and the V1 CLI (400/401/404/429/500 with the V1 code; the SDK raises `CoreClawHTTPError`). `200`: the n8n V1 node 0.1.x ("the API always returns HTTP 200 with a `code` field"; it builds its error hints only from `code`), whose credential test still reads the key by HTTP status, so under `200` a key problem keeps its status (see [`Dialect::error_status`]) |
 //! | `empty_store_search` | `refuse`, `all` | `refuse`: V1-DOCS ("must be non-empty; an empty search returns an error") and the spec (`search` required). `all`: the n8n V1 node's list dropdown, which sends `search=` and documents "empty lists everything" |
 //! | `missing_key_status` | `401`, `400` | `401`: V1-SKILL and the spec (401 invalid API key, 20001). `400`: the n8n V1 node's credential test, which reads HTTP 400 as "missing key" and 401 as "invalid key" (400 answers carry 4000 and name the header) |
 
 use serde::{Deserialize, Serialize};
 
-/// The HTTP status of every V1 error envelope (non-zero `code`).
+/// The HTTP status of V1 error envelopes (non-zero `code`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 pub enum BusinessErrorStatus {
     /// The status V1-SKILL documents for the code (400, 401, 404, 429, 500).
     #[default]
     #[serde(rename = "http")]
     Http,
-    /// Always 200; clients read the envelope's `code`.
+    /// 200 for business errors, whose `code` clients read; a key problem
+    /// keeps its status (401 / 20001, or the missing key's 400 / 4000), as
+    /// the one client that wants 200 tells keys apart only by status.
     #[serde(rename = "200")]
     Always200,
 }
@@ -59,9 +61,20 @@ pub struct Dialect {
 
 impl Dialect {
     /// The HTTP status a V1 error envelope is sent with under this dialect.
-    pub fn error_status(&self, documented: http::StatusCode) -> http::StatusCode {
+    /// `about_key` marks a key problem (an invalid key, 20001, or the answer
+    /// to a missing one): it keeps its documented status in every dialect.
+    ///
+    /// Why `200` does not reach key problems: the only V1 client that expects
+    /// HTTP 200 errors is the n8n V1 node, and its credential test
+    /// (`POST /api/v1/account/info`) decides by status alone (401 "invalid
+    /// key", 400 "missing key", any 2xx "connection successful"). A key
+    /// problem sent as 200 would pass a wrong or empty key; every other V1
+    /// client (spec, V1-SKILL, PyPI SDK, V1 CLI) expects 401 as well. So
+    /// no published client is served by a key problem sent as 200.
+    pub fn error_status(&self, documented: http::StatusCode, about_key: bool) -> http::StatusCode {
         match self.business_error_status {
             BusinessErrorStatus::Http => documented,
+            BusinessErrorStatus::Always200 if about_key => documented,
             BusinessErrorStatus::Always200 => http::StatusCode::OK,
         }
     }
@@ -98,19 +111,41 @@ mod tests {
 
     #[test]
     fn only_the_200_dialect_changes_error_statuses() {
+        use http::StatusCode;
         let d = Dialect::default();
         assert_eq!(
-            d.error_status(http::StatusCode::NOT_FOUND),
-            http::StatusCode::NOT_FOUND
+            d.error_status(StatusCode::NOT_FOUND, false),
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            d.error_status(StatusCode::UNAUTHORIZED, true),
+            StatusCode::UNAUTHORIZED
         );
         let d = Dialect {
             business_error_status: BusinessErrorStatus::Always200,
             ..Dialect::default()
         };
         assert_eq!(
-            d.error_status(http::StatusCode::INTERNAL_SERVER_ERROR),
-            http::StatusCode::OK
+            d.error_status(StatusCode::INTERNAL_SERVER_ERROR, false),
+            StatusCode::OK
         );
+        assert_eq!(
+            d.error_status(StatusCode::BAD_REQUEST, false),
+            StatusCode::OK
+        );
+    }
+
+    #[test]
+    fn key_problems_keep_their_status_in_the_200_dialect() {
+        use http::StatusCode;
+        let n8n = Dialect {
+            business_error_status: BusinessErrorStatus::Always200,
+            empty_store_search: EmptyStoreSearch::All,
+            missing_key_status: MissingKeyStatus::BadRequest,
+        };
+        for status in [StatusCode::UNAUTHORIZED, StatusCode::BAD_REQUEST] {
+            assert_eq!(n8n.error_status(status, true), status);
+        }
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub(crate) struct V1Error {
     pub code: i64,
     pub message: &'static str,
     pub detail: Option<String>,
+    /// A key problem (invalid or missing key): it keeps its status in every
+    /// dialect ([`Dialect::error_status`]).
+    pub about_key: bool,
 }
 
 const fn err(status: u16, code: i64, message: &'static str) -> V1Error {
@@ -41,6 +44,7 @@ const fn err(status: u16, code: i64, message: &'static str) -> V1Error {
         code,
         message,
         detail: None,
+        about_key: false,
     }
 }
 
@@ -53,7 +57,13 @@ fn invalid(problems: &[String]) -> V1Error {
 }
 
 const INVALID: V1Error = err(400, 4000, "Invalid request parameters");
-const BAD_KEY: V1Error = err(401, 20001, "Invalid API key");
+const BAD_KEY: V1Error = V1Error {
+    status: 401,
+    code: 20001,
+    message: "Invalid API key",
+    detail: None,
+    about_key: true,
+};
 const NO_ROUTE: V1Error = err(404, 4040, "Resource not found");
 const NO_SCRIPT: V1Error = err(404, 50001, "Script does not exist");
 const NO_VERSION: V1Error = err(400, 50003, "The script version is not available");
@@ -84,7 +94,7 @@ fn render(result: V1Result, dialect: &Dialect) -> Response<Body> {
             let documented =
                 StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             (
-                dialect.error_status(documented),
+                dialect.error_status(documented, e.about_key),
                 json!({"code": e.code, "message": message, "data": null}),
             )
         }
@@ -149,24 +159,41 @@ const OPS: &[&str] = &[
     "/api/v1/account/info",
 ];
 
+/// The caller's account key. An empty or blank `api-key` (what a client
+/// form with an empty key field sends) or a Bearer without a token is no
+/// key: the request is answered as one sent without any.
 fn authenticate(shared: &Shared, req: &Req) -> Result<String, V1Error> {
-    let key = if let Some(v) = req.header("api-key") {
-        v.trim().to_string()
+    let api_key = req.header("api-key").map(str::trim);
+    let key = if let Some(k) = api_key.filter(|k| !k.is_empty()) {
+        k.to_string()
     } else if let Some(v) = req.header("authorization") {
-        match v.split_once(' ') {
-            Some((s, k)) if s.eq_ignore_ascii_case("bearer") => k.trim().to_string(),
-            _ => return Err(BAD_KEY),
+        let v = v.trim();
+        let (scheme, token) = v.split_once(' ').unwrap_or((v, ""));
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(BAD_KEY);
+        }
+        match token.trim() {
+            "" => return Err(missing_key(shared)),
+            k => k.to_string(),
         }
     } else {
-        return Err(match shared.v1_dialect.missing_key_status {
-            MissingKeyStatus::Unauthorized => BAD_KEY,
-            MissingKeyStatus::BadRequest => invalid(&["the api-key header is missing".into()]),
-        });
+        return Err(missing_key(shared));
     };
     if lock(&shared.state).account(&key).is_some() {
         Ok(key)
     } else {
         Err(BAD_KEY)
+    }
+}
+
+/// The answer to a keyed operation without a key, by the dialect.
+fn missing_key(shared: &Shared) -> V1Error {
+    match shared.v1_dialect.missing_key_status {
+        MissingKeyStatus::Unauthorized => BAD_KEY,
+        MissingKeyStatus::BadRequest => V1Error {
+            about_key: true,
+            ..invalid(&["the api-key header is missing".into()])
+        },
     }
 }
 
