@@ -442,12 +442,20 @@ fn image_build_context_compiles() {
     let crate_dir: PathBuf = rootfs.join(workdir.trim_start_matches('/'));
     let target_dir = std::env::temp_dir().join("v1compat-image-context");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
+    let mut check = Command::new(cargo);
+    check
         .args(["check", "--locked", "--offline", "--bin", "v1compat"])
-        .current_dir(&crate_dir)
-        .env("CARGO_TARGET_DIR", &target_dir)
-        .output()
-        .unwrap();
+        .current_dir(&crate_dir);
+    // Without the variables cargo sets for this test (CARGO_PKG_NAME …):
+    // build scripts that watch them would otherwise see a change and build
+    // again whenever the check runs from elsewhere.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_") && name != "CARGO_HOME" {
+            check.env_remove(&*name);
+        }
+    }
+    let out = check.env("CARGO_TARGET_DIR", &target_dir).output().unwrap();
     assert!(
         out.status.success(),
         "the image's build context does not compile:\n{}",

@@ -588,7 +588,7 @@ async fn live_metrics_pass_promtool_check_metrics() {
     .await;
     let (status, _, metrics) = send(gw.admin, "GET", "/metrics", &[], None).await;
     assert_eq!(status, 200);
-    let text = String::from_utf8(metrics).unwrap();
+    let text = String::from_utf8(metrics.to_vec()).unwrap();
     for family in [
         "# TYPE process_cpu_seconds_total counter",
         "# TYPE v1compat_callbacks_attempts_total counter",
