@@ -229,5 +229,5 @@ pub fn init_logging(format: &str, level: &str) {
 /// Whether text logs may carry colour codes: only on a terminal, and never
 /// when `NO_COLOR` is set (<https://no-color.org>).
 fn colour(terminal: bool) -> bool {
-    terminal && std::env::var_os("NO_COLOR").map_or(true, |v| v.is_empty())
+    terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }

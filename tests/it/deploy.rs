@@ -398,8 +398,7 @@ fn scrape_jobs_are_the_job_the_alerts_watch() {
             .as_vec()
             .into_iter()
             .flatten()
-            .filter(|r| r["target_label"].as_str() == Some("job"))
-            .last()
+            .rfind(|r| r["target_label"].as_str() == Some("job"))
             .map(|r| s(&r["replacement"]).to_owned());
         let name = relabelled.unwrap_or_else(|| s(&job["job_name"]).to_owned());
         assert_eq!(name, wanted, "{job:?}");
