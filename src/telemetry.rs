@@ -63,13 +63,11 @@ pub const SHADOW_IN_FLIGHT: &str = "v1compat_shadow_copies_in_flight";
 pub const UPSTREAM_REACHABLE: &str = "v1compat_upstream_reachable";
 /// Configuration reloads by `outcome` (`applied`, `rejected`).
 pub const CONFIG_RELOADS: &str = "v1compat_config_reloads_total";
-/// 1 while the configuration in force is the file's latest (loaded at
-/// start, or the last reload applied), 0 from a rejected reload until one
-/// succeeds: a broken file stays visible (`V1compatConfigReloadRejected`)
-/// for as long as it is there, and a restart would fail on it.
+/// 1 when the last configuration load (start-up, or a reload: SIGHUP, file
+/// change, certificate files) succeeded, 0 when it was refused: a refused
+/// file is still there for the next restart to fail on.
 pub const CONFIG_LAST_RELOAD_SUCCESSFUL: &str = "v1compat_config_last_reload_successful";
-/// Unix time the configuration in force was loaded (start-up or the last
-/// applied reload).
+/// When the configuration was last loaded successfully (Unix seconds).
 pub const CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP: &str =
     "v1compat_config_last_reload_success_timestamp_seconds";
 /// Capture lines dropped because the writer fell behind.

@@ -200,7 +200,7 @@ fn ignored(patterns: &[Pattern], path: &str) -> bool {
     out
 }
 
-/// Every file under `dir` (relative to the checkout), as relative paths.
+/// Every file at or under `rel` (relative to the checkout), as relative paths.
 fn files_under(rel: &str) -> Vec<String> {
     let path = root().join(rel);
     if path.is_file() {
@@ -218,7 +218,7 @@ fn files_under(rel: &str) -> Vec<String> {
     out
 }
 
-/// A container path (absolute, or relative to `workdir`) as segments.
+/// A container path (absolute, or relative to `workdir`), normalised.
 fn container_path(workdir: &str, path: &str) -> String {
     let joined = if path.starts_with('/') {
         path.to_owned()
