@@ -78,7 +78,7 @@ async fn forward(
     };
     let upstream_req = Request::from_parts(parts, Full::new(body));
     let mut slot = conn.lock().await;
-    if !slot.as_ref().is_some_and(|s| !s.is_closed()) {
+    if slot.as_ref().is_none_or(|s| s.is_closed()) {
         let Ok(stream) = TcpStream::connect(authority).await else {
             return status(StatusCode::BAD_GATEWAY);
         };

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
 
+mod float_counters;
 pub mod handles;
 mod histograms;
 mod json_lines;
@@ -62,6 +63,13 @@ pub const SHADOW_IN_FLIGHT: &str = "v1compat_shadow_copies_in_flight";
 pub const UPSTREAM_REACHABLE: &str = "v1compat_upstream_reachable";
 /// Configuration reloads by `outcome` (`applied`, `rejected`).
 pub const CONFIG_RELOADS: &str = "v1compat_config_reloads_total";
+/// 1 when the last configuration load (start-up, or a reload: SIGHUP, file
+/// change, certificate files) succeeded, 0 when it was refused: a refused
+/// file is still there for the next restart to fail on.
+pub const CONFIG_LAST_RELOAD_SUCCESSFUL: &str = "v1compat_config_last_reload_successful";
+/// When the configuration was last loaded successfully (Unix seconds).
+pub const CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP: &str =
+    "v1compat_config_last_reload_success_timestamp_seconds";
 /// Capture lines dropped because the writer fell behind.
 pub const SHADOW_CAPTURE_DROPPED: &str = "v1compat_shadow_capture_dropped_total";
 
@@ -219,7 +227,7 @@ pub fn init_logging(format: &str, level: &str) {
 /// Whether text logs may carry colour codes: only on a terminal, and never
 /// when `NO_COLOR` is set (<https://no-color.org>).
 fn colour(terminal: bool) -> bool {
-    terminal && std::env::var_os("NO_COLOR").map_or(true, |v| v.is_empty())
+    terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// Who is to blame for a failed request: the `origin` label of the error

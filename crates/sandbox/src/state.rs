@@ -145,7 +145,7 @@ impl State {
         self.runs
             .iter()
             .rev()
-            .filter(move |r| r.account == account && worker.map_or(true, |w| r.worker == w))
+            .filter(move |r| r.account == account && worker.is_none_or(|w| r.worker == w))
     }
 
     /// Call `f` on every run still waiting for callbacks; `f` returns whether the

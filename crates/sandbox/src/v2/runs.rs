@@ -368,7 +368,7 @@ pub(crate) fn list(call: &Call) -> Outcome {
             Some((s, e)) => v.started_at >= s && v.started_at < e,
             None => month_utc8(v.started_at) == this_month,
         })
-        .filter(|(_, v)| status.map_or(true, |s| s == v.status))
+        .filter(|(_, v)| status.is_none_or(|s| s == v.status))
         .collect();
     let (from, to) = window(page, limit);
     let list: Vec<Value> = matching

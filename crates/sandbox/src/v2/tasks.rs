@@ -154,7 +154,7 @@ pub(super) fn list(call: &Call) -> Outcome {
     let keyword = call.query.get("keyword").unwrap_or("").to_lowercase();
     let matching: Vec<&Task> = st
         .tasks_of(&call.account)
-        .filter(|t| worker.map_or(true, |w| t.worker == w))
+        .filter(|t| worker.is_none_or(|w| t.worker == w))
         .filter(|t| keyword.is_empty() || t.title.to_lowercase().contains(&keyword))
         .collect();
     let (from, to) = window(page, limit);
