@@ -31,8 +31,9 @@ use v1compat::callbacks::event::State;
 use v1compat::callbacks::store::memory::MemoryStore;
 use v1compat::callbacks::store::Store;
 use v1compat::callbacks::Relay;
-use v1compat::sandbox::{Sandbox, SandboxConfig};
+use v1compat::ops::CallbackUrls;
 use v1compat::upstream::{ApiKey, HttpUpstream};
+use v1compat_sandbox::{Sandbox, SandboxConfig};
 
 use crate::support::{MockV2, Reply};
 
@@ -956,7 +957,7 @@ fn postgres_url(test: &str) -> Option<String> {
     match std::env::var("TEST_POSTGRES_URL") {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
-            crate::support::skip_or_fail(
+            crate::required_tools::skip_or_fail(
                 test,
                 "TEST_POSTGRES_URL is not set",
                 "it needs a PostgreSQL server: run with TEST_POSTGRES_URL=postgres://user@127.0.0.1:5432/postgres, as .ci/run does",
