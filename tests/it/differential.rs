@@ -1518,7 +1518,7 @@ async fn native_v1_and_gateway_answer_alike() {
     compare("", 1200, 0x5EED_D1FF).await;
 }
 
-/// The configuration the README documents for the n8n V1 node: business errors
+/// The configuration docs/errors-and-dialects.md documents for the n8n V1 node: business errors
 /// as HTTP 200, `search=` lists everything, a missing key is 400.
 const N8N_DIALECT: &str = "business_error_status = \"200\"\n\
                            empty_store_search = \"all\"\n\
