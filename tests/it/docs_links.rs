@@ -149,7 +149,7 @@ fn broken_links(page: &Path, root: &Path) -> Vec<String> {
             continue;
         }
         let Some(anchor) = anchor else { continue };
-        if !file.extension().is_some_and(|e| e == "md") {
+        if file.extension().is_none_or(|e| e != "md") {
             broken.push(format!(
                 "{shown}:{line}: {target}: an anchor into a page that is not Markdown"
             ));
