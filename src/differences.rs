@@ -326,7 +326,7 @@ pub const ZERO_SYSTEM_LIMITS: Difference = Difference {
 pub const BUSINESS_ERROR_STATUS: Difference = Difference {
     id: "business_error_status",
     kind: Kind::Gap,
-    fields: &[every_operation("status", S::Compared, D::Compared)],
+    fields: &[every_operation("http_status", S::Compared, D::Compared)],
     summary: "the V1 record disagrees on the HTTP status of error envelopes: 400/401/404/429/500 by code (spec, PyPI SDK, V1 CLI) or always 200 (the n8n V1 node); one setting for every error",
     setting: Some("compat.business_error_status"),
 };

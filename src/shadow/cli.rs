@@ -96,8 +96,15 @@ pub struct ReportArgs {
 /// nothing compared).
 pub fn report(args: &ReportArgs, cfg: &Config) -> Result<bool, String> {
     let shadow = &cfg.shadow;
-    let report = Report::load(&args.file, shadow.rules.clone(), shadow.thresholds)
-        .map_err(|e| format!("{}: {e}", args.file.display()))?;
+    // The translation's [compat] settings tell which differences they explain.
+    let report = Report::new(
+        &args.file.display().to_string(),
+        shadow.rules.clone(),
+        shadow.thresholds,
+    )
+    .with_compat(cfg.compat.clone())
+    .read(&args.file)
+    .map_err(|e| format!("{}: {e}", args.file.display()))?;
     print!("{}", report.text());
     if let Some(out) = &args.html {
         std::fs::write(out, report.html()).map_err(|e| format!("{}: {e}", out.display()))?;
