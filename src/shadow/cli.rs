@@ -33,7 +33,9 @@ pub struct ReplayArgs {
     /// Base URL of the V2 service: translate in this process.
     #[arg(long)]
     pub upstream: Option<url::Url>,
-    /// Configuration for the in-process translation and the report rules.
+    /// Configuration for the in-process translation and the report rules; its [compat] section
+    /// should be the gateway's with --gateway, so the report names the settings that explain a
+    /// difference.
     #[arg(long, short, env = "V1COMPAT_CONFIG")]
     pub config: Option<PathBuf>,
     /// Capture of what the replay saw.
@@ -78,7 +80,9 @@ pub struct ReplayArgs {
 pub struct ReportArgs {
     /// Capture file (JSONL).
     pub file: PathBuf,
-    /// Configuration whose [shadow] section gives ignore rules, unordered paths and baseline thresholds.
+    /// Configuration whose [shadow] section gives ignore rules, unordered paths and baseline
+    /// thresholds, and whose [compat] section (the translation's) tells which differences its
+    /// settings explain.
     #[arg(long, short, env = "V1COMPAT_CONFIG")]
     pub config: Option<PathBuf>,
     /// Write the HTML report here.
