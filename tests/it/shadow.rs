@@ -293,7 +293,10 @@ async fn a_translation_fault_is_named_and_nothing_else() {
         why[0].setting.as_deref(),
         Some("compat.worker_memory_field = \"memory\"")
     );
-    assert!(text.contains("explained by compat.worker_memory_field = \"memory\""), "{text}");
+    assert!(
+        text.contains("explained by compat.worker_memory_field = \"memory\""),
+        "{text}"
+    );
     for (op, t) in &report.tally.ops {
         let expected = if op == "worker_detail" { 2 } else { 0 };
         assert_eq!(

@@ -472,7 +472,9 @@ mod tests {
         );
         assert_eq!(tally.differing_requests("w", &th), 10);
         assert_eq!(
-            tally.ops["w"].fields["data.memory → data.memory_bytes"].samples.len(),
+            tally.ops["w"].fields["data.memory → data.memory_bytes"]
+                .samples
+                .len(),
             SAMPLES_PER_FIELD
         );
     }

@@ -116,7 +116,11 @@ mod tests {
         // Path order puts the translated `memory` before legacy's `memory_bytes`.
         let diffs = vec![
             diff("data.parameters.system.memory", None, Some(json!(512))),
-            diff("data.parameters.system.memory_bytes", Some(json!(512)), None),
+            diff(
+                "data.parameters.system.memory_bytes",
+                Some(json!(512)),
+                None,
+            ),
         ];
         let f = findings(&diffs);
         assert_eq!(f.len(), 1, "{f:?}");
@@ -146,7 +150,10 @@ mod tests {
         assert_eq!(f.len(), 4);
         assert!(f.iter().all(|f| f.renamed_to.is_none()));
         let keys: Vec<String> = f.iter().map(Finding::key).collect();
-        assert_eq!(keys, vec!["data.a.new", "data.a.old", "data.b.x", "data.c.y"]);
+        assert_eq!(
+            keys,
+            vec!["data.a.new", "data.a.old", "data.b.x", "data.c.y"]
+        );
     }
 
     #[test]

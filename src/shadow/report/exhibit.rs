@@ -13,11 +13,16 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::super::capture::{redact_text, redact_value, CapturedRequest, Side, REDACTED, SECRET_HEADERS};
+use super::super::capture::{
+    redact_text, redact_value, CapturedRequest, Side, REDACTED, SECRET_HEADERS,
+};
 use super::super::diff::normalise;
 
-/// Lines of one pane kept in full; longer ones keep the context of marks.
-pub const MAX_LINES: usize = 120;
+/// Panes of up to this many lines are shown whole; longer ones keep their
+/// first lines and the context of marked lines, the rest folded.
+pub const WHOLE_LINES: usize = 40;
+/// Lines of one pane kept at most, however many are marked.
+pub const MAX_LINES: usize = 200;
 /// Lines kept around each marked line when a pane is shortened.
 const CONTEXT: usize = 3;
 /// Characters of one line shown.
@@ -92,7 +97,11 @@ impl Exhibit {
                 let secret = SECRET_HEADERS.contains(&k.to_ascii_lowercase().as_str());
                 (
                     k.clone(),
-                    if secret { REDACTED.to_owned() } else { redact_text(v) },
+                    if secret {
+                        REDACTED.to_owned()
+                    } else {
+                        redact_text(v)
+                    },
                 )
             })
             .collect();
@@ -161,16 +170,15 @@ fn marked(path: &str, paths: &BTreeSet<String>) -> bool {
         Some(rest) => rest.is_empty() || rest.starts_with('.') || rest.starts_with('['),
         None => false,
     };
-    paths.iter().any(|d| {
-        d == "body"
-            || below(path, d)
-            || (d.contains("[*]") && below(&normalise(path), d))
-    })
+    paths
+        .iter()
+        .any(|d| d == "body" || below(path, d) || (d.contains("[*]") && below(&normalise(path), d)))
 }
 
-/// The answer pretty-printed (two-space indent, members in the answer's
-/// order), each line marked when its field differs. Paths are those of
-/// the diff engine: `data.list[3].status`.
+/// The answer pretty-printed (two-space indent, members sorted by name so
+/// both sides line up — the diff ignores member order), each line marked
+/// when its field differs. Paths are those of the diff engine:
+/// `data.list[3].status`.
 pub fn lines(v: &Value, paths: &BTreeSet<String>) -> Vec<Line> {
     let v = redacted(v);
     let mut out = Vec::new();
@@ -222,7 +230,9 @@ fn emit(
         Value::Object(map) if !map.is_empty() => {
             push(out, indent, format!("{label}{{"), m);
             let n = map.len();
-            for (i, (k, v)) in map.iter().enumerate() {
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            members.sort_by(|a, b| a.0.cmp(b.0));
+            for (i, (k, v)) in members.into_iter().enumerate() {
                 emit(v, &child(k), indent + 1, Some(k), i + 1 < n, paths, out);
             }
             push(out, indent, format!("}}{tail}"), m);
@@ -231,7 +241,15 @@ fn emit(
             push(out, indent, format!("{label}["), m);
             let n = items.len();
             for (i, item) in items.iter().enumerate() {
-                emit(item, &format!("{path}[{i}]"), indent + 1, None, i + 1 < n, paths, out);
+                emit(
+                    item,
+                    &format!("{path}[{i}]"),
+                    indent + 1,
+                    None,
+                    i + 1 < n,
+                    paths,
+                    out,
+                );
             }
             push(out, indent, format!("]{tail}"), m);
         }
@@ -239,10 +257,11 @@ fn emit(
     }
 }
 
-/// A pane of at most about [`MAX_LINES`] lines: short ones whole; long ones
-/// keep the first lines and those around marked lines, the rest folded.
+/// A pane of at most [`MAX_LINES`] lines (and fold marks): up to
+/// [`WHOLE_LINES`] whole; longer ones keep the first lines and those around
+/// marked lines, the rest folded.
 pub fn shorten(all: Vec<Line>) -> Vec<Line> {
-    if all.len() <= MAX_LINES {
+    if all.len() <= WHOLE_LINES {
         return all;
     }
     let mut keep = vec![false; all.len()];
@@ -303,13 +322,16 @@ mod tests {
             &v,
             &set(&["data.parameters.system.memory_bytes", "data.list[1].s"]),
         );
-        assert_eq!(marked_text(&l), vec!["\"memory_bytes\": 512", "\"s\": 2"]);
+        assert_eq!(marked_text(&l), vec!["\"s\": 2", "\"memory_bytes\": 512"]);
         // A differing object marks its own lines and everything inside.
         let l = lines(&v, &set(&["data.parameters"]));
         assert_eq!(marked_text(&l).len(), 6, "{l:?}");
         // A multiset path covers every element.
         let v = json!({"data": {"s": ["a", "b"]}});
-        assert_eq!(marked_text(&lines(&v, &set(&["data.s[*]"]))), vec!["\"a\",", "\"b\""]);
+        assert_eq!(
+            marked_text(&lines(&v, &set(&["data.s[*]"]))),
+            vec!["\"a\",", "\"b\""]
+        );
     }
 
     #[test]
@@ -344,11 +366,16 @@ mod tests {
         let all = format!("{e:?}");
         assert!(!all.contains("s3cr3t"), "{all}");
         assert_eq!(e.target, "GET /api/store?search=a&token=<redacted>");
-        assert!(e.headers.contains(&("content-type".into(), "application/json".into())));
+        assert!(e
+            .headers
+            .contains(&("content-type".into(), "application/json".into())));
         assert!(e.status_differs());
         assert_eq!(
             marked_text(&e.legacy.lines),
-            vec!["\"url\": \"http://h/x?token=<redacted>\",", "\"token\": \"<redacted>\""]
+            vec![
+                "\"token\": \"<redacted>\",",
+                "\"url\": \"http://h/x?token=<redacted>\""
+            ]
         );
     }
 
@@ -357,7 +384,7 @@ mod tests {
         let list: Vec<Value> = (0..500).map(|i| json!({"n": i})).collect();
         let v = json!({"data": {"list": list}});
         let l = shorten(lines(&v, &set(&["data.list[400].n"])));
-        assert!(l.len() <= MAX_LINES + 3, "{}", l.len());
+        assert!(l.len() <= 4 * CONTEXT + 2 * CONTEXT + 1 + 2, "{l:?}");
         assert_eq!(marked_text(&l), vec!["\"n\": 400"]);
         let folded: usize = l
             .iter()

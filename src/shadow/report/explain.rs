@@ -152,13 +152,11 @@ fn has_key(req: &CapturedRequest) -> bool {
 
 /// A query parameter's value (`None`: not there).
 fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
-    query?
-        .split('&')
-        .find_map(|kv| match kv.split_once('=') {
-            Some((k, v)) if k == name => Some(v),
-            None if kv == name => Some(""),
-            _ => None,
-        })
+    query?.split('&').find_map(|kv| match kv.split_once('=') {
+        Some((k, v)) if k == name => Some(v),
+        None if kv == name => Some(""),
+        _ => None,
+    })
 }
 
 /// Whether the finding is about the envelope's status, code or message.
@@ -188,8 +186,9 @@ fn check(id: &str, f: &Finding, cx: &Context<'_>, c: &Compat) -> Option<bool> {
             };
             match (&f.renamed_to, field(&f.path)) {
                 // Legacy's name → the configured one.
-                (Some(to), Some(from)) => field(to)
-                    .is_some_and(|to| to == c.memory_field && from != c.memory_field),
+                (Some(to), Some(from)) => {
+                    field(to).is_some_and(|to| to == c.memory_field && from != c.memory_field)
+                }
                 // Only on the translated side: the configured name.
                 (None, Some(name)) if f.legacy.is_none() => name == c.memory_field,
                 // Only on legacy: the name not configured.
@@ -462,7 +461,10 @@ mod tests {
         );
         assert_eq!(query_param(Some("a=1&search"), "search"), Some(""));
         assert_eq!(query_param(Some("research=x"), "search"), None);
-        assert!(covers("data.parameters.system", "data.parameters.system.memory"));
+        assert!(covers(
+            "data.parameters.system",
+            "data.parameters.system.memory"
+        ));
         assert!(!covers("data.count", "data.counter"));
         assert!(entry("account_traffic").is_some());
     }

@@ -266,7 +266,9 @@ impl Report {
         let hidden = self.hidden();
         let noise = self.tally.noise_fields(&self.thresholds);
         if hidden.is_empty() && noise.is_empty() {
-            h.push_str("<div class=\"hidden-note none\" id=\"hidden\">Ignore rules hid nothing.</div>");
+            h.push_str(
+                "<div class=\"hidden-note none\" id=\"hidden\">Ignore rules hid nothing.</div>",
+            );
             return;
         }
         let total: u64 = hidden.iter().map(|(_, n)| n).sum();

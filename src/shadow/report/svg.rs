@@ -27,7 +27,11 @@ pub const TRANSLATED_COLOUR: &str = "#1565c0";
 /// A step of 1, 2 or 5 × 10ⁿ giving about five ticks up to `max`, and the
 /// axis end (a whole number of steps at or above `max`).
 fn ticks(max: f64) -> (f64, f64) {
-    let max = if max.is_finite() && max > 0.0 { max } else { 1.0 };
+    let max = if max.is_finite() && max > 0.0 {
+        max
+    } else {
+        1.0
+    };
     let raw = max / 5.0;
     let mag = 10f64.powf(raw.log10().floor());
     let step = [1.0, 2.0, 5.0, 10.0]
@@ -128,10 +132,10 @@ pub fn latency_chart(op: &str, legacy: &[f64], translated: &[f64]) -> String {
         }
         match percentile(v, 0.5) {
             Pct::TooFew(n) => {
-                let why = if n == 0 {
-                    "no answers".to_owned()
-                } else {
-                    format!("{n} answers: too few for percentiles (fewer than {MIN_SAMPLES})")
+                let why = match n {
+                    0 => "no answers".to_owned(),
+                    1 => format!("1 answer: too few for percentiles (fewer than {MIN_SAMPLES})"),
+                    n => format!("{n} answers: too few for percentiles (fewer than {MIN_SAMPLES})"),
                 };
                 let _ = write!(
                     s,
