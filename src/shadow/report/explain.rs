@@ -348,8 +348,10 @@ mod tests {
 
     #[test]
     fn the_memory_rename_names_worker_memory_field_with_its_value() {
-        let mut c = Compat::default();
-        c.memory_field = "memory";
+        let mut c = Compat {
+            memory_field: "memory",
+            ..Compat::default()
+        };
         let (lb, tb) = (json!({"code": 0}), json!({"code": 0}));
         let req = keyed();
         let cx = Context {

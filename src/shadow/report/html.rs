@@ -380,9 +380,9 @@ fn lines_html(h: &mut String, lines: &[Line]) {
 
 /// One request and both answers side by side.
 fn exhibit(h: &mut String, seq: u64, e: &Exhibit) {
-    let _ = write!(
+    let _ = writeln!(
         h,
-        "<div class=\"exhibit\" id=\"ex-{seq}\"><div class=\"req\"><div class=\"label\">request <code class=\"muted\">{}</code></div><pre class=\"request\">{}\n",
+        "<div class=\"exhibit\" id=\"ex-{seq}\"><div class=\"req\"><div class=\"label\">request <code class=\"muted\">{}</code></div><pre class=\"request\">{}",
         esc(&e.id),
         esc(&e.target)
     );

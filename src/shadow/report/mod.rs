@@ -319,7 +319,7 @@ impl Report {
             .zip(self.tally.rule_hits.iter().copied())
             .filter(|(_, n)| *n > 0)
             .collect();
-        out.sort_by(|a, b| b.1.cmp(&a.1));
+        out.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
         out
     }
 }
