@@ -168,10 +168,11 @@ impl Report {
                 let field = &self.tally.ops[op].fields[key];
                 let _ = write!(
                     h,
-                    "<section class=\"finding\" id=\"{}\"><h3><code>{}</code> · <code>{}</code> <span class=\"muted\">({n} requests)</span></h3>",
+                    "<section class=\"finding\" id=\"{}\"><h3><code>{}</code> · <code>{}</code> <span class=\"muted\">({n} request{})</span></h3>",
                     esc(&anchor(op, key)),
                     esc(op),
-                    esc(&finding_name(key, field.rename))
+                    esc(&finding_name(key, field.rename)),
+                    if *n == 1 { "" } else { "s" }
                 );
                 self.why_full(&mut h, op, key);
                 for s in &field.samples {
