@@ -29,7 +29,7 @@ use tokio::sync::Mutex;
 type Upstream = Arc<Mutex<Option<SendRequest<Full<Bytes>>>>>;
 
 fn main() {
-    let runtime = v1compat::runtime::build(0).expect("runtime");
+    let runtime = v1compat::cli::runtime::build(0).expect("runtime");
     runtime.block_on(proxy());
 }
 

@@ -109,7 +109,7 @@ impl Target {
 }
 
 fn main() {
-    let runtime = v1compat::runtime::build(0).expect("runtime");
+    let runtime = v1compat::cli::runtime::build(0).expect("runtime");
     runtime.block_on(serve());
 }
 

@@ -25,7 +25,7 @@ use metrics_exporter_prometheus::{PrometheusHandle, PrometheusRecorder};
 
 /// Upper bounds of a histogram's buckets, ascending; the `+Inf` bucket
 /// follows them.
-pub type Bounds = &'static [f64];
+pub(super) type Bounds = &'static [f64];
 
 /// One histogram series: a count per bucket (not cumulative: the render adds
 /// them up) and the sum of the samples.
@@ -159,14 +159,14 @@ impl Registry {
 
 /// A recorder that keeps the histograms as [`Buckets`] and hands counters
 /// and gauges (and their descriptions) to `inner`.
-pub struct WithHistograms<R> {
+pub(super) struct WithHistograms<R> {
     inner: R,
     histograms: Arc<Registry>,
 }
 
 impl WithHistograms<PrometheusRecorder> {
     /// `bounds` gives each histogram's bucket bounds by its name.
-    pub fn new(inner: PrometheusRecorder, bounds: fn(&str) -> Bounds) -> Self {
+    pub(super) fn new(inner: PrometheusRecorder, bounds: fn(&str) -> Bounds) -> Self {
         WithHistograms {
             inner,
             histograms: Arc::new(Registry {
@@ -178,7 +178,7 @@ impl WithHistograms<PrometheusRecorder> {
     }
 
     /// What `/metrics` renders from.
-    pub fn handle(&self) -> MetricsHandle {
+    pub(super) fn handle(&self) -> MetricsHandle {
         MetricsHandle {
             prometheus: self.inner.handle(),
             histograms: self.histograms.clone(),

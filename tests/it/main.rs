@@ -5,6 +5,7 @@
 //! client conformance suite (the published V1 Python SDK against
 //! `v1compat sandbox`).
 
+mod architecture;
 mod callbacks;
 mod cli;
 mod deploy;
@@ -21,7 +22,6 @@ mod properties;
 mod python_sdk;
 mod reliability;
 mod reload;
-mod sandbox;
 mod schemathesis;
 mod shadow;
 mod shadow_report;

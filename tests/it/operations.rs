@@ -453,7 +453,7 @@ fn exported() -> BTreeSet<String> {
         .map(str::to_owned)
         .collect();
     let declared = concat!(
-        include_str!("../../src/telemetry.rs"),
+        include_str!("../../src/telemetry/mod.rs"),
         include_str!("../../src/callbacks/metrics.rs")
     );
     for literal in declared.split('"').skip(1).step_by(2) {
