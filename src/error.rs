@@ -603,7 +603,7 @@ mod tests {
     /// steps read business errors from `code` under HTTP 200.
     #[test]
     fn the_n8n_dialect_keeps_key_statuses_and_sends_business_errors_as_200() {
-        use crate::dialect::{BusinessErrorStatus, EmptyStoreSearch};
+        use v1compat_contract::dialect::{BusinessErrorStatus, EmptyStoreSearch};
         let n8n = Dialect {
             business_error_status: BusinessErrorStatus::Always200,
             empty_store_search: EmptyStoreSearch::All,

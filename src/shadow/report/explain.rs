@@ -169,7 +169,7 @@ fn about_the_error(paths: &[String]) -> bool {
 /// The entry's own test on this request: `Some(true)` it explains the
 /// finding, `Some(false)` it does not, `None` no test (the field decides).
 fn check(id: &str, f: &Finding, cx: &Context<'_>, c: &Compat) -> Option<bool> {
-    use crate::dialect::{BusinessErrorStatus, EmptyStoreSearch, MissingKeyStatus};
+    use v1compat_contract::dialect::{BusinessErrorStatus, EmptyStoreSearch, MissingKeyStatus};
     let paths: Vec<String> = f.paths().map(normalise).collect();
     let only = |p: &str| paths.len() == 1 && paths[0] == p;
     let (l, t) = (cx.legacy, cx.translated);
@@ -278,7 +278,7 @@ pub fn entry(id: &str) -> Option<&'static Difference> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dialect::BusinessErrorStatus;
+    use v1compat_contract::dialect::BusinessErrorStatus;
     use serde_json::json;
 
     fn finding(path: &str, to: Option<&str>, l: Option<Value>, t: Option<Value>) -> Finding {
@@ -454,7 +454,7 @@ mod tests {
         let f = finding("code", None, Some(json!(4000)), Some(json!(0)));
         assert!(explain(&f, &cx, &c).is_empty());
         let mut all = c.clone();
-        all.dialect.empty_store_search = crate::dialect::EmptyStoreSearch::All;
+        all.dialect.empty_store_search = v1compat_contract::dialect::EmptyStoreSearch::All;
         let e = explain(&f, &cx, &all);
         assert_eq!(ids(&e), vec![("empty_store_search", true)]);
         assert_eq!(
