@@ -278,8 +278,8 @@ pub fn entry(id: &str) -> Option<&'static Difference> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use v1compat_contract::dialect::BusinessErrorStatus;
     use serde_json::json;
+    use v1compat_contract::dialect::BusinessErrorStatus;
 
     fn finding(path: &str, to: Option<&str>, l: Option<Value>, t: Option<Value>) -> Finding {
         Finding {
