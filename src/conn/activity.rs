@@ -46,6 +46,8 @@ pub struct Activity {
     /// The grace deadline passed: a request in progress is to be answered
     /// with the cut envelope now.
     cut: AtomicBool,
+    /// The client's address, as the accept loop got it (for access lines).
+    peer: Option<std::net::SocketAddr>,
 }
 
 struct State {
@@ -186,6 +188,19 @@ impl Drop for Busy {
 impl Activity {
     pub fn new() -> Arc<Activity> {
         Arc::new(Activity::default())
+    }
+
+    /// A connection from `peer`.
+    pub fn with_peer(peer: std::net::SocketAddr) -> Arc<Activity> {
+        Arc::new(Activity {
+            peer: Some(peer),
+            ..Activity::default()
+        })
+    }
+
+    /// The client's address, when the connection came from a socket.
+    pub fn peer(&self) -> Option<std::net::SocketAddr> {
+        self.peer
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
