@@ -26,7 +26,9 @@
 //! [`config`] and the [`ops::Translator`] built from it, with
 //! [`ops::Settings`], so the operations never read the application's
 //! configuration); [`reload`] swaps the snapshot (each request keeps the one
-//! it was admitted with); `server::admin` serves probes and metrics;
+//! it was admitted with); `server::admin` serves probes and metrics (the operator
+//! endpoints behind `server::operator`, V2 reachability kept by
+//! `server::reachability`);
 //! [`probe`] is the container healthcheck; [`bind`] explains a port collision.
 //!
 //! Around the pipeline, never inside it: [`shadow::Mirror`] wraps
@@ -192,9 +194,7 @@ async fn serve_live(
     // anything serves: a store that cannot be opened stops start-up. `serve`
     // opens it before binding (`Live::open_callbacks`); otherwise here. It
     // keeps the V2 client and settings it starts with; reloads carry it over.
-    live.open_callbacks()
-        .await
-        .map_err(std::io::Error::other)?;
+    live.open_callbacks().await.map_err(std::io::Error::other)?;
     let gateway = live.load();
     if let Some(relay) = gateway.callbacks() {
         relay.deliver(stop_rx.clone());

@@ -44,9 +44,9 @@ impl Caller {
         Some(match std::str::from_utf8(bytes) {
             Ok(s) => std::borrow::Cow::Borrowed(s),
             // A cut through a character is not worth a replacement mark.
-            Err(e) if e.error_len().is_none() => {
-                std::borrow::Cow::Borrowed(std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or(""))
-            }
+            Err(e) if e.error_len().is_none() => std::borrow::Cow::Borrowed(
+                std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or(""),
+            ),
             Err(_) => String::from_utf8_lossy(bytes),
         })
     }
@@ -98,7 +98,9 @@ pub fn forwarded_for(peer: IpAddr, headers: &HeaderMap, trusted: &[Cidr]) -> Opt
 fn forwarded_element(element: &str) -> Option<Option<IpAddr>> {
     let value = element.split(';').find_map(|pair| {
         let (name, value) = pair.split_once('=')?;
-        name.trim().eq_ignore_ascii_case("for").then_some(value.trim())
+        name.trim()
+            .eq_ignore_ascii_case("for")
+            .then_some(value.trim())
     })?;
     let value = value.trim_matches('"');
     let host = match value.strip_prefix('[') {

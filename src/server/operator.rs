@@ -78,7 +78,8 @@ impl std::fmt::Debug for OperatorAccess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OperatorAccess")
             .field("enabled", &self.enabled)
-            .field("token", &self.token.as_ref().map(|_| crate::config::print::MASK))
+            // Whether there is one, never what it is.
+            .field("token", &self.token.as_ref().map(|_| "(set)"))
             .field("open", &self.open)
             .finish()
     }
@@ -90,7 +91,11 @@ impl OperatorAccess {
         // A digest, not the tag: the key is new at each load, the digest
         // the same for the same token.
         let stamp = token
-            .map(|t| ring::digest::digest(&ring::digest::SHA256, t.as_bytes()).as_ref().to_vec())
+            .map(|t| {
+                ring::digest::digest(&ring::digest::SHA256, t.as_bytes())
+                    .as_ref()
+                    .to_vec()
+            })
             .unwrap_or_default();
         let token = token.map(|t| {
             let rng = ring::rand::SystemRandom::new();
@@ -210,7 +215,9 @@ fn is_json(headers: &HeaderMap) -> bool {
 }
 
 fn reply(status: StatusCode, error: &str) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(json!({ "error": error }).to_string())));
+    let mut r = Response::new(Full::new(Bytes::from(
+        json!({ "error": error }).to_string(),
+    )));
     *r.status_mut() = status;
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -221,8 +228,10 @@ fn reply(status: StatusCode, error: &str) -> Response<Full<Bytes>> {
 
 fn unauthorized(challenge: &'static str, error: &str) -> Response<Full<Bytes>> {
     let mut r = reply(StatusCode::UNAUTHORIZED, error);
-    r.headers_mut()
-        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(challenge),
+    );
     r
 }
 
@@ -331,7 +340,10 @@ mod tests {
     #[test]
     fn simple_cross_site_requests_are_refused_even_with_the_token() {
         let right = format!("Bearer {TOKEN}");
-        for access in [OperatorAccess::with_token(Some(TOKEN)), OperatorAccess::open()] {
+        for access in [
+            OperatorAccess::with_token(Some(TOKEN)),
+            OperatorAccess::open(),
+        ] {
             for ct in [
                 "application/x-www-form-urlencoded",
                 "text/plain",

@@ -585,7 +585,12 @@ async fn the_access_line_says_who_called_in_json_and_in_text() {
             addr(&serde_json::from_str(&listening).unwrap(), "public")
         } else {
             let at = listening.find("public=").unwrap() + "public=".len();
-            listening[at..].split_whitespace().next().unwrap().parse().unwrap()
+            listening[at..]
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
         };
         let (status, headers, answer) = send(
             public,
@@ -604,6 +609,12 @@ async fn the_access_line_says_who_called_in_json_and_in_text() {
         let id = headers["x-request-id"].to_str().unwrap().to_owned();
         let (code, log) = served.stop();
         assert_eq!(code, Some(0), "{log}");
+        // No service key: the operator hears at start what cannot be served.
+        assert!(
+            log.lines()
+                .any(|l| l.contains("WARN") && l.contains("upstream.service_key is not set")),
+            "{log}"
+        );
         let line = log
             .lines()
             .find(|l| l.contains(&id) && l.contains("answered"))
@@ -652,7 +663,10 @@ async fn a_second_gateway_on_the_same_redb_store_says_who_holds_it() {
     let status = second.child.wait().unwrap();
     let log = second.reader.take().unwrap().join().unwrap();
     assert_eq!(status.code(), Some(1), "{log}");
-    assert!(!log.contains("v1compat listening"), "bound before failing:\n{log}");
+    assert!(
+        !log.contains("v1compat listening"),
+        "bound before failing:\n{log}"
+    );
     assert!(log.contains(&store.display().to_string()), "{log}");
     assert!(log.contains("already open"), "{log}");
     assert!(log.contains(&format!("pid {first_pid}")), "{log}");

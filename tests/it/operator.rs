@@ -54,10 +54,7 @@ async fn the_operator_api_needs_the_token_and_refuses_cross_site_posts() {
                 .starts_with("Bearer"),
             "{headers:?}"
         );
-        assert!(
-            body["error"].as_str().unwrap().contains("Bearer"),
-            "{body}"
-        );
+        assert!(body["error"].as_str().unwrap().contains("Bearer"), "{body}");
         assert!(body.get("events").is_none(), "no data without the token");
     }
 
@@ -131,7 +128,10 @@ async fn without_a_token_the_operator_api_is_closed_and_it_can_be_turned_off() {
     assert!(says.contains("admin.operator_token"), "{says}");
     assert!(body.get("events").is_none());
 
-    let gw = gateway(&format!("operator_token = \"{TOKEN}\"\noperator_api = false\n")).await;
+    let gw = gateway(&format!(
+        "operator_token = \"{TOKEN}\"\noperator_api = false\n"
+    ))
+    .await;
     let right = format!("Bearer {TOKEN}");
     let (status, _, body) = ask(&gw, "GET", "/callbacks/stats", &[("authorization", &right)]).await;
     assert_eq!(status, 404, "{body}");
@@ -152,6 +152,9 @@ fn the_token_may_come_from_the_environment_and_is_masked_in_print() {
     assert!(loaded.config.operator.has_token());
     let printed = v1compat::config::print::effective_toml(&loaded.effective);
     assert!(!printed.contains(TOKEN), "{printed}");
-    assert!(printed.contains("operator_token = \"********\""), "{printed}");
+    assert!(
+        printed.contains("operator_token = \"********\""),
+        "{printed}"
+    );
     assert!(!format!("{:?}", loaded.config).contains(TOKEN));
 }

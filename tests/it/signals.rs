@@ -72,9 +72,7 @@ async fn until_gauge(m: &Snapshotter, name: &str, want: f64) {
 async fn upstream_reachable_falls_when_v2_stops_with_no_probe() {
     let (m, _guard) = local_metrics();
     let (v2, server) = stoppable_v2().await;
-    let config = format!(
-        "[upstream]\nbase_url = \"http://{v2}\"\nhealth_check_interval_ms = 20\n"
-    );
+    let config = format!("[upstream]\nbase_url = \"http://{v2}\"\nhealth_check_interval_ms = 20\n");
     // The in-process V2 double is never called: only the periodic check runs.
     let gw = TestGateway::start(&config, Arc::new(MockV2::new(|_| unreachable!()))).await;
     until_gauge(&m, UPSTREAM_REACHABLE, 1.0).await;

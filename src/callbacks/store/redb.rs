@@ -185,7 +185,11 @@ fn holders(path: &Path) -> Vec<String> {
     let me = std::process::id();
     let mut found = Vec::new();
     for entry in procs.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
             continue;
         };
         let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
