@@ -400,9 +400,9 @@ impl Pipeline {
                     ))))
                 }
             };
+            cx.bytes_in.store(body.len(), Ordering::Relaxed);
             // The slot is taken only once the body is in: a client sending it
             // slowly holds a connection, never capacity other clients need.
-            cx.bytes_in.store(body.len(), Ordering::Relaxed);
             let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
                 return Err(refuse(GatewayError::Overloaded));
             };
