@@ -9,8 +9,6 @@ use std::net::IpAddr;
 
 use http::{header, HeaderMap, HeaderValue};
 
-use crate::callbacks::guard::Cidr;
-
 /// The most of a user-agent an access line shows.
 pub const MAX_USER_AGENT: usize = 256;
 
@@ -26,8 +24,15 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// The caller of a request from `peer` with `headers`.
-    pub fn of(peer: Option<IpAddr>, headers: &HeaderMap, trusted: &[Cidr]) -> Caller {
+    /// The caller of a request from `peer` with `headers`; `trusted` says
+    /// whether an address is one of `listen.trusted_proxies` (the
+    /// configuration's blocks, handed in: the pipeline names no settings
+    /// type of the layers above it).
+    pub fn of(
+        peer: Option<IpAddr>,
+        headers: &HeaderMap,
+        trusted: &dyn Fn(IpAddr) -> bool,
+    ) -> Caller {
         Caller {
             peer,
             forwarded_for: peer.and_then(|p| forwarded_for(p, headers, trusted)),
@@ -58,9 +63,12 @@ impl Caller {
 /// the client. A value that is not an address (`unknown`, an obfuscated
 /// name, garbage) ends the walk with no answer: what lies left of it is
 /// not vouched for. Every address trusted: the leftmost.
-pub fn forwarded_for(peer: IpAddr, headers: &HeaderMap, trusted: &[Cidr]) -> Option<IpAddr> {
-    let is_trusted = |ip: IpAddr| trusted.iter().any(|c| c.contains(ip));
-    if trusted.is_empty() || !is_trusted(peer) {
+pub fn forwarded_for(
+    peer: IpAddr,
+    headers: &HeaderMap,
+    is_trusted: &dyn Fn(IpAddr) -> bool,
+) -> Option<IpAddr> {
+    if !is_trusted(peer) {
         return None;
     }
     let walk = |chain: &mut dyn Iterator<Item = Option<IpAddr>>| {
@@ -116,6 +124,12 @@ fn forwarded_element(element: &str) -> Option<Option<IpAddr>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::callbacks::guard::Cidr;
+
+    /// `forwarded_for` with the blocks `trusted`.
+    fn forwarded(peer: IpAddr, headers: &HeaderMap, trusted: &[Cidr]) -> Option<IpAddr> {
+        super::forwarded_for(peer, headers, &|ip| trusted.iter().any(|c| c.contains(ip)))
+    }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
@@ -141,11 +155,11 @@ mod tests {
         let trusted = cidrs(&["10.0.0.0/8"]);
         let h = headers(&[("x-forwarded-for", "203.0.113.7, 10.1.2.3")]);
         assert_eq!(
-            forwarded_for(ip("10.0.0.1"), &h, &trusted),
+            forwarded(ip("10.0.0.1"), &h, &trusted),
             Some(ip("203.0.113.7"))
         );
-        assert_eq!(forwarded_for(ip("198.51.100.1"), &h, &trusted), None);
-        assert_eq!(forwarded_for(ip("10.0.0.1"), &h, &[]), None);
+        assert_eq!(forwarded(ip("198.51.100.1"), &h, &trusted), None);
+        assert_eq!(forwarded(ip("10.0.0.1"), &h, &[]), None);
     }
 
     #[test]
@@ -157,16 +171,16 @@ mod tests {
             ("x-forwarded-for", "203.0.113.7, 10.9.9.9"),
         ]);
         assert_eq!(
-            forwarded_for(ip("10.0.0.1"), &h, &trusted),
+            forwarded(ip("10.0.0.1"), &h, &trusted),
             Some(ip("203.0.113.7"))
         );
         let all_trusted = headers(&[("x-forwarded-for", "10.3.3.3, 10.2.2.2")]);
         assert_eq!(
-            forwarded_for(ip("10.0.0.1"), &all_trusted, &trusted),
+            forwarded(ip("10.0.0.1"), &all_trusted, &trusted),
             Some(ip("10.3.3.3"))
         );
         let garbage = headers(&[("x-forwarded-for", "203.0.113.7, nonsense, 10.2.2.2")]);
-        assert_eq!(forwarded_for(ip("10.0.0.1"), &garbage, &trusted), None);
+        assert_eq!(forwarded(ip("10.0.0.1"), &garbage, &trusted), None);
     }
 
     #[test]
@@ -180,24 +194,24 @@ mod tests {
             ("x-forwarded-for", "198.51.100.99"),
         ]);
         assert_eq!(
-            forwarded_for(ip("10.0.0.1"), &h, &trusted),
+            forwarded(ip("10.0.0.1"), &h, &trusted),
             Some(ip("2001:db8::1"))
         );
         let v4 = headers(&[("forwarded", "proto=http;for=192.0.2.60")]);
         assert_eq!(
-            forwarded_for(ip("10.0.0.1"), &v4, &trusted),
+            forwarded(ip("10.0.0.1"), &v4, &trusted),
             Some(ip("192.0.2.60"))
         );
         let hidden = headers(&[("forwarded", "for=_hidden, for=10.0.0.3")]);
-        assert_eq!(forwarded_for(ip("10.0.0.1"), &hidden, &trusted), None);
+        assert_eq!(forwarded(ip("10.0.0.1"), &hidden, &trusted), None);
     }
 
     #[test]
     fn the_user_agent_is_bounded() {
         let long = "a".repeat(1000);
-        let c = Caller::of(None, &headers(&[("user-agent", &long)]), &[]);
+        let c = Caller::of(None, &headers(&[("user-agent", &long)]), &|_| false);
         assert_eq!(c.user_agent().unwrap().len(), MAX_USER_AGENT);
-        let c = Caller::of(None, &headers(&[("user-agent", "curl/8.5.0")]), &[]);
+        let c = Caller::of(None, &headers(&[("user-agent", "curl/8.5.0")]), &|_| false);
         assert_eq!(c.user_agent().as_deref(), Some("curl/8.5.0"));
         assert!(Caller::default().user_agent().is_none());
     }
