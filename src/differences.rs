@@ -326,7 +326,7 @@ pub const ZERO_SYSTEM_LIMITS: Difference = Difference {
 pub const BUSINESS_ERROR_STATUS: Difference = Difference {
     id: "business_error_status",
     kind: Kind::Gap,
-    fields: &[every_operation("status", S::Compared, D::Compared)],
+    fields: &[every_operation("http_status", S::Compared, D::Compared)],
     summary: "the V1 record disagrees on the HTTP status of error envelopes: 400/401/404/429/500 by code (spec, V1-SKILL, PyPI SDK, V1 CLI) or always 200 (the n8n V1 node's code comment and README). Under `200` business errors come with HTTP 200 and key problems keep their status (401 / 20001; a missing key's 400 / 4000 under `missing_key_status = \"400\"`): the same n8n node's credential test tells keys apart by status alone (401 invalid, 400 missing, 2xx a working key), so a key problem sent as 200 would pass a wrong or empty key, and every other V1 client expects 401 as well. The record thus points to a V1 that answered key problems by status and business errors with 200, and no client in it needs a key problem as 200",
     setting: Some("compat.business_error_status"),
 };

@@ -36,7 +36,7 @@ impl Subject {
 }
 
 /// Who is to blame (defined with the metric labels it becomes).
-pub use crate::telemetry::Origin;
+pub(crate) use crate::telemetry::Origin;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum GatewayError {
@@ -328,7 +328,7 @@ fn refusal_reason(message: &str, details: &[String]) -> Option<String> {
 
 /// V2's `details` as strings: an array of strings (the documented form), a
 /// single string, or other JSON written out.
-pub fn details_of(details: Option<&serde_json::Value>) -> Vec<String> {
+pub(crate) fn details_of(details: Option<&serde_json::Value>) -> Vec<String> {
     use serde_json::Value;
     let one = |v: &Value| match v {
         Value::String(s) => s.trim().to_owned(),
@@ -379,7 +379,7 @@ fn not_found(subject: Subject) -> (i64, &'static str) {
 /// The error table: V2 HTTP status + application code → V1 HTTP status + V1
 /// code and message. Business codes win over the HTTP status because V2 does
 /// not bind them to one (they may even arrive with HTTP 200).
-pub fn map_refusal(
+pub(crate) fn map_refusal(
     subject: Subject,
     status: StatusCode,
     v2_code: Option<i64>,

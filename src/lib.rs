@@ -24,7 +24,7 @@
 
 // The request path, in order.
 pub mod edge;
-pub mod error;
+pub(crate) mod error;
 pub mod ops;
 pub mod pipeline;
 pub mod upstream;
@@ -35,7 +35,7 @@ pub mod shadow;
 pub mod telemetry;
 
 // Above it: the composition root and the commands.
-pub mod app;
+pub(crate) mod app;
 pub mod cli;
 pub mod config;
 pub mod reload;

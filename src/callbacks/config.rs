@@ -129,7 +129,7 @@ impl std::fmt::Debug for CallbacksConfig {
 }
 
 /// The store as it may be logged: a PostgreSQL URL loses its password.
-pub fn redacted_store(store: &StoreKind) -> String {
+pub(crate) fn redacted_store(store: &StoreKind) -> String {
     match store {
         StoreKind::Memory => "memory".into(),
         StoreKind::Redb(p) => format!("redb:{}", p.display()),
@@ -145,7 +145,7 @@ impl Default for CallbacksConfig {
 }
 
 /// Checks the section, pushing each problem onto `p`.
-pub fn validate(s: &CallbacksSection, p: &mut Vec<String>) -> CallbacksConfig {
+pub(crate) fn validate(s: &CallbacksSection, p: &mut Vec<String>) -> CallbacksConfig {
     let public_url = s.public_url.trim();
     let relay = match s.mode.as_str() {
         "" => !public_url.is_empty(),
@@ -290,7 +290,7 @@ pub fn validate(s: &CallbacksSection, p: &mut Vec<String>) -> CallbacksConfig {
 
 /// The longest `max_url_bytes`: a URL this long, with the longest key,
 /// seals into a token well under `token::MAX_TOKEN_LEN`.
-pub const MAX_URL_BYTES: usize = 4096;
+pub(crate) const MAX_URL_BYTES: usize = 4096;
 
 fn parse_store(s: &str) -> Result<StoreKind, String> {
     let s = s.trim();

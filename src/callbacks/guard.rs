@@ -104,7 +104,7 @@ fn canonical(ip: IpAddr) -> IpAddr {
 
 /// How an address is treated.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Class {
+pub(crate) enum Class {
     Public,
     /// Loopback, RFC 1918, CGNAT, ULA: `allow_private` opens these.
     Private,
@@ -113,7 +113,7 @@ pub enum Class {
     Forbidden,
 }
 
-pub fn classify(ip: IpAddr) -> Class {
+pub(crate) fn classify(ip: IpAddr) -> Class {
     match canonical(ip) {
         IpAddr::V4(a) => classify_v4(a),
         IpAddr::V6(a) => classify_v6(a),
@@ -200,7 +200,7 @@ impl Policy {
 /// Resolves a name and keeps only the addresses the policy permits; hyper's
 /// connector then connects to exactly those.
 #[derive(Clone)]
-pub struct Resolver {
+pub(crate) struct Resolver {
     pub policy: std::sync::Arc<Policy>,
 }
 

@@ -3,25 +3,25 @@
 //! `deploy/prometheus/alerts.yaml`.
 
 /// Mode the relay runs in: `{mode="relay"|"passthrough"}` = 1.
-pub const MODE: &str = "v1compat_callbacks_mode";
+pub(crate) const MODE: &str = "v1compat_callbacks_mode";
 /// V2 callbacks that reached the receiver.
-pub const RECEIVED: &str = "v1compat_callbacks_received_total";
+pub(crate) const RECEIVED: &str = "v1compat_callbacks_received_total";
 /// Stored: `{result="new"|"duplicate"|"superseded"}`.
-pub const ACCEPTED: &str = "v1compat_callbacks_accepted_total";
+pub(crate) const ACCEPTED: &str = "v1compat_callbacks_accepted_total";
 /// Refused: `{reason="token"|"body"|"too_large"|"method"|"store"}`.
-pub const REJECTED: &str = "v1compat_callbacks_rejected_total";
+pub(crate) const REJECTED: &str = "v1compat_callbacks_rejected_total";
 /// Delivery attempts: `{outcome="delivered"|"http_error"|"gone"|"timeout"|"refused"|"connect"|"token"|"superseded"}`.
-pub const ATTEMPTS: &str = "v1compat_callbacks_attempts_total";
+pub(crate) const ATTEMPTS: &str = "v1compat_callbacks_attempts_total";
 /// Events that went dead (schedule used up or 410).
-pub const DEAD_TOTAL: &str = "v1compat_callbacks_dead_total";
+pub(crate) const DEAD_TOTAL: &str = "v1compat_callbacks_dead_total";
 /// Pending events now.
-pub const QUEUE_DEPTH: &str = "v1compat_callbacks_queue_depth";
+pub(crate) const QUEUE_DEPTH: &str = "v1compat_callbacks_queue_depth";
 /// Age of the oldest pending event, seconds.
-pub const OLDEST_PENDING: &str = "v1compat_callbacks_oldest_pending_seconds";
+pub(crate) const OLDEST_PENDING: &str = "v1compat_callbacks_oldest_pending_seconds";
 /// Dead events now.
-pub const DEAD: &str = "v1compat_callbacks_dead";
+pub(crate) const DEAD: &str = "v1compat_callbacks_dead";
 /// Run-detail reads for enrichment that failed (the event's own data was sent).
-pub const ENRICH_FAILED: &str = "v1compat_callbacks_enrich_failed_total";
+pub(crate) const ENRICH_FAILED: &str = "v1compat_callbacks_enrich_failed_total";
 
 const ACCEPTED_RESULTS: &[&str] = &["new", "duplicate", "superseded"];
 const REJECTED_REASONS: &[&str] = &["token", "body", "too_large", "method", "store"];
@@ -40,7 +40,7 @@ const ATTEMPT_OUTCOMES: &[&str] = &[
 /// registers each series at zero, as the relay starts: an alert on
 /// `increase(…[10m])` sees the first store failure only if the series was
 /// there, at 0, before it.
-pub fn register(relay: bool) {
+pub(crate) fn register(relay: bool) {
     use metrics::{counter, describe_counter, describe_gauge, gauge};
     describe_gauge!(
         MODE,

@@ -25,16 +25,16 @@ use crate::error::GatewayError;
 use crate::ops::Compat;
 use crate::upstream::{ApiKey, Upstream};
 
-pub mod admin;
+pub(crate) mod admin;
 pub mod clock;
-pub mod config;
+pub(crate) mod config;
 pub mod deliver;
 pub mod event;
-pub mod guard;
-pub mod metrics;
-pub mod receive;
-pub mod schedule;
-pub mod sign;
+pub(crate) mod guard;
+pub(crate) mod metrics;
+pub(crate) mod receive;
+pub(crate) mod schedule;
+pub(crate) mod sign;
 pub mod store;
 pub mod token;
 

@@ -19,7 +19,7 @@ use crate::v1::Envelope;
 use crate::v2::Segment;
 
 /// The path prefix V2 posts to.
-pub const PATH_PREFIX: &str = "/callbacks/v2/";
+pub(crate) const PATH_PREFIX: &str = "/callbacks/v2/";
 
 /// The token of a callback path, if `path` is one.
 pub fn token_of(path: &str) -> Option<&str> {
@@ -48,7 +48,7 @@ fn refuse(
 }
 
 /// The run and status a V2 callback body reports, and its result count.
-pub fn parse_body(bytes: &[u8]) -> Result<(String, String, i64), String> {
+pub(crate) fn parse_body(bytes: &[u8]) -> Result<(String, String, i64), String> {
     let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("body is not JSON ({e})"))?;
     if !v.is_object() {
         return Err("body must be a JSON object".into());

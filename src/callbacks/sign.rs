@@ -9,7 +9,7 @@ use base64::Engine;
 use ring::hmac;
 
 /// The key bytes of a `whsec_…` secret (24–64 bytes, per the specification).
-pub fn decode_secret(secret: &str) -> Result<Vec<u8>, String> {
+pub(crate) fn decode_secret(secret: &str) -> Result<Vec<u8>, String> {
     let b64 = secret
         .strip_prefix("whsec_")
         .ok_or("must start with whsec_ followed by base64")?;
@@ -23,7 +23,7 @@ pub fn decode_secret(secret: &str) -> Result<Vec<u8>, String> {
 }
 
 /// The `webhook-signature` header value.
-pub fn signature(key: &[u8], id: &str, timestamp: u64, body: &[u8]) -> String {
+pub(crate) fn signature(key: &[u8], id: &str, timestamp: u64, body: &[u8]) -> String {
     let key = hmac::Key::new(hmac::HMAC_SHA256, key);
     let mut ctx = hmac::Context::with_key(&key);
     ctx.update(id.as_bytes());

@@ -33,7 +33,9 @@ pub struct ReplayArgs {
     /// Base URL of the V2 service: translate in this process.
     #[arg(long)]
     pub upstream: Option<url::Url>,
-    /// Configuration for the in-process translation and the report rules.
+    /// Configuration for the in-process translation and the report rules; its [compat] section
+    /// should be the gateway's with --gateway, so the report names the settings that explain a
+    /// difference.
     #[arg(long, short, env = "V1COMPAT_CONFIG")]
     pub config: Option<PathBuf>,
     /// Capture of what the replay saw.
@@ -78,7 +80,9 @@ pub struct ReplayArgs {
 pub struct ReportArgs {
     /// Capture file (JSONL).
     pub file: PathBuf,
-    /// Configuration whose [shadow] section gives ignore rules, unordered paths and baseline thresholds.
+    /// Configuration whose [shadow] section gives ignore rules, unordered paths and baseline
+    /// thresholds, and whose [compat] section (the translation's) tells which differences its
+    /// settings explain.
     #[arg(long, short, env = "V1COMPAT_CONFIG")]
     pub config: Option<PathBuf>,
     /// Write the HTML report here.
@@ -96,8 +100,15 @@ pub struct ReportArgs {
 /// nothing compared).
 pub fn report(args: &ReportArgs, cfg: &Config) -> Result<bool, String> {
     let shadow = &cfg.shadow;
-    let report = Report::load(&args.file, shadow.rules.clone(), shadow.thresholds)
-        .map_err(|e| format!("{}: {e}", args.file.display()))?;
+    // The translation's [compat] settings tell which differences they explain.
+    let report = Report::new(
+        &args.file.display().to_string(),
+        shadow.rules.clone(),
+        shadow.thresholds,
+    )
+    .with_compat(cfg.compat.clone())
+    .read(&args.file)
+    .map_err(|e| format!("{}: {e}", args.file.display()))?;
     print!("{}", report.text());
     if let Some(out) = &args.html {
         std::fs::write(out, report.html()).map_err(|e| format!("{}: {e}", out.display()))?;

@@ -39,7 +39,7 @@ pin_project_lite::pin_project! {
 }
 
 impl<F: Future> Coalesce<F> {
-    pub fn new(inner: F) -> Coalesce<F> {
+    pub(crate) fn new(inner: F) -> Coalesce<F> {
         Coalesce { inner, waker: None }
     }
 }
@@ -115,7 +115,7 @@ pin_project_lite::pin_project! {
 }
 
 impl<F: Future> WhenWoken<F> {
-    pub fn new(inner: F) -> WhenWoken<F> {
+    pub(crate) fn new(inner: F) -> WhenWoken<F> {
         WhenWoken { inner, gate: None }
     }
 }
@@ -162,7 +162,7 @@ impl<F: Future> Future for WhenWoken<F> {
 /// hyper's executor for what it spawns (the V2 client's connection tasks,
 /// HTTP/2 streams): tokio tasks, each wrapped in [`Coalesce`].
 #[derive(Clone, Copy, Debug, Default)]
-pub struct CoalescingExecutor;
+pub(crate) struct CoalescingExecutor;
 
 impl<F> hyper::rt::Executor<F> for CoalescingExecutor
 where

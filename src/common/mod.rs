@@ -5,8 +5,8 @@
 //! secrets for display ([`redact`]) and what settings checks share
 //! ([`checks`]).
 
-pub mod checks;
-pub mod coalesce;
+pub(crate) mod checks;
+pub(crate) mod coalesce;
 pub mod deadline;
-pub mod redact;
+pub(crate) mod redact;
 pub mod request_id;

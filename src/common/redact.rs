@@ -5,11 +5,11 @@
 //! the gateway.
 
 /// What a set secret prints as.
-pub const MASK: &str = "********";
+pub(crate) const MASK: &str = "********";
 
 /// A key holds a secret when its name says so (`service_key`, `…_token`,
 /// `…secret…`, `…password…`).
-pub fn is_secret(key: &str) -> bool {
+pub(crate) fn is_secret(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
     key == "key"
         || key.ends_with("_key")
@@ -25,7 +25,7 @@ pub fn is_secret(key: &str) -> bool {
 /// value of every query parameter whose name says secret (`?password=…`,
 /// PostgreSQL's `sslpassword`, `…token…`, `…key…`) masked; so too
 /// `password=…` in a PostgreSQL key/value connection string.
-pub fn mask_url(text: &str) -> String {
+pub(crate) fn mask_url(text: &str) -> String {
     // No scheme: a key/value connection string, or a URL without its
     // scheme (`user:pw@proxy:3128`, as proxy variables are often set).
     let (scheme, rest) = match text.split_once("://") {

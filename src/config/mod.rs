@@ -21,7 +21,7 @@ use crate::upstream::UpstreamSettings;
 mod env;
 mod keys;
 pub mod print;
-pub mod schema;
+pub(crate) mod schema;
 mod source;
 mod validate;
 

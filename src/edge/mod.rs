@@ -6,6 +6,6 @@
 //! Nothing here translates: a request leaves the edge as a
 //! [`crate::pipeline::RawV1Request`] and its answer comes back as bytes.
 
-pub mod conn;
+pub(crate) mod conn;
 pub mod server;
 pub mod tls;

@@ -17,7 +17,7 @@ use crate::ops::{int_of, string_of, Exchange};
 use crate::upstream::V2Call;
 use crate::v2::{Part, V2Path};
 
-pub fn v1_account(data: &Value, compat: &Compat) -> Value {
+pub(crate) fn v1_account(data: &Value, compat: &Compat) -> Value {
     let expiration = if compat.traffic_expiration_from_balance {
         int_of(data.get("balance_expiration_at")).unwrap_or(0)
     } else {
@@ -30,7 +30,7 @@ pub fn v1_account(data: &Value, compat: &Compat) -> Value {
     })
 }
 
-pub async fn account_info(ex: &Exchange<'_>, _body: &Body) -> Result<Value, GatewayError> {
+pub(crate) async fn account_info(ex: &Exchange<'_>, _body: &Body) -> Result<Value, GatewayError> {
     let path = V2Path::new(&[Part::Lit("users"), Part::Lit("account")]);
     let data = ex
         .call(V2Call::get(path).with_key(Some(ex.key()?)), Subject::Other)

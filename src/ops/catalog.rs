@@ -32,10 +32,10 @@ use crate::v1::Json;
 use crate::v2::{Part, Segment, V2Path};
 use v1compat_contract::dialect::EmptyStoreSearch;
 
-pub const STORE_DEFAULT_LIMIT: u64 = 10;
+pub(crate) const STORE_DEFAULT_LIMIT: u64 = 10;
 
 /// One V2 store page; no `keyword` lists every worker.
-pub fn store_call(keyword: Option<&str>, offset: u64, limit: u64) -> V2Call {
+pub(crate) fn store_call(keyword: Option<&str>, offset: u64, limit: u64) -> V2Call {
     V2Call::get(
         V2Path::new(&[Part::Lit("store")])
             .query_opt("keyword", keyword)
@@ -47,7 +47,7 @@ pub fn store_call(keyword: Option<&str>, offset: u64, limit: u64) -> V2Call {
 /// The V1 `search` as the V2 `keyword`: required and non-empty, except that
 /// under `compat.empty_store_search = "all"` a present but empty `search=`
 /// (the n8n V1 node's list dropdown) asks V2 for every worker.
-pub fn store_keyword(
+pub(crate) fn store_keyword(
     query: &Query<'_>,
     empty: EmptyStoreSearch,
 ) -> Result<Option<String>, GatewayError> {
@@ -61,7 +61,7 @@ pub fn store_keyword(
 /// Longer than this, a `search` names no worker (V2's `keyword` matches a
 /// title, slug or path) and is answered with an empty list without asking
 /// V2, as V1 answered it.
-pub const MAX_SEARCH_CHARS: usize = 200;
+pub(crate) const MAX_SEARCH_CHARS: usize = 200;
 
 /// A V2 store page's `data`, read without a `Value` tree: its `scraper` as
 /// [`list_of`] reads it, each item's fields as [`string_of`] reads them (see
@@ -125,7 +125,10 @@ struct V1Store<'a> {
     scraper: Vec<V1StoreItem<'a>>,
 }
 
-pub async fn store_search(ex: &Exchange<'_>, query: &Query<'_>) -> Result<Json, GatewayError> {
+pub(crate) async fn store_search(
+    ex: &Exchange<'_>,
+    query: &Query<'_>,
+) -> Result<Json, GatewayError> {
     let search = store_keyword(query, ex.settings().compat.dialect.empty_store_search)?;
     let max = ex.settings().max_page_size;
     // V1 set no upper bound: a larger `limit` gets the first `max` items
@@ -202,7 +205,7 @@ fn number(v: f64) -> Value {
 }
 
 /// V1 `parameters.system` from the V2 worker detail.
-pub fn v1_system(v2_system: Option<&Value>, memory_field: &str) -> Value {
+pub(crate) fn v1_system(v2_system: Option<&Value>, memory_field: &str) -> Value {
     let src = v2_system.and_then(Value::as_object);
     let mut out = Map::new();
     for (name, default) in SYSTEM_DEFAULTS {
@@ -234,7 +237,7 @@ pub fn v1_system(v2_system: Option<&Value>, memory_field: &str) -> Value {
 
 /// V1 `parameters.custom` from a V2 input schema: the descriptor with
 /// `properties` as an array of V1 property objects.
-pub fn v1_custom(schema: &Value) -> Value {
+pub(crate) fn v1_custom(schema: &Value) -> Value {
     let Some(obj) = schema.as_object() else {
         return json!({ "properties": [], "description": "" });
     };
@@ -291,7 +294,11 @@ fn v1_property(p: &Value, name: Option<&str>, required: &[&str]) -> Value {
     Value::Object(out)
 }
 
-pub fn v1_worker_detail(detail: &Value, schema: Option<&Value>, memory_field: &str) -> Value {
+pub(crate) fn v1_worker_detail(
+    detail: &Value,
+    schema: Option<&Value>,
+    memory_field: &str,
+) -> Value {
     let params = detail.get("parameters");
     let custom_src = schema
         .or_else(|| params.and_then(|p| p.get("custom")))
@@ -307,7 +314,10 @@ pub fn v1_worker_detail(detail: &Value, schema: Option<&Value>, memory_field: &s
     })
 }
 
-pub async fn worker_detail(ex: &Exchange<'_>, query: &Query<'_>) -> Result<Value, GatewayError> {
+pub(crate) async fn worker_detail(
+    ex: &Exchange<'_>,
+    query: &Query<'_>,
+) -> Result<Value, GatewayError> {
     let worker = ex.translator.worker_ids.translate(query.req("slug")?);
     let worker: &Segment = worker.known()?;
     let key = ex.key()?;
@@ -338,7 +348,10 @@ pub async fn worker_detail(ex: &Exchange<'_>, query: &Query<'_>) -> Result<Value
     ))
 }
 
-pub async fn proxy_regions(ex: &Exchange<'_>, query: &Query<'_>) -> Result<Value, GatewayError> {
+pub(crate) async fn proxy_regions(
+    ex: &Exchange<'_>,
+    query: &Query<'_>,
+) -> Result<Value, GatewayError> {
     let language = query
         .get("language")
         .map(str::trim)

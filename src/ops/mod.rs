@@ -25,16 +25,16 @@ pub use exchange::{Exchange, Fetched, Read};
 pub(crate) use json::{int_of, list_of, string_of};
 pub use settings::{Compat, Settings, WorkerIdSettings};
 
-pub mod account;
-pub mod catalog;
+pub(crate) mod account;
+pub(crate) mod catalog;
 pub mod input;
 pub mod logs;
 pub mod result_scan;
 pub mod results;
-pub mod run_actions;
+pub(crate) mod run_actions;
 pub mod run_records;
 pub mod wire;
-pub mod worker_ids;
+pub(crate) mod worker_ids;
 
 /// What the operations of one configuration snapshot share: the V2 client,
 /// the translation settings, the worker-id cache and the callback relay.

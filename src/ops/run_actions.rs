@@ -33,14 +33,14 @@ use crate::upstream::{ApiKey, V2Call};
 use crate::v2::{Part, RunStatus, Segment, V2Path};
 
 /// A checked V1 start-run body, ready to become the V2 call.
-pub struct StartRun {
+pub(crate) struct StartRun {
     pub worker: Segment,
     pub body: Value,
     /// The V1 result window of a synchronous run, with its V2 plan.
     pub sync: Option<(Window, Plan)>,
 }
 
-pub fn start_run_request(
+pub(crate) fn start_run_request(
     body: &Body,
     worker: Segment,
     max_page_size: u64,
@@ -127,7 +127,7 @@ const DEFAULTED_SYSTEM_FIELDS: [&str; 6] = [
 /// Applies the zero-means-default rule to a V1 `input.parameters.system`:
 /// a field V1 read as "the worker's default" is left out, which is how V2
 /// spells the same thing.
-pub fn v2_system(system: &mut Map<String, Value>) {
+pub(crate) fn v2_system(system: &mut Map<String, Value>) {
     // V1 read `1024.0` as the integer it is; V2 wants an integer.
     for name in ["memory", "execute_limit_time_seconds"] {
         if let Some(v) = system.get_mut(name) {
@@ -154,7 +154,7 @@ pub fn v2_system(system: &mut Map<String, Value>) {
 }
 
 /// `data.run_slug` of an asynchronous start, rerun or task run.
-pub fn v1_run_slug(data: &Value) -> Result<Value, GatewayError> {
+pub(crate) fn v1_run_slug(data: &Value) -> Result<Value, GatewayError> {
     match data.get("run_slug").and_then(Value::as_str) {
         Some(slug) => Ok(json!({ "run_slug": slug })),
         None => Err(GatewayError::Garbled("run answer without run_slug".into())),
@@ -174,7 +174,7 @@ fn to_millis(v: Option<&Value>) -> i64 {
 
 /// The V1 synchronous answer (facts §1.3) from the V2 one and the extra
 /// result pages fetched for windows above 100 rows.
-pub fn v1_sync(data: &Value, window: Window, plan: &Plan, extra_pages: &[Value]) -> Value {
+pub(crate) fn v1_sync(data: &Value, window: Window, plan: &Plan, extra_pages: &[Value]) -> Value {
     let completed = data
         .get("run_status")
         .and_then(Value::as_str)
@@ -204,7 +204,7 @@ pub fn v1_sync(data: &Value, window: Window, plan: &Plan, extra_pages: &[Value])
     })
 }
 
-pub async fn start_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
+pub(crate) async fn start_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
     let raw = body.req_str("scraper_slug")?;
     // V1 looked the worker up before it read the rest of the body: an id no
     // worker can have is 404 / 50001 whatever else is wrong.
@@ -283,7 +283,7 @@ async fn key_refused_or(ex: &Exchange<'_>, key: &ApiKey, err: GatewayError) -> G
     }
 }
 
-pub async fn start_task_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
+pub(crate) async fn start_task_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
     let task = input::task_id(body.req_str("task_slug")?);
     let callback = input::callback_url(body, true)?;
     let callback = ex
@@ -304,7 +304,7 @@ pub async fn start_task_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, Gat
     v1_run_slug(&data)
 }
 
-pub async fn rerun(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
+pub(crate) async fn rerun(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
     let run = body.run_slug()?;
     let callback = input::callback_url(body, true)?;
     let callback = ex
@@ -325,7 +325,7 @@ pub async fn rerun(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError
     v1_run_slug(&data)
 }
 
-pub async fn abort(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
+pub(crate) async fn abort(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
     let run = body.run_slug()?;
     let path = V2Path::new(&[
         Part::Lit("worker-runs"),

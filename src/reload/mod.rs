@@ -36,7 +36,7 @@ use crate::telemetry;
 use crate::upstream::{HttpUpstream, Upstream};
 
 pub mod gateway;
-pub mod triggers;
+pub(crate) mod triggers;
 
 /// The gateway the request path uses now.
 pub struct Live {

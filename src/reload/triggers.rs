@@ -20,7 +20,7 @@ use super::Reloader;
 const SETTLE: Duration = Duration::from_millis(200);
 
 /// The installed triggers; [`Triggers::run`] drives them.
-pub struct Triggers {
+pub(crate) struct Triggers {
     reloader: Arc<Reloader>,
     events: mpsc::UnboundedReceiver<()>,
     /// Kept alive for as long as the triggers run.
@@ -38,7 +38,7 @@ impl Triggers {
     /// Installs the SIGHUP handler and the directory watch now, so a signal
     /// or change from here on is not missed. Needs a Tokio runtime. A watch
     /// that cannot be set up is logged; SIGHUP still works.
-    pub fn install(reloader: Arc<Reloader>) -> Triggers {
+    pub(crate) fn install(reloader: Arc<Reloader>) -> Triggers {
         let (tx, events) = mpsc::unbounded_channel();
         let dirs = reloader.watched_dirs();
         let watcher = match watch_dirs(&dirs, tx) {
@@ -67,7 +67,7 @@ impl Triggers {
     }
 
     /// Reloads on every trigger, until dropped.
-    pub async fn run(mut self) {
+    pub(crate) async fn run(mut self) {
         loop {
             tokio::select! {
                 event = self.events.recv() => {

@@ -20,10 +20,10 @@ use tokio::task::JoinHandle;
 use crate::telemetry;
 
 /// What replaces a secret.
-pub const REDACTED: &str = "<redacted>";
+pub(crate) const REDACTED: &str = "<redacted>";
 
 /// Headers whose values are secrets.
-pub const SECRET_HEADERS: [&str; 2] = ["api-key", "authorization"];
+pub(crate) const SECRET_HEADERS: [&str; 2] = ["api-key", "authorization"];
 
 /// The V1 request as captured (and as `replay` reads it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -83,7 +83,7 @@ pub struct Record {
 }
 
 /// Unix milliseconds now.
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -113,7 +113,7 @@ fn may_hold_secret(lower: &str) -> bool {
 /// (`token=`, `api-key=`, `key=`, …) as a query parameter (also inside URLs in answers) with [`REDACTED`]. A name
 /// counts only as a whole parameter name: at the start, or after `?`, `&`,
 /// `;`, so `mytoken=` or `monkey=` are left alone.
-pub fn redact_text(s: &str) -> String {
+pub(crate) fn redact_text(s: &str) -> String {
     let lower = s.to_ascii_lowercase();
     if !may_hold_secret(&lower) {
         return s.to_owned();
@@ -152,7 +152,7 @@ pub fn redact_text(s: &str) -> String {
 }
 
 /// Redacts secret query values in every string of a JSON value.
-pub fn redact_value(v: &mut Value) {
+pub(crate) fn redact_value(v: &mut Value) {
     match v {
         Value::String(s) if may_hold_secret(&s.to_ascii_lowercase()) => *s = redact_text(s),
         Value::Array(a) => a.iter_mut().for_each(redact_value),
@@ -162,7 +162,7 @@ pub fn redact_value(v: &mut Value) {
 }
 
 /// A body as JSON, or its (lossy) text when it is not JSON; null when empty.
-pub fn body_value(bytes: &[u8]) -> Value {
+pub(crate) fn body_value(bytes: &[u8]) -> Value {
     if bytes.is_empty() {
         return Value::Null;
     }
@@ -173,7 +173,7 @@ pub fn body_value(bytes: &[u8]) -> Value {
 }
 
 /// The headers worth keeping, key values redacted.
-pub fn captured_headers(headers: &http::HeaderMap) -> BTreeMap<String, String> {
+pub(crate) fn captured_headers(headers: &http::HeaderMap) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for name in SECRET_HEADERS {
         if headers.contains_key(name) {
@@ -190,7 +190,7 @@ pub fn captured_headers(headers: &http::HeaderMap) -> BTreeMap<String, String> {
 }
 
 /// Writes [`Record`]s as JSON lines from a background task.
-pub struct CaptureWriter {
+pub(crate) struct CaptureWriter {
     tx: mpsc::Sender<Queued>,
     task: JoinHandle<std::io::Result<u64>>,
 }
@@ -203,11 +203,11 @@ enum Queued {
 }
 
 /// Lines queued before the live mirror starts dropping them.
-pub const QUEUE: usize = 1024;
+pub(crate) const QUEUE: usize = 1024;
 
 impl CaptureWriter {
     /// Opens `path` (appending, or truncating it first) and starts the writer.
-    pub fn start(path: &Path, append: bool) -> std::io::Result<CaptureWriter> {
+    pub(crate) fn start(path: &Path, append: bool) -> std::io::Result<CaptureWriter> {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .write(true)
@@ -244,20 +244,20 @@ impl CaptureWriter {
     }
 
     /// Queues a line without waiting; drops (and counts) it when full.
-    pub fn offer(&self, rec: Record) {
+    pub(crate) fn offer(&self, rec: Record) {
         if self.tx.try_send(Queued::Line(Box::new(rec))).is_err() {
             metrics::counter!(telemetry::SHADOW_CAPTURE_DROPPED).increment(1);
         }
     }
 
     /// Queues a line, waiting for room.
-    pub async fn write(&self, rec: Record) {
+    pub(crate) async fn write(&self, rec: Record) {
         let _ = self.tx.send(Queued::Line(Box::new(rec))).await;
     }
 
     /// Waits until every line queued so far is written and flushed to the
     /// file (the file stays open). Returns at once if the writer has failed.
-    pub async fn flush(&self) {
+    pub(crate) async fn flush(&self) {
         let (done, written) = oneshot::channel();
         if self.tx.send(Queued::Flush(done)).await.is_ok() {
             let _ = written.await;
@@ -265,7 +265,7 @@ impl CaptureWriter {
     }
 
     /// Closes the queue and waits until every line is on disk.
-    pub async fn finish(self) -> std::io::Result<u64> {
+    pub(crate) async fn finish(self) -> std::io::Result<u64> {
         drop(self.tx);
         self.task.await.map_err(std::io::Error::other)?
     }

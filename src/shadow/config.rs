@@ -144,7 +144,7 @@ impl Default for ShadowConfig {
 }
 
 /// Checks the section, pushing every problem onto `p`.
-pub fn validate(s: &ShadowSection, p: &mut Vec<String>) -> ShadowConfig {
+pub(crate) fn validate(s: &ShadowSection, p: &mut Vec<String>) -> ShadowConfig {
     let legacy_base_url = match s.legacy_base_url.as_str() {
         "" => {
             if s.enabled {

@@ -36,8 +36,8 @@ use crate::telemetry;
 use crate::upstream::UpstreamFailure;
 use crate::v1::route::Operation;
 
-pub mod capture;
-pub mod config;
+pub(crate) mod capture;
+pub(crate) mod config;
 pub mod diff;
 pub mod legacy;
 pub mod replay;

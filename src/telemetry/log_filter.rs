@@ -34,7 +34,7 @@ fn target(directive: &str) -> Option<&str> {
 }
 
 /// What is wrong with `level` as `log.level`, if anything.
-pub fn problem(level: &str) -> Option<String> {
+pub(crate) fn problem(level: &str) -> Option<String> {
     let filter = normalised(level);
     if filter.is_empty() {
         return Some(format!(
@@ -60,7 +60,7 @@ pub fn problem(level: &str) -> Option<String> {
 /// directories, a log written there included, which would feed itself at
 /// `trace`: unless the filter names it, it is held at `warn`, or at the
 /// filter's own level where that is quieter.
-pub fn filter(level: &str) -> EnvFilter {
+pub(crate) fn filter(level: &str) -> EnvFilter {
     let mut filter = normalised(level);
     let names_notify = directives(level)
         .filter_map(target)

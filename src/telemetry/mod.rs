@@ -13,7 +13,7 @@ pub mod handles;
 mod histograms;
 mod json_lines;
 pub mod log_batch;
-pub mod log_filter;
+pub(crate) mod log_filter;
 mod series;
 mod sleeper;
 

@@ -27,15 +27,15 @@ use crate::upstream::UpstreamFailure;
 
 /// Connect timeout of a client that has no setting of its own (the legacy
 /// V1 service), and the default of `upstream.connect_timeout_ms`.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long an idle connection of a side client (legacy V1, callback
 /// targets) stays pooled: their traffic is a sample or a trickle, so
 /// connections are not kept as long as the upstream's.
-pub const SIDE_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const SIDE_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Idle connections the legacy V1 client keeps per host.
-pub const SIDE_MAX_IDLE_PER_HOST: usize = 32;
+pub(crate) const SIDE_MAX_IDLE_PER_HOST: usize = 32;
 
 /// The proxy-aware HTTP/1.1 + HTTP/2 client of the upstream and the legacy
 /// V1 service.
@@ -43,7 +43,7 @@ pub(crate) type HyperClient = Client<HttpsConnector<ProxyConnector>, Full<Bytes>
 
 /// Parses the base URL configured under `key` and checks it as the clients
 /// will when they are built, so a configuration that validates builds.
-pub fn parse_base_url(key: &str, text: &str) -> Result<url::Url, String> {
+pub(crate) fn parse_base_url(key: &str, text: &str) -> Result<url::Url, String> {
     let url = url::Url::parse(text)
         .ok()
         .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())

@@ -21,7 +21,7 @@ use crate::common::request_id::RequestId;
 use crate::v2::V2Path;
 
 mod client;
-pub mod http_client;
+pub(crate) mod http_client;
 mod pool;
 pub(crate) mod proxy;
 mod retry;

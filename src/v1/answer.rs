@@ -72,7 +72,7 @@ impl PartialEq for AnswerBytes {
 /// head and a one-buffer body); or a body made as one buffer elsewhere (the
 /// callback relay's).
 #[derive(Debug)]
-pub enum AnswerBody {
+pub(crate) enum AnswerBody {
     Parts { parts: [Bytes; 3], next: usize },
     Full(Full<Bytes>),
 }

@@ -2,7 +2,7 @@
 //! `message`, `data`), the integer run statuses and the application codes and
 //! messages of the retired V1 service.
 
-pub mod answer;
+pub(crate) mod answer;
 pub mod route;
 
 use bytes::Bytes;

@@ -3,7 +3,7 @@
 //! envelope it reads back (whole, or with `data` typed by the readers of
 //! `ops::wire`), and the run status vocabulary.
 
-pub mod routes;
+pub(crate) mod routes;
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use std::borrow::Cow;

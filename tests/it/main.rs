@@ -1,8 +1,9 @@
 //! The integration suite, one binary: golden V1↔V2 cases, end-to-end
 //! gateway and CLI tests, the differential test (native V1 vs translation),
-//! the upstream client, the sandbox and shadow testing, each against
-//! in-process servers on port 0, and the client conformance suite (the
-//! published V1 Python SDK against `v1compat sandbox`).
+//! the upstream client, the sandbox and shadow testing (its report also in
+//! headless Chromium), each against in-process servers on port 0, and the
+//! client conformance suite (the published V1 Python SDK against
+//! `v1compat sandbox`).
 
 mod architecture;
 mod callbacks;
@@ -26,6 +27,7 @@ mod reload;
 mod required_tools;
 mod schemathesis;
 mod shadow;
+mod shadow_report;
 mod signals;
 mod support;
 mod tls;

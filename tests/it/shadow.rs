@@ -27,14 +27,14 @@ const AMAZON: &str = "coreclaw/amazon-product-by-asin";
 const BROKEN: &str = "01KE6Q8S0T2V4W6Y8Z0A2C4E6G";
 
 /// A sandbox with three finished runs (two succeeded, one failed).
-struct World {
-    sandbox: Sandbox,
+pub(crate) struct World {
+    pub(crate) sandbox: Sandbox,
     runs: Vec<String>,
     dir: tempfile::TempDir,
 }
 
 impl World {
-    async fn start() -> World {
+    pub(crate) async fn start() -> World {
         let v2 = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let v1 = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let sandbox = Sandbox::start(SandboxConfig::default(), v2, v1)
@@ -78,22 +78,22 @@ impl World {
         }
     }
 
-    fn key(&self) -> &str {
+    pub(crate) fn key(&self) -> &str {
         self.sandbox.api_key()
     }
 
-    fn legacy_url(&self) -> url::Url {
+    pub(crate) fn legacy_url(&self) -> url::Url {
         format!("http://{}", self.sandbox.v1_addr())
             .parse()
             .unwrap()
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
     /// Gateway configuration against the sandbox's V2, plus `extra` TOML.
-    fn config(&self, extra: &str) -> String {
+    pub(crate) fn config(&self, extra: &str) -> String {
         format!(
             "[upstream]\nbase_url = \"http://{}\"\nservice_key = \"{}\"\n[log]\nlevel = \"warn\"\n{extra}",
             self.sandbox.v2_addr(),
@@ -113,7 +113,7 @@ impl World {
     }
 
     /// A request list over every read-only operation, errors included.
-    fn requests(&self) -> PathBuf {
+    pub(crate) fn requests(&self) -> PathBuf {
         let [a, b, c] = [&self.runs[0], &self.runs[1], &self.runs[2]];
         let mut lines = vec![
             json!({"path": "/api/store", "query": "search=scraper&limit=5"}),
@@ -150,7 +150,12 @@ impl World {
         path
     }
 
-    fn options(&self, input: &Path, out: &str, translated: TranslatedSide) -> ReplayOptions {
+    pub(crate) fn options(
+        &self,
+        input: &Path,
+        out: &str,
+        translated: TranslatedSide,
+    ) -> ReplayOptions {
         ReplayOptions {
             input: input.to_owned(),
             out: self.path(out),
@@ -176,13 +181,21 @@ impl World {
 /// says it runs with them.
 const RULES: &str = "";
 
-fn write_lines(path: &Path, lines: &[Value]) {
+pub(crate) fn write_lines(path: &Path, lines: &[Value]) {
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
     std::fs::write(path, text).unwrap();
 }
 
-fn report_of(path: &Path, cfg: &v1compat::config::Config) -> Report {
-    Report::load(path, cfg.shadow.rules.clone(), cfg.shadow.thresholds).unwrap()
+/// The report of a capture under `cfg`'s rules, explained by its `[compat]`.
+pub(crate) fn report_of(path: &Path, cfg: &v1compat::config::Config) -> Report {
+    Report::new(
+        &path.display().to_string(),
+        cfg.shadow.rules.clone(),
+        cfg.shadow.thresholds,
+    )
+    .with_compat(cfg.compat.clone())
+    .read(path)
+    .unwrap()
 }
 
 /// The sandbox's native V1 and the translation agree on every read-only
@@ -252,7 +265,8 @@ async fn replay_through_a_gateway_finds_no_difference() {
 }
 
 /// One compat setting changed on the translated side: the report names that
-/// operation and field, and nothing else.
+/// operation and the renamed field as one difference, explained by the
+/// setting, and nothing else.
 #[tokio::test]
 async fn a_translation_fault_is_named_and_nothing_else() {
     let w = World::start().await;
@@ -266,20 +280,21 @@ async fn a_translation_fault_is_named_and_nothing_else() {
     let report = report_of(&opts.out, &cfg);
     let text = report.text();
     println!("{text}");
+    let rename = "data.parameters.system.memory_bytes → data.parameters.system.memory";
     assert_eq!(
         report.real_fields(),
-        vec![
-            (
-                "worker_detail".to_owned(),
-                "data.parameters.system.memory".to_owned(),
-                2
-            ),
-            (
-                "worker_detail".to_owned(),
-                "data.parameters.system.memory_bytes".to_owned(),
-                2
-            ),
-        ],
+        vec![("worker_detail".to_owned(), rename.to_owned(), 2)],
+        "{text}"
+    );
+    let why = report.explanations("worker_detail", rename);
+    assert_eq!(why.len(), 1, "{why:?}");
+    assert!(why[0].checked);
+    assert_eq!(
+        why[0].setting.as_deref(),
+        Some("compat.worker_memory_field = \"memory\"")
+    );
+    assert!(
+        text.contains("explained by compat.worker_memory_field = \"memory\""),
         "{text}"
     );
     for (op, t) in &report.tally.ops {
@@ -291,11 +306,10 @@ async fn a_translation_fault_is_named_and_nothing_else() {
         );
         assert_eq!(t.failed, 0);
     }
-    let sample =
-        &report.tally.ops["worker_detail"].fields["data.parameters.system.memory_bytes"].samples[0];
-    assert!(sample.legacy.is_some() && sample.translated.is_none());
+    let sample = &report.tally.ops["worker_detail"].fields[rename].samples[0];
+    assert!(sample.legacy.is_some() && sample.translated == sample.legacy);
     let html = report.html();
-    assert!(html.contains("data.parameters.system.memory_bytes"));
+    assert!(html.contains(&format!("renamed {rename}")));
 }
 
 /// With a baseline, a field that differs on every call (the signed export
@@ -350,7 +364,7 @@ async fn baseline_hides_volatile_fields_that_are_otherwise_reported() {
 }
 
 /// A gateway against the sandbox's V2 with `extra` configuration.
-async fn gateway(w: &World, extra: &str) -> TestGateway {
+pub(crate) async fn gateway(w: &World, extra: &str) -> TestGateway {
     let text = w.config(extra);
     let cfg = v1compat::config::load(&text, Vec::new()).unwrap();
     let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());

@@ -27,7 +27,7 @@ use super::event::{rank, store_id, Event, State};
 
 pub mod memory;
 pub mod postgres;
-pub mod redb;
+pub(crate) mod redb;
 
 #[derive(Debug, thiserror::Error)]
 #[error("callback store: {0}")]

@@ -21,7 +21,7 @@ const EVENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("events");
 const RUNS: TableDefinition<&str, ()> = TableDefinition::new("runs");
 const STATES: TableDefinition<&str, ()> = TableDefinition::new("states");
 
-pub struct RedbStore {
+pub(crate) struct RedbStore {
     db: Arc<Database>,
 }
 
@@ -216,7 +216,7 @@ fn holders(path: &Path) -> Vec<String> {
 
 impl RedbStore {
     /// Opens (or creates) the file and clears leases a dead process left.
-    pub fn open(path: &Path) -> StoreResult<RedbStore> {
+    pub(crate) fn open(path: &Path) -> StoreResult<RedbStore> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|err| e(format!("{}: {err}", dir.display())))?;
         }

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 /// What [`Activity::quiet_for`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Quiet {
+pub(crate) enum Quiet {
     /// No request has been in progress for the idle timeout.
     Idle,
     /// An HTTP/1 connection has had no request in progress for the head
@@ -26,7 +26,7 @@ pub enum Quiet {
 }
 
 #[derive(Default)]
-pub struct Activity {
+pub(crate) struct Activity {
     state: Mutex<State>,
     changed: Notify,
     /// Bytes read from the socket so far (kept by the connection's IO).
@@ -70,7 +70,7 @@ impl Default for State {
 
 /// What [`Activity::write_stalled`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stall {
+pub(crate) enum Stall {
     /// The socket took no byte while the connection had bytes to write.
     Socket,
     /// An answer's body was not asked for more, and no other answer of the
@@ -126,7 +126,7 @@ impl StallWatch {
 /// One answer's body, between hyper and the client: whether hyper has yet
 /// to ask it for more (counted in [`Activity`] while so). Dropped with the
 /// body.
-pub struct Writer {
+pub(crate) struct Writer {
     activity: Arc<Activity>,
     waiting: bool,
 }
@@ -134,7 +134,7 @@ pub struct Writer {
 impl Writer {
     /// The body has more to give, and hyper will ask for it when it can
     /// write it.
-    pub fn wait(&mut self) {
+    pub(crate) fn wait(&mut self) {
         if !self.waiting {
             self.waiting = true;
             self.activity.waiting.fetch_add(1, Ordering::AcqRel);
@@ -142,7 +142,7 @@ impl Writer {
     }
 
     /// Hyper asked the body for more.
-    pub fn asked(&mut self) {
+    pub(crate) fn asked(&mut self) {
         if self.waiting {
             self.waiting = false;
             self.activity.asked.fetch_add(1, Ordering::AcqRel);
@@ -160,16 +160,16 @@ impl Drop for Writer {
 
 /// Keeps the connection busy while alive: a request being served, or the
 /// rest of a refused body being read and thrown away.
-pub struct Busy(Arc<Activity>);
+pub(crate) struct Busy(Arc<Activity>);
 
 impl Busy {
     /// The connection it keeps busy.
-    pub fn activity(&self) -> &Activity {
+    pub(crate) fn activity(&self) -> &Activity {
         &self.0
     }
 
     /// A [`Writer`] for the answer of the request it keeps busy.
-    pub fn writer(&self) -> Writer {
+    pub(crate) fn writer(&self) -> Writer {
         self.0.writer()
     }
 }
@@ -186,12 +186,14 @@ impl Drop for Busy {
 }
 
 impl Activity {
-    pub fn new() -> Arc<Activity> {
+    /// A connection of no socket (the tests').
+    #[cfg(test)]
+    pub(crate) fn new() -> Arc<Activity> {
         Arc::new(Activity::default())
     }
 
     /// A connection from `peer`.
-    pub fn with_peer(peer: std::net::SocketAddr) -> Arc<Activity> {
+    pub(crate) fn with_peer(peer: std::net::SocketAddr) -> Arc<Activity> {
         Arc::new(Activity {
             peer: Some(peer),
             ..Activity::default()
@@ -199,7 +201,7 @@ impl Activity {
     }
 
     /// The client's address, when the connection came from a socket.
-    pub fn peer(&self) -> Option<std::net::SocketAddr> {
+    pub(crate) fn peer(&self) -> Option<std::net::SocketAddr> {
         self.peer
     }
 
@@ -209,7 +211,7 @@ impl Activity {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn begin(self: &Arc<Self>) -> Busy {
+    pub(crate) fn begin(self: &Arc<Self>) -> Busy {
         // `since` is left as it is: no deadline counts from it while a
         // request is in progress, and the request's end sets it.
         self.lock().active += 1;
@@ -217,12 +219,12 @@ impl Activity {
         Busy(self.clone())
     }
 
-    pub fn add_read(&self, n: usize) {
+    pub(crate) fn add_read(&self, n: usize) {
         self.read.fetch_add(n as u64, Ordering::AcqRel);
     }
 
     /// `n` bytes written to the socket: it has room again.
-    pub fn add_written(&self, n: usize) {
+    pub(crate) fn add_written(&self, n: usize) {
         self.written.fetch_add(n as u64, Ordering::AcqRel);
         if self.write_blocked.load(Ordering::Acquire) {
             self.write_blocked.store(false, Ordering::Release);
@@ -230,12 +232,12 @@ impl Activity {
     }
 
     /// A write found the socket's buffer full.
-    pub fn write_blocked(&self) {
+    pub(crate) fn write_blocked(&self) {
         self.write_blocked.store(true, Ordering::Release);
     }
 
     /// A [`Writer`] for one answer's body, not yet waiting.
-    pub fn writer(self: &Arc<Self>) -> Writer {
+    pub(crate) fn writer(self: &Arc<Self>) -> Writer {
         Writer {
             activity: self.clone(),
             waiting: false,
@@ -262,7 +264,7 @@ impl Activity {
     /// check is a sample of four counters every quarter of `timeout`, for as
     /// long as the connection is open; the requests themselves only count,
     /// and take no timer.
-    pub async fn write_stalled(&self, timeout: Duration) -> Stall {
+    pub(crate) async fn write_stalled(&self, timeout: Duration) -> Stall {
         let period = (timeout / STALL_SAMPLES).max(Duration::from_millis(1));
         let mut tick = tokio::time::interval(period);
         // Late ticks make intervals longer, never shorter: a stall is
@@ -277,37 +279,37 @@ impl Activity {
         }
     }
 
-    pub fn saw_http2(&self) {
+    pub(crate) fn saw_http2(&self) {
         self.http2.store(true, Ordering::Release);
     }
 
-    pub fn is_http2(&self) -> bool {
+    pub(crate) fn is_http2(&self) -> bool {
         self.http2.load(Ordering::Acquire)
     }
 
     /// Marks the connection cut (see [`Activity::is_cut`]).
-    pub fn cut(&self) {
+    pub(crate) fn cut(&self) {
         self.cut.store(true, Ordering::Release);
     }
 
-    pub fn is_cut(&self) -> bool {
+    pub(crate) fn is_cut(&self) -> bool {
         self.cut.load(Ordering::Acquire)
     }
 
-    pub fn active(&self) -> usize {
+    pub(crate) fn active(&self) -> usize {
         self.lock().active
     }
 
     /// Nothing in progress and every byte read so far was part of a
     /// finished request.
-    pub fn is_clean(&self) -> bool {
+    pub(crate) fn is_clean(&self) -> bool {
         let s = self.lock();
         s.active == 0 && s.mark == self.read.load(Ordering::Acquire)
     }
 
     /// Resolves once the connection has had nothing in progress for `idle`:
     /// [`Activity::quiet_for`] with no head deadline.
-    pub async fn idle_for(&self, idle: Duration) {
+    pub(crate) async fn idle_for(&self, idle: Duration) {
         self.quiet_for(Duration::MAX, Some(idle)).await;
     }
 
@@ -323,7 +325,7 @@ impl Activity {
     /// touches the timer nor wakes the connection's task, and the head
     /// deadline of HTTP/1 costs a request no timer of its own (hyper's took
     /// one for every request, and a wake-up to arm it).
-    pub async fn quiet_for(&self, head: Duration, idle: Option<Duration>) -> Quiet {
+    pub(crate) async fn quiet_for(&self, head: Duration, idle: Option<Duration>) -> Quiet {
         // The nearest deadline counted from `since`; none if neither applies
         // (or cannot be represented).
         let due = |since: Instant| {
@@ -372,7 +374,7 @@ impl Activity {
     }
 
     /// Resolves on the next change of the in-progress count.
-    pub async fn changed(&self) {
+    pub(crate) async fn changed(&self) {
         self.changed.notified().await;
     }
 }

@@ -21,7 +21,7 @@ use super::settings::ConnSettings;
 
 /// Why a body was not read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BodyError {
+pub(crate) enum BodyError {
     #[error("body is larger than {0} bytes")]
     TooLarge(usize),
     #[error("body was not received within {0:?}")]
@@ -34,18 +34,18 @@ pub enum BodyError {
 /// the connection ([`super::serve_each`]) so a body discard keeps the
 /// connection counted busy.
 #[derive(Clone)]
-pub struct ConnHandle(pub(crate) Arc<Activity>);
+pub(crate) struct ConnHandle(pub(crate) Arc<Activity>);
 
 impl ConnHandle {
     /// The client's address (the TCP peer, which may be a proxy).
-    pub fn peer(&self) -> Option<std::net::SocketAddr> {
+    pub(crate) fn peer(&self) -> Option<std::net::SocketAddr> {
         self.0.peer()
     }
 }
 
 /// What reading one request's body needs to know of its head, taken before
 /// the head is handed on.
-pub struct BodyReader {
+pub(crate) struct BodyReader {
     /// The declared length (`Content-Length`), as hyper read it.
     declared: Option<u64>,
     /// Whether a body declared over the limit is yet to be sent, on
@@ -66,7 +66,7 @@ pub struct BodyReader {
 impl BodyReader {
     /// For reading `body`, at most `limit` bytes, of the request `parts`,
     /// which came on the connection `conn` (see [`super::serve_each`]).
-    pub fn new(
+    pub(crate) fn new(
         parts: &Parts,
         body: &Incoming,
         limit: usize,
@@ -96,7 +96,7 @@ impl BodyReader {
     /// Reads the whole body, at most the reader's limit. Not an `async fn`,
     /// which would hold the reader and the body twice.
     #[allow(clippy::manual_async_fn)]
-    pub fn read(self, mut body: Incoming) -> impl Future<Output = Result<Bytes, BodyError>> {
+    pub(crate) fn read(self, mut body: Incoming) -> impl Future<Output = Result<Bytes, BodyError>> {
         async move {
             let limit = self.limit;
             if self.declared.is_some_and(|len| len > limit as u64) {

@@ -27,12 +27,12 @@
 //! frames, a head that never completes) is closed without one; the README
 //! lists these cases.
 
-pub mod activity;
-pub mod body;
-pub mod drain;
+pub(crate) mod activity;
+pub(crate) mod body;
+pub(crate) mod drain;
 mod refusal;
 mod service;
-pub mod settings;
+pub(crate) mod settings;
 mod stream;
 
 use std::convert::Infallible;
@@ -51,11 +51,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-pub use body::{BodyError, BodyReader, ConnHandle};
-pub use drain::Drain;
-pub use refusal::ProtocolAnswer;
-pub use service::CutAnswer;
-pub use settings::{ConnSettings, ConnectionSection};
+pub(crate) use body::{BodyError, BodyReader, ConnHandle};
+pub(crate) use drain::Drain;
+pub(crate) use service::CutAnswer;
+pub(crate) use settings::{ConnSettings, ConnectionSection};
 
 use crate::common::coalesce::{Coalesce, CoalescingExecutor, WhenWoken};
 use crate::telemetry::{OPEN_CONNECTIONS, SHED_CONNECTIONS, WRITE_STALLED_CONNECTIONS};
@@ -79,7 +78,7 @@ const CUT_WRITE_BOUND: Duration = Duration::from_secs(2);
 
 /// What a listener answers in the cases the connection layer handles alone.
 #[derive(Clone, Copy)]
-pub struct Answers {
+pub(crate) struct Answers {
     /// A request still in progress at the grace deadline.
     pub cut: CutAnswer,
     /// A connection over the cap (written as raw HTTP/1.1 before closing).
@@ -91,7 +90,7 @@ pub struct Answers {
 }
 
 /// One listener's connection handling.
-pub struct Listener {
+pub(crate) struct Listener {
     pub name: &'static str,
     /// TLS on this listener, when configured.
     pub tls: Option<crate::edge::tls::Acceptor>,
@@ -102,7 +101,7 @@ pub struct Listener {
 
 /// The connection cap that the process's open-file limit allows, after
 /// raising the soft limit as far as the hard one permits.
-pub fn effective_cap(wanted: usize, listener: &str) -> usize {
+pub(crate) fn effective_cap(wanted: usize, listener: &str) -> usize {
     #[cfg(unix)]
     {
         let limit = rlimit::increase_nofile_limit(u64::MAX).unwrap_or(0);
@@ -126,7 +125,7 @@ pub fn effective_cap(wanted: usize, listener: &str) -> usize {
 
 /// Serves `listener` until `drain` is stopped, then drains: see [`drain`].
 /// Every connection gets a clone of `service`.
-pub async fn serve<S, B>(
+pub(crate) async fn serve<S, B>(
     listener: TcpListener,
     service: S,
     conf: Listener,
@@ -149,7 +148,7 @@ where
 /// connection's handle, which the service hands to the request's
 /// [`BodyReader`]: given once a connection, not put into every request's
 /// extensions (a map allocated and freed a request).
-pub async fn serve_each<M, S, B>(
+pub(crate) async fn serve_each<M, S, B>(
     listener: TcpListener,
     service_of: M,
     conf: Listener,
@@ -429,7 +428,7 @@ async fn shed(mut stream: TcpStream, answer: Bytes, _slot: OwnedSemaphorePermit)
 
 /// A complete response as HTTP/1.1 bytes, for the few answers written
 /// without hyper. Always `Connection: close`.
-pub fn http1_bytes<B: http_body::Body<Data = Bytes>>(resp: Response<B>) -> Bytes {
+pub(crate) fn http1_bytes<B: http_body::Body<Data = Bytes>>(resp: Response<B>) -> Bytes {
     let (parts, body) = resp.into_parts();
     let len = body.size_hint().exact().unwrap_or(0);
     let body = futures_util::FutureExt::now_or_never(http_body_util::BodyExt::collect(body))

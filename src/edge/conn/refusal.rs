@@ -27,7 +27,7 @@ use super::activity::Activity;
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
 
 /// The raw HTTP/1.1 answer that replaces hyper's own for a status.
-pub type ProtocolAnswer = fn(StatusCode) -> Bytes;
+pub(crate) type ProtocolAnswer = fn(StatusCode) -> Bytes;
 
 pub(super) struct Refusals<IO> {
     inner: IO,

@@ -28,7 +28,7 @@ use super::drain::Drain;
 use crate::common::coalesce::WhenWoken;
 
 /// Builds the answer to a request cut at the grace deadline.
-pub type CutAnswer = fn() -> Response<Full<Bytes>>;
+pub(crate) type CutAnswer = fn() -> Response<Full<Bytes>>;
 
 pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

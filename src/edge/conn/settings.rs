@@ -73,7 +73,7 @@ impl Default for ConnSettings {
 }
 
 /// Checks the section, adding one line per problem to `problems`.
-pub fn validate(s: &ConnectionSection, problems: &mut Vec<String>) -> ConnSettings {
+pub(crate) fn validate(s: &ConnectionSection, problems: &mut Vec<String>) -> ConnSettings {
     if s.max_connections == 0 {
         problems.push("connections.max_connections: must be greater than 0".into());
     }

@@ -25,7 +25,7 @@ use crate::shadow::Mirror;
 use crate::v1::answer::{AnswerBody, AnswerBytes};
 use v1compat_contract::dialect::Dialect;
 
-pub mod admin;
+pub(crate) mod admin;
 mod front;
 pub mod operator;
 mod reachability;

@@ -15,17 +15,21 @@
 //! disagreements exceed legacy-vs-legacy ones by the relative and absolute
 //! thresholds of [`Thresholds`].
 //!
-//! Files: this one compares one pair (`compare`, rules, paths); `tally`
-//! aggregates many comparisons and judges noise against the baseline.
+//! Files: this one compares one pair (`compare`, rules, paths); `rename`
+//! pairs a field missing on one side with the same value added under
+//! another name on the other, so a rename counts once; `tally` aggregates
+//! many comparisons and judges noise against the baseline.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod rename;
 mod tally;
 
-pub use tally::{FieldTally, OpTally, Sample, Tally, Thresholds, SAMPLES_PER_FIELD};
+pub use rename::{findings, Finding, RENAME_ARROW};
+pub use tally::{Added, FieldTally, OpTally, Sample, Tally, Thresholds, SAMPLES_PER_FIELD};
 
 /// One side's reply as the V1 client would see it: status and envelope
 /// JSON, borrowed for one comparison.
@@ -455,7 +459,8 @@ mod tests {
             .into_iter()
             .map(|(_, p, _)| p)
             .collect();
-        assert_eq!(real, vec!["data.memory", "data.memory_bytes"]);
+        // One rename, not two unrelated fields.
+        assert_eq!(real, vec!["data.memory → data.memory_bytes"]);
         assert_eq!(
             tally
                 .noise_fields(&th)
@@ -466,7 +471,9 @@ mod tests {
         );
         assert_eq!(tally.differing_requests("w", &th), 10);
         assert_eq!(
-            tally.ops["w"].fields["data.memory"].samples.len(),
+            tally.ops["w"].fields["data.memory → data.memory_bytes"]
+                .samples
+                .len(),
             SAMPLES_PER_FIELD
         );
     }

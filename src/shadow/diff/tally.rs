@@ -1,14 +1,16 @@
 //! Aggregation and noise judgement, off the request path: many pair
-//! comparisons counted per operation and normalised field path, ignore-rule
-//! hits counted, and a field judged real or noise against the baseline
-//! (legacy-vs-legacy disagreements) under [`Thresholds`].
+//! comparisons counted per operation and finding (a normalised field path,
+//! or a rename: see [`rename`](super::rename)), ignore-rule hits counted, and
+//! a finding judged real or noise against the baseline (legacy-vs-legacy
+//! disagreements) under [`Thresholds`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{compare, Comparison, FieldDiff, Reply, Rules};
+use super::rename::{findings, Finding};
+use super::{compare, Reply, Rules};
 
 /// When a baseline marks a field as noise. See [`Tally::is_real`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -36,15 +38,22 @@ impl Default for Thresholds {
 /// A differing pair kept as an example (values already redacted).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Sample {
+    /// The request's place among everything added ([`Tally::added`]), unique
+    /// even where captured ids are not.
+    pub seq: u64,
     pub id: String,
     pub path: String,
+    /// For a rename, the translated side's path.
+    pub renamed_to: Option<String>,
     pub legacy: Option<Value>,
     pub translated: Option<Value>,
 }
 
-/// Counts of one normalised field path of one operation.
+/// Counts of one finding (normalised field path, or rename) of one operation.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct FieldTally {
+    /// Whether the finding is a rename (its key holds both paths).
+    pub rename: bool,
     /// Requests where translated and legacy disagreed on it.
     pub translated: u64,
     /// Requests where two legacy calls disagreed on it.
@@ -74,6 +83,19 @@ pub struct Tally {
     pub ops: BTreeMap<String, OpTally>,
     /// Differences hidden by each ignore rule, by rule index.
     pub rule_hits: Vec<u64>,
+    /// Requests added so far, compared or not.
+    pub added: u64,
+}
+
+/// What [`Tally::add`] found in one request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Added {
+    /// Its findings, renames paired, in path order.
+    pub findings: Vec<Finding>,
+    /// Whether it was kept as a sample of at least one finding.
+    pub sampled: bool,
+    /// Its [`Sample::seq`].
+    pub seq: u64,
 }
 
 /// Differing pairs kept per field.
@@ -84,11 +106,13 @@ impl Tally {
         Tally {
             ops: BTreeMap::new(),
             rule_hits: vec![0; rules.ignore.len()],
+            added: 0,
         }
     }
 
     /// A request whose other side gave no answer.
     pub fn add_failed(&mut self, op: &str) {
+        self.added += 1;
         let o = self.ops.entry(op.to_owned()).or_default();
         o.requests += 1;
         o.failed += 1;
@@ -103,26 +127,35 @@ impl Tally {
         translated: Reply<'_>,
         baseline: Option<Reply<'_>>,
         rules: &Rules,
-    ) -> Comparison {
+    ) -> Added {
+        let seq = self.added;
+        self.added += 1;
         let cmp = compare(op, legacy, translated, rules);
         for &i in &cmp.ignored {
             if let Some(h) = self.rule_hits.get_mut(i) {
                 *h += 1;
             }
         }
+        let found = findings(&cmp.diffs);
         let o = self.ops.entry(op.to_owned()).or_default();
         o.requests += 1;
         o.compared += 1;
         let mut seen = BTreeSet::new();
-        for d in &cmp.diffs {
-            let f = o.fields.entry(d.normalised()).or_default();
-            if seen.insert(d.normalised()) {
+        let mut sampled = false;
+        for d in &found {
+            let key = d.key();
+            let f = o.fields.entry(key.clone()).or_default();
+            f.rename = d.renamed_to.is_some();
+            if seen.insert(key) {
                 f.translated += 1;
             }
             if f.samples.len() < SAMPLES_PER_FIELD {
+                sampled = true;
                 f.samples.push(Sample {
+                    seq,
                     id: id.to_owned(),
                     path: d.path.clone(),
+                    renamed_to: d.renamed_to.clone(),
                     legacy: d.legacy.clone(),
                     translated: d.translated.clone(),
                 });
@@ -130,15 +163,20 @@ impl Tally {
         }
         if let Some(b) = baseline {
             o.baseline_pairs += 1;
-            // Ignore rules apply to the baseline too, but are not counted twice.
+            // Ignore rules apply to the baseline too, but are not counted
+            // twice; renames are paired the same way, so keys match.
             let noise = compare(op, legacy, b, rules);
-            let paths: BTreeSet<String> = noise.diffs.iter().map(FieldDiff::normalised).collect();
-            for p in paths {
-                o.fields.entry(p).or_default().baseline += 1;
+            let keys: BTreeSet<String> = findings(&noise.diffs).iter().map(Finding::key).collect();
+            for k in keys {
+                o.fields.entry(k).or_default().baseline += 1;
             }
         }
         *o.signatures.entry(seen.into_iter().collect()).or_default() += 1;
-        cmp
+        Added {
+            findings: found,
+            sampled,
+            seq,
+        }
     }
 
     /// Whether a field of an operation is a real difference: always without

@@ -1,23 +1,43 @@
 //! `v1compat report`, off the request path: reads a capture (live or from
 //! `replay`), runs every pair through the diff engine under the configured
-//! rules, and renders a terminal summary and a self-contained HTML page
-//! (per-operation table, top differing field paths, side-by-side samples,
-//! noise judged by the baseline, every ignore rule with its count).
+//! rules, and renders a terminal summary and a self-contained HTML page:
+//! the verdict with what the ignore rules hid right under it, each
+//! difference (a rename counted once) with the `[compat]` setting or
+//! registry entry that explains it, samples showing the request and both
+//! answers side by side with the differing fields marked, per-operation
+//! latency drawn legacy against translated, noise judged by the baseline,
+//! every ignore rule with its count.
 //!
 //! Files: this one holds the model (a capture read and compared, its
-//! verdict); `text` renders the terminal summary and `html` the page.
+//! verdict); `explain` attributes a difference to a setting or registry
+//! entry; `exhibit` builds a sample's request and answers; `latency` marks
+//! percentiles of too few answers; `svg` draws the latency chart; `text`
+//! renders the terminal summary and `html` the page.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::io::BufRead;
 use std::path::Path;
 
 use serde_json::Value;
 
 use super::capture::{Record, Side};
-use super::diff::{Compare, Reply, Rules, Tally, Thresholds};
+use super::diff::{Compare, IgnoreRule, Reply, Rules, Tally, Thresholds};
+use crate::ops::Compat;
 
+pub mod exhibit;
+pub mod explain;
 mod html;
+pub mod latency;
+pub mod svg;
 mod text;
+
+use exhibit::Exhibit;
+use explain::{explain, intersect, Context, Explanation};
+
+/// Requests kept as exhibits (request and both answers) per report; later
+/// samples show only the differing values.
+pub const MAX_EXHIBITS: usize = 60;
 
 /// Field paths shown in "top differing".
 pub(super) const TOP: usize = 20;
@@ -28,8 +48,9 @@ pub(super) const TOP: usize = 20;
 pub enum Verdict {
     /// Something was compared, every request was, and nothing differs.
     Clean { compared: u64 },
-    /// Real differences in this many field paths.
-    Differences { fields: usize },
+    /// Real differences: this many findings (field paths or renames), of
+    /// which `explained` have a checked explanation (see [`explain`]).
+    Differences { fields: usize, explained: usize },
     /// Nothing or not everything was compared; says what.
     Incomplete { why: String },
 }
@@ -45,8 +66,15 @@ impl Verdict {
             Verdict::Clean { compared } => {
                 format!("PASS: {compared} requests compared, no differences")
             }
-            Verdict::Differences { fields } => {
-                format!("FAIL: differences in {fields} field paths")
+            Verdict::Differences { fields, explained } => {
+                let mut line = format!("FAIL: {fields} differences");
+                if *explained > 0 {
+                    let _ = write!(
+                        line,
+                        " ({explained} explained by a [compat] setting or the registry of differences)"
+                    );
+                }
+                line
             }
             Verdict::Incomplete { why } => format!("FAIL: {why}"),
         }
@@ -75,6 +103,13 @@ pub struct Report {
     pub latencies: BTreeMap<String, Latencies>,
     /// Why sides gave no answer: (operation, side, reason) → requests.
     pub failures: BTreeMap<(String, &'static str, String), u64>,
+    /// The translation's `[compat]` settings, for [`explain`].
+    pub compat: Compat,
+    /// Exhibits of sampled requests, by [`Sample::seq`](super::diff::Sample::seq).
+    pub exhibits: BTreeMap<u64, Exhibit>,
+    /// What explains each (operation, finding key) on every request it
+    /// was seen on.
+    pub explained: BTreeMap<(String, String), Vec<Explanation>>,
 }
 
 fn answer(side: &Side) -> Option<Reply<'_>> {
@@ -108,13 +143,28 @@ impl Report {
             unreadable: 0,
             latencies: BTreeMap::new(),
             failures: BTreeMap::new(),
+            compat: Compat::default(),
+            exhibits: BTreeMap::new(),
+            explained: BTreeMap::new(),
         }
+    }
+
+    /// Explains differences by these `[compat]` settings (the translation's;
+    /// the defaults otherwise). Set before records are added.
+    pub fn with_compat(mut self, compat: Compat) -> Report {
+        self.compat = compat;
+        self
     }
 
     /// Reads a capture file.
     pub fn load(path: &Path, rules: Rules, thresholds: Thresholds) -> std::io::Result<Report> {
+        Report::new(&path.display().to_string(), rules, thresholds).read(path)
+    }
+
+    /// Adds every record of a capture file.
+    pub fn read(mut self, path: &Path) -> std::io::Result<Report> {
         let file = std::fs::File::open(path)?;
-        let mut report = Report::new(&path.display().to_string(), rules, thresholds);
+        let report = &mut self;
         for line in std::io::BufReader::new(file).lines() {
             let line = line?;
             if line.trim().is_empty() {
@@ -125,7 +175,7 @@ impl Report {
                 Err(_) => report.unreadable += 1,
             }
         }
-        Ok(report)
+        Ok(self)
     }
 
     /// Adds one record.
@@ -140,12 +190,39 @@ impl Report {
         }
         let l = rec.legacy.as_ref().and_then(answer);
         let t = rec.translated.as_ref().and_then(answer);
-        match (l, t) {
-            (Some(l), Some(t)) => {
+        match (l, t, &rec.legacy, &rec.translated) {
+            (Some(l), Some(t), Some(ls), Some(ts)) => {
                 let b = rec.baseline.as_ref().and_then(answer);
                 self.baseline |= b.is_some();
-                self.tally
+                let added = self
+                    .tally
                     .add(&rec.operation, &rec.id, l, t, b, &self.rules);
+                let cx = Context {
+                    op: &rec.operation,
+                    request: &rec.request,
+                    legacy: l,
+                    translated: t,
+                };
+                for f in &added.findings {
+                    let found = explain(f, &cx, &self.compat);
+                    match self.explained.entry((rec.operation.clone(), f.key())) {
+                        std::collections::btree_map::Entry::Vacant(e) => {
+                            e.insert(found);
+                        }
+                        std::collections::btree_map::Entry::Occupied(mut e) => {
+                            intersect(e.get_mut(), &found);
+                        }
+                    }
+                }
+                if added.sampled && self.exhibits.len() < MAX_EXHIBITS {
+                    let paths: BTreeSet<String> = added
+                        .findings
+                        .iter()
+                        .flat_map(|f| f.paths().map(str::to_owned))
+                        .collect();
+                    let exhibit = Exhibit::new(&rec.id, &rec.request, ls, ts, paths);
+                    self.exhibits.insert(added.seq, exhibit);
+                }
             }
             _ => {
                 self.tally.add_failed(&rec.operation);
@@ -199,7 +276,14 @@ impl Report {
             return Verdict::Incomplete { why };
         }
         if !real.is_empty() {
-            return Verdict::Differences { fields: real.len() };
+            let explained = real
+                .iter()
+                .filter(|(op, key, _)| self.explanations(op, key).iter().any(|e| e.checked))
+                .count();
+            return Verdict::Differences {
+                fields: real.len(),
+                explained,
+            };
         }
         if !unjudged.is_empty() {
             return Verdict::Incomplete {
@@ -216,6 +300,46 @@ impl Report {
     pub fn real_fields(&self) -> Vec<(String, String, u64)> {
         self.tally.real_fields(&self.thresholds)
     }
+
+    /// What explains a finding (operation, key) on every request it was
+    /// seen on; checked explanations first.
+    pub fn explanations(&self, op: &str, key: &str) -> &[Explanation] {
+        self.explained
+            .get(&(op.to_owned(), key.to_owned()))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The ignore rules that hid something, with how many differences
+    /// each hid, most first.
+    pub fn hidden(&self) -> Vec<(&IgnoreRule, u64)> {
+        let mut out: Vec<_> = self
+            .rules
+            .ignore
+            .iter()
+            .zip(self.tally.rule_hits.iter().copied())
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        out.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+        out
+    }
+}
+
+/// A finding's key for people: `a` or `renamed a → b`.
+pub(super) fn finding_name(key: &str, rename: bool) -> String {
+    if rename {
+        format!("renamed {key}")
+    } else {
+        key.to_owned()
+    }
+}
+
+/// The first sentence-ish of an ignore rule's reason, for the summary
+/// under the verdict (the full text is in the rules table).
+pub(super) fn brief(reason: &str, max: usize) -> String {
+    if reason.chars().count() <= max {
+        return reason.to_owned();
+    }
+    format!("{}…", reason.chars().take(max - 1).collect::<String>())
 }
 
 pub(super) fn compare_name(c: Compare) -> &'static str {
@@ -225,8 +349,18 @@ pub(super) fn compare_name(c: Compare) -> &'static str {
     }
 }
 
+/// An element id for a finding: letters, digits, `-`, `_` and `.` only.
 pub(super) fn anchor(op: &str, path: &str) -> String {
     format!("f-{op}-{path}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// A value on one line, shortened; `(absent)` for a missing field.
@@ -449,6 +583,12 @@ mod tests {
             json!({"code": 0}),
             json!({"code": 1}),
         ));
-        assert_eq!(report.verdict(), Verdict::Differences { fields: 1 });
+        assert_eq!(
+            report.verdict(),
+            Verdict::Differences {
+                fields: 1,
+                explained: 0
+            }
+        );
     }
 }

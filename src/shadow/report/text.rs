@@ -1,9 +1,12 @@
-//! The terminal summary of a [`Report`]: verdict, per-operation table, top
-//! differing fields with an example each, failures, noise, ignore rules.
+//! The terminal summary of a [`Report`], off the request path: verdict and
+//! what the ignore rules hid right under it, per-operation table (too few
+//! answers for a percentile said so), the differences with what explains
+//! each and an example, failures, noise, ignore rules.
 
 use std::fmt::Write as _;
 
-use super::{compare_name, quantile, short, Report, TOP};
+use super::latency::p50_p99;
+use super::{brief, compare_name, finding_name, short, Report, TOP};
 
 impl Report {
     /// The terminal summary.
@@ -17,7 +20,38 @@ impl Report {
             self.records,
             self.tally.ops.len()
         );
-        let _ = writeln!(o, "Verdict: {}", self.verdict().line());
+        let verdict = self.verdict();
+        let _ = writeln!(o, "Verdict: {}", verdict.line());
+        let hidden = self.hidden();
+        if !hidden.is_empty() {
+            let total: u64 = hidden.iter().map(|(_, n)| n).sum();
+            let _ = writeln!(
+                o,
+                "{}ignore rules hid {total} differences:",
+                if verdict.passes() {
+                    "Passed, but "
+                } else {
+                    "Besides, "
+                }
+            );
+            for (rule, n) in &hidden {
+                let _ = writeln!(
+                    o,
+                    "  {n:>6}  {} ({}) — {}",
+                    rule.label(),
+                    compare_name(rule.compare),
+                    brief(&rule.reason, 100)
+                );
+            }
+        }
+        let noise = self.tally.noise_fields(th);
+        if !noise.is_empty() {
+            let _ = writeln!(
+                o,
+                "The baseline judged {} field paths noise (listed below).",
+                noise.len()
+            );
+        }
         if self.unreadable > 0 {
             let _ = writeln!(o, "({} unreadable lines skipped)", self.unreadable);
         }
@@ -25,7 +59,7 @@ impl Report {
         let _ = writeln!(o);
         let _ = writeln!(
             o,
-            "{:<16} {:>8} {:>8} {:>6} {:>9}  {:>21}  {:>21}",
+            "{:<16} {:>8} {:>8} {:>6} {:>9}  {:>24}  {:>24}",
             "operation",
             "requests",
             "compared",
@@ -38,22 +72,14 @@ impl Report {
             let lat = self.latencies.get(op).cloned().unwrap_or_default();
             let _ = writeln!(
                 o,
-                "{:<16} {:>8} {:>8} {:>6} {:>9}  {:>21}  {:>21}",
+                "{:<16} {:>8} {:>8} {:>6} {:>9}  {:>24}  {:>24}",
                 op,
                 t.requests,
                 t.compared,
                 t.failed,
                 self.tally.differing_requests(op, th),
-                format!(
-                    "{:.1} / {:.1}",
-                    quantile(&lat.legacy, 0.5),
-                    quantile(&lat.legacy, 0.99)
-                ),
-                format!(
-                    "{:.1} / {:.1}",
-                    quantile(&lat.translated, 0.5),
-                    quantile(&lat.translated, 0.99)
-                ),
+                p50_p99(&lat.legacy),
+                p50_p99(&lat.translated),
             );
         }
         let _ = writeln!(o);
@@ -63,17 +89,27 @@ impl Report {
         } else if real.is_empty() {
             let _ = writeln!(o, "Differences: none");
         } else {
-            let _ = writeln!(o, "Differences ({} field paths):", real.len());
-            for (op, path, n) in real.iter().take(TOP) {
-                let _ = writeln!(o, "  {n:>6}  {op:<16} {path}");
-                if let Some(s) = self.tally.ops[op].fields[path].samples.first() {
+            let _ = writeln!(o, "Differences ({}):", real.len());
+            for (op, key, n) in real.iter().take(TOP) {
+                let field = &self.tally.ops[op].fields[key];
+                let _ = writeln!(o, "  {n:>6}  {op:<16} {}", finding_name(key, field.rename));
+                for e in self.explanations(op, key) {
+                    let _ = writeln!(o, "          {}", e.line());
+                }
+                if let Some(s) = field.samples.first() {
+                    let path = match &s.renamed_to {
+                        Some(to) => format!("{} → {to}", s.path),
+                        None => s.path.clone(),
+                    };
                     let _ = writeln!(
                         o,
-                        "          e.g. {}: legacy {} | translated {}",
-                        s.path,
+                        "          e.g. {path}: legacy {} | translated {}",
                         short(s.legacy.as_ref()),
                         short(s.translated.as_ref())
                     );
+                    if let Some(e) = self.exhibits.get(&s.seq) {
+                        let _ = writeln!(o, "               request {} ({})", e.target, e.id);
+                    }
                 }
             }
             if real.len() > TOP {
@@ -86,7 +122,6 @@ impl Report {
                 let _ = writeln!(o, "  {n:>6}  {op:<16} {side:<10} {reason}");
             }
         }
-        let noise = self.tally.noise_fields(th);
         if !noise.is_empty() {
             let _ = writeln!(
                 o,
