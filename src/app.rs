@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::edge::{conn, server, tls};
-use crate::{callbacks, config, pipeline, reload, shadow, upstream};
+use crate::{config, pipeline, reload, shadow, upstream};
 
 /// Keeps a timer due within the second, for as long as the gateway runs.
 ///
@@ -74,6 +74,12 @@ async fn run_serving(
     serve_live(public, admin, live, tls, None, on_mirror, shutdown).await
 }
 
+/// Whether the configuration starts without `upstream.service_key`, so
+/// that V1's keyless operations cannot be served to a client sending no key.
+fn started_without_service_key(live: &reload::Live) -> bool {
+    live.load().config.service_key.is_none()
+}
+
 fn tls_acceptor(files: &Option<tls::TlsFiles>) -> std::io::Result<Option<tls::Acceptor>> {
     files
         .as_ref()
@@ -107,20 +113,20 @@ async fn serve_live(
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
+    // The configuration it starts with loaded: the reload gauges' first value.
+    reload::record_success();
+    if started_without_service_key(&live) {
+        tracing::warn!("upstream.service_key is not set: V1 requests that need no key (store, worker detail, proxy regions) are refused with a V1 401 when the client sends none; set it (V1COMPAT_UPSTREAM__SERVICE_KEY) to serve them");
+    }
     // The callback relay (its store opened, its deliverer started) before
-    // anything serves: a store that cannot be opened stops start-up. It
+    // anything serves: a store that cannot be opened stops start-up. `serve`
+    // opens it before binding (`Live::open_callbacks`); otherwise here. It
     // keeps the V2 client and settings it starts with; reloads carry it over.
-    let started = live.load();
-    let relay = callbacks::Relay::start(
-        &started.config.callbacks,
-        started.upstream().clone(),
-        started.config.compat.clone(),
-        stop_rx.clone(),
-    )
-    .await
-    .map_err(std::io::Error::other)?;
-    live.attach_callbacks(relay);
+    live.open_callbacks().await.map_err(std::io::Error::other)?;
     let gateway = live.load();
+    if let Some(relay) = gateway.callbacks() {
+        relay.deliver(stop_rx.clone());
+    }
     let pipeline = Arc::new(pipeline::Pipeline::live(live.clone()));
     let in_flight = pipeline.clone();
     // Built before anything serves: a capture file that cannot be opened

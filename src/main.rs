@@ -258,6 +258,9 @@ async fn serve(loaded: config::Loaded, path: Option<PathBuf>) -> Result<(), Stri
         },
         reload::http_upstream(),
     )?;
+    // The callback store before any listener: a redb file another process
+    // holds stops start-up here, naming the file, with nothing bound.
+    reloader.live().open_callbacks().await?;
     let public = bind(cfg.public_addr, "listen.public", "V1COMPAT_LISTEN__PUBLIC").await?;
     let admin = bind(cfg.admin_addr, "listen.admin", "V1COMPAT_LISTEN__ADMIN").await?;
     tracing::info!(

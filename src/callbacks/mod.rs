@@ -88,13 +88,19 @@ impl Relay {
         })))
     }
 
-    /// Opens the configured store, builds the relay and starts its deliverer
-    /// (until `stop`); logs and counts the mode either way.
-    pub async fn start(
+    /// Starts the deliverer of a relay made by [`Relay::open`], until `stop`.
+    pub fn deliver(&self, stop: watch::Receiver<bool>) {
+        tokio::spawn(self.deliverer.clone().run(stop));
+    }
+
+    /// Opens the configured store and builds the relay, delivering nothing
+    /// yet ([`Relay::deliver`]): done before any listener is bound, so a
+    /// store that cannot be opened (a redb file another process holds)
+    /// stops start-up before anything listens. Logs and counts the mode.
+    pub async fn open(
         cfg: &CallbacksConfig,
         upstream: Arc<dyn Upstream>,
         compat: Compat,
-        stop: watch::Receiver<bool>,
     ) -> Result<Option<Arc<Relay>>, String> {
         if cfg.relay.is_none() {
             tracing::info!("callbacks: passthrough mode, V2 posts its own callback body to V1 clients' callback_url (set callbacks.public_url to relay V1 notifications)");
@@ -112,7 +118,6 @@ impl Relay {
         if let Some(r) = &relay {
             tracing::info!(public_url = %r.base, store = %config::redacted_store(&cfg.store), enrich = cfg.enrich, "callbacks: relay mode");
             metrics::register(true);
-            tokio::spawn(r.deliverer.clone().run(stop));
         }
         Ok(relay)
     }

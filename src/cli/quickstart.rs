@@ -90,7 +90,14 @@ pub async fn run(
         cfg.api_key,
         relay_section(local(&public)?),
     );
-    let gateway_cfg = config::load(&text, std::env::vars()).map_err(|e| e.to_string())?;
+    let mut gateway_cfg = config::load(&text, std::env::vars()).map_err(|e| e.to_string())?;
+    // The demo's operator endpoints (`/callbacks/events`, redelivery) are
+    // open on a loopback admin listener, unless a token was configured;
+    // on any other address they stay as configured (closed without one).
+    let operator = &gateway_cfg.operator;
+    if local(&admin)?.ip().is_loopback() && operator.enabled() && !operator.has_token() {
+        gateway_cfg.operator = crate::edge::server::operator::OperatorAccess::open();
+    }
     // The native V1 surface speaks the gateway's V1 dialect, so the two agree
     // on the points the V1 record leaves open (`V1COMPAT_COMPAT__…` moves both).
     cfg.v1 = gateway_cfg.compat.dialect;

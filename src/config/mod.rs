@@ -52,6 +52,12 @@ pub struct Config {
     pub runtime: RuntimeSection,
     pub shadow: crate::shadow::ShadowConfig,
     pub callbacks: crate::callbacks::CallbacksConfig,
+    /// Who may use the admin listener's operator endpoints (`[admin]`).
+    pub operator: crate::edge::server::operator::OperatorAccess,
+    /// `upstream.health_check_interval_ms`; `None` = off.
+    pub health_check_interval: Option<Duration>,
+    /// `listen.trusted_proxies`.
+    pub trusted_proxies: Vec<crate::callbacks::guard::Cidr>,
 }
 
 impl Config {

@@ -29,6 +29,8 @@ pub struct RawConfig {
     pub shadow: crate::shadow::ShadowSection,
     /// The callback relay (issue 9); checked in `callbacks::config`.
     pub callbacks: crate::callbacks::CallbacksSection,
+    /// The admin listener's operator endpoints; checked in `server::operator`.
+    pub admin: crate::edge::server::operator::AdminSection,
 }
 
 /// The async runtime, read once at start-up (see [`crate::cli::runtime`]).
@@ -55,6 +57,9 @@ pub struct ListenSection {
     /// The same for `admin`.
     pub admin_tls_cert_file: String,
     pub admin_tls_key_file: String,
+    /// Peers (addresses or CIDRs) whose `X-Forwarded-For` / `Forwarded`
+    /// is believed for the access line's `forwarded_for`. Empty = none.
+    pub trusted_proxies: Vec<String>,
 }
 
 impl Default for ListenSection {
@@ -66,6 +71,7 @@ impl Default for ListenSection {
             tls_key_file: String::new(),
             admin_tls_cert_file: String::new(),
             admin_tls_key_file: String::new(),
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -92,6 +98,9 @@ pub struct UpstreamSection {
     /// PEM file of CA certificates trusted for V2 besides the Mozilla roots
     /// (a private CA in front of V2). Empty = none.
     pub ca_file: String,
+    /// How often V2's reachability is checked (a TCP connect), so that
+    /// `v1compat_upstream_reachable` holds with nothing probing. 0 = off.
+    pub health_check_interval_ms: u64,
 }
 
 impl Default for UpstreamSection {
@@ -112,6 +121,7 @@ impl Default for UpstreamSection {
             pool_max_idle_per_host: client.pool_max_idle_per_host,
             max_response_bytes: client.max_response_bytes,
             ca_file: String::new(),
+            health_check_interval_ms: 10_000,
         }
     }
 }

@@ -211,6 +211,18 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
             raw.runtime.threads
         ));
     }
+    let operator = crate::edge::server::operator::validate(&raw.admin, &mut p);
+    let trusted_proxies = raw
+        .listen
+        .trusted_proxies
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| {
+            v.parse()
+                .map_err(|e| p.push(format!("listen.trusted_proxies[{i}]: {e}")))
+                .ok()
+        })
+        .collect();
 
     let (Some(base_url), true) = (base_url, p.is_empty()) else {
         return Err(ConfigErrors(p));
@@ -253,6 +265,10 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         runtime: raw.runtime,
         shadow,
         callbacks,
+        operator,
+        health_check_interval: (u.health_check_interval_ms > 0)
+            .then(|| Duration::from_millis(u.health_check_interval_ms)),
+        trusted_proxies,
     })
 }
 

@@ -68,11 +68,14 @@ impl<'a> Exchange<'a> {
     }
 
     /// The key for a V2 call that needs one: the client's, or for V1 public
-    /// operations the configured service key.
+    /// operations the configured service key. Without either, the client
+    /// hears that a key is required, in V1's words, and nothing about the
+    /// gateway's configuration (not its business); the operator was warned
+    /// at start that keyless requests cannot be served.
     pub fn key(&self) -> Result<ApiKey, GatewayError> {
         self.key.clone().ok_or_else(|| {
             GatewayError::Unauthorized(
-                "V2 needs a key for this operation: send the api-key header, or configure upstream.service_key (V1COMPAT_UPSTREAM__SERVICE_KEY)".into(),
+                "an API key is required for this request: send it in the api-key header".into(),
             )
         })
     }

@@ -1,7 +1,9 @@
 //! The access line: one log event per V1 request, written when its answer is
 //! rendered (`pipeline::finish`), carrying what an operator needs to follow
 //! it — method, operation, V1 status and code, duration, V2 calls, request
-//! ids and, for an error, its origin, cause and message.
+//! ids, who sent it (client address, the address a trusted proxy forwarded,
+//! user-agent: [`super::caller`]), body bytes in and out and, for an
+//! error, its origin, cause and message.
 //!
 //! It is also the one place a failure is logged: an upstream or gateway
 //! failure is a `warn` access line (kept when `log.access = false`, which
@@ -30,6 +32,11 @@ pub(super) struct Context<'a> {
     pub every_request: bool,
     /// The V1 dialect errors are rendered in (`[compat]`).
     pub dialect: v1compat_contract::dialect::Dialect,
+    /// Who sent it (see [`super::caller`]).
+    pub caller: &'a super::Caller,
+    /// Body bytes read (0 when refused before the body was read). Atomic:
+    /// set through the shared context once the body is in.
+    pub bytes_in: std::sync::atomic::AtomicUsize,
 }
 
 /// A request's outcome, as the access line reports it.
@@ -44,6 +51,8 @@ pub(super) struct Outcome<'a> {
     /// the answer is rendered: read once, for this line and the request's
     /// metrics.
     pub elapsed: Duration,
+    /// The answer's body bytes.
+    pub bytes_out: usize,
 }
 
 /// Writes the access line of one request.
@@ -57,6 +66,12 @@ pub(super) fn log(cx: &Context<'_>, out: &Outcome<'_>) {
     let origin = out.error.map(|(_, r)| r.origin.as_str());
     let cause = out.error.map(|(_, r)| r.cause);
     let error = out.error.map(|(e, _)| tracing::field::display(e));
+    let caller = cx.caller;
+    let client = caller.peer.map(tracing::field::display);
+    let forwarded_for = caller.forwarded_for.map(tracing::field::display);
+    let user_agent = caller.user_agent();
+    let user_agent = user_agent.as_deref();
+    let bytes_in = cx.bytes_in.load(std::sync::atomic::Ordering::Relaxed);
     macro_rules! line {
         ($level:ident, $message:literal) => {
             tracing::$level!(
@@ -69,6 +84,11 @@ pub(super) fn log(cx: &Context<'_>, out: &Outcome<'_>) {
                 upstream_calls = out.upstream_calls,
                 request_id = cx.request_id.as_str(),
                 v2_request_id = out.v2_request_id,
+                client,
+                forwarded_for,
+                user_agent,
+                bytes_in,
+                bytes_out = out.bytes_out,
                 origin,
                 cause,
                 error,

@@ -19,7 +19,7 @@
 //! [`body_content_type`](crate::differences::BODY_CONTENT_TYPE).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -28,7 +28,9 @@ use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 mod access;
+pub mod caller;
 pub use access::TARGET as ACCESS_LOG_TARGET;
+pub use caller::Caller;
 
 use crate::common::request_id::RequestId;
 use crate::error::{GatewayError, Rendered};
@@ -75,6 +77,9 @@ pub struct RawV1Request<B> {
     pub query: Option<String>,
     pub headers: HeaderMap,
     pub body: B,
+    /// The client's TCP address, without its port (`None` in process:
+    /// replay, tests). Just the address: the pipeline's future holds it.
+    pub peer: Option<std::net::IpAddr>,
 }
 
 /// A request's id and operation, as the server's front settled them.
@@ -104,6 +109,7 @@ impl RawV1Request<ReadyBody> {
             query,
             headers,
             body: std::future::ready(Ok(body)),
+            peer: None,
         }
     }
 }
@@ -174,6 +180,9 @@ pub struct Admitted {
     /// finishes on, whatever a reload does meanwhile.
     pub gateway: Arc<Gateway>,
     started: Instant,
+    /// Who sent it, and the body's length, for the access line.
+    caller: Caller,
+    bytes_in: usize,
     _in_flight: InFlight,
 }
 
@@ -332,6 +341,10 @@ impl Pipeline {
             if let Some(span) = &span {
                 span.record("request_id", request_id.as_str());
             }
+            let trusted = &gateway.config.trusted_proxies;
+            let caller = Caller::of(req.peer, &req.headers, &|ip| {
+                trusted.iter().any(|c| c.contains(ip))
+            });
             let mut cx = access::Context {
                 method: &req.method,
                 op: None,
@@ -339,6 +352,8 @@ impl Pipeline {
                 started,
                 every_request: gateway.config.log.access,
                 dialect: gateway.config.compat.dialect,
+                caller: &caller,
+                bytes_in: AtomicUsize::new(0),
             };
             let Some(op) = routed else {
                 return Err(finish(
@@ -369,7 +384,10 @@ impl Pipeline {
             let too_large =
                 || GatewayError::BadRequest(format!("body is larger than {limit} bytes"));
             let body = match req.body.await {
-                Ok(body) if body.len() > limit => return Err(refuse(too_large())),
+                Ok(body) if body.len() > limit => {
+                    cx.bytes_in.store(body.len(), Ordering::Relaxed);
+                    return Err(refuse(too_large()));
+                }
                 Ok(body) => body,
                 Err(BodyError::TooLarge) => return Err(refuse(too_large())),
                 Err(BodyError::Unreadable(e)) => {
@@ -384,12 +402,14 @@ impl Pipeline {
                     ))))
                 }
             };
+            cx.bytes_in.store(body.len(), Ordering::Relaxed);
             // The slot is taken only once the body is in: a client sending it
             // slowly holds a connection, never capacity other clients need.
             let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
                 return Err(refuse(GatewayError::Overloaded));
             };
             let in_flight = InFlight::new(permit, &self.metrics().in_flight);
+            let body_len = body.len();
             Ok(Admitted {
                 op,
                 request_id,
@@ -401,6 +421,8 @@ impl Pipeline {
                 key,
                 gateway,
                 started,
+                bytes_in: body_len,
+                caller,
                 _in_flight: in_flight,
             })
         }
@@ -441,6 +463,8 @@ impl Pipeline {
             started: req.started,
             every_request: req.gateway.config.log.access,
             dialect: req.gateway.config.compat.dialect,
+            caller: &req.caller,
+            bytes_in: AtomicUsize::new(req.bytes_in),
         }
     }
 
@@ -461,6 +485,7 @@ impl Pipeline {
             v2_request_id: None,
             error: None,
             elapsed,
+            bytes_out: body.len(),
         };
         access::log(&self.context(&req), &outcome);
         V1Response::json(status, body)
@@ -593,6 +618,7 @@ fn finish(
                 v2_request_id: Some(v2_ids.as_str()).filter(|s| !s.is_empty()),
                 error: None,
                 elapsed,
+                bytes_out: resp.body.len(),
             };
             access::log(cx, &outcome);
             // The ids' own buffer becomes the header's value.
@@ -619,6 +645,7 @@ fn finish(
                 v2_request_id,
                 error: Some((&err, &rendered)),
                 elapsed,
+                bytes_out: resp.body.len(),
             };
             access::log(cx, &outcome);
             metrics::counter!(telemetry::ERRORS, "operation" => name, "origin" => rendered.origin.as_str(), "cause" => rendered.cause).increment(1);

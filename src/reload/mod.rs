@@ -6,7 +6,11 @@
 //! store. Each V1 request takes one snapshot when it starts, so it finishes
 //! on the configuration it started with. On any error the running
 //! configuration stays; the error is logged and counted
-//! (`v1compat_config_reloads_total{outcome="rejected"}`).
+//! (`v1compat_config_reloads_total{outcome="rejected"}`), and
+//! `v1compat_config_last_reload_successful` is 0 until a load succeeds (a
+//! restart would fail on the refused file; the gauge says so for as long
+//! as it stays). `[admin]` is live (the operator token file's directory is
+//! watched too).
 //!
 //! Live: `[upstream]` (a new connection pool when it changed), `[retry]`,
 //! `[limits]` except `max_in_flight`, `[workers]` (a new cache when it
@@ -37,12 +41,16 @@ pub(crate) mod triggers;
 /// The gateway the request path uses now.
 pub struct Live {
     current: ArcSwap<Gateway>,
+    /// The callback relay was opened (and attached, when relaying) before
+    /// serving began: see [`Reloader::open_callbacks`].
+    callbacks_opened: std::sync::atomic::AtomicBool,
 }
 
 impl Live {
     pub fn new(gateway: Arc<Gateway>) -> Arc<Live> {
         Arc::new(Live {
             current: ArcSwap::new(gateway),
+            callbacks_opened: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -57,6 +65,31 @@ impl Live {
     pub fn attach_callbacks(&self, relay: Option<Arc<crate::callbacks::Relay>>) {
         let g = self.load();
         self.current.store(Arc::new(g.with_callbacks(relay)));
+        self.callbacks_opened
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether [`Live::attach_callbacks`] has run.
+    pub fn callbacks_opened(&self) -> bool {
+        self.callbacks_opened
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Opens the callback relay's store and attaches the relay (not yet
+    /// delivering), unless that was done.
+    pub async fn open_callbacks(&self) -> Result<(), String> {
+        if self.callbacks_opened() {
+            return Ok(());
+        }
+        let g = self.load();
+        let relay = crate::callbacks::Relay::open(
+            &g.config.callbacks,
+            g.upstream().clone(),
+            g.config.compat.clone(),
+        )
+        .await?;
+        self.attach_callbacks(relay);
+        Ok(())
     }
 }
 
@@ -182,6 +215,9 @@ impl Reloader {
         if let Some(ca) = config.upstream.ca_file.as_ref() {
             dirs.extend(ca.parent().map(PathBuf::from));
         }
+        if let Some(token) = config.operator.token_file() {
+            dirs.extend(token.parent().map(PathBuf::from));
+        }
         for d in &mut dirs {
             if d.as_os_str().is_empty() {
                 *d = PathBuf::from(".");
@@ -197,7 +233,7 @@ impl Reloader {
     /// changed nothing the gateway reads is silent, and so is one that
     /// reads the same refused file again.
     pub fn reload(&self, forced: bool) -> Outcome {
-        let certificates = self.reload_certificates();
+        let (certificates, certificate_refused) = self.reload_certificates();
         let outcome = match self.reload_config(forced) {
             Outcome::Unchanged if certificates => Outcome::Applied {
                 restart_needed: Vec::new(),
@@ -218,6 +254,14 @@ impl Reloader {
             _ => rejected.take().is_some(),
         };
         drop(rejected);
+        // The gauges say whether what is on disk would load now.
+        match &outcome {
+            Outcome::Rejected(_) => record_failure(),
+            _ if certificate_refused => record_failure(),
+            Outcome::Applied { .. } => record_success(),
+            Outcome::Unchanged if forced || recovered => record_success(),
+            Outcome::Unchanged => {}
+        }
         let label = match &outcome {
             Outcome::Applied { restart_needed } => {
                 if restart_needed.is_empty() {
@@ -256,9 +300,10 @@ impl Reloader {
         outcome
     }
 
-    /// Reads the listeners' certificate files again; true when one changed.
-    fn reload_certificates(&self) -> bool {
-        let mut changed = false;
+    /// Reads the listeners' certificate files again: whether one changed,
+    /// and whether one was refused.
+    fn reload_certificates(&self) -> (bool, bool) {
+        let (mut changed, mut refused) = (false, false);
         for (name, acceptor) in [("public", &self.public_tls), ("admin", &self.admin_tls)] {
             let Some(acceptor) = acceptor else { continue };
             match acceptor.reload() {
@@ -269,12 +314,13 @@ impl Reloader {
                 Ok(false) => {}
                 Err(e) => {
                     tracing::error!(listener = name, error = %e, "TLS certificate reload rejected; the current certificate stays");
+                    refused = true;
                     metrics::counter!(telemetry::CONFIG_RELOADS, "outcome" => "rejected")
                         .increment(1);
                 }
             }
         }
-        changed
+        (changed, refused)
     }
 
     fn reload_config(&self, forced: bool) -> Outcome {
@@ -312,8 +358,24 @@ impl Reloader {
     }
 }
 
-/// What a configuration was made from: its text and the CA file's bytes
-/// (the file may change while the text does not).
+/// The configuration loaded: `v1compat_config_last_reload_successful` 1,
+/// and its time. Start-up counts as the first load.
+pub fn record_success() {
+    metrics::gauge!(telemetry::CONFIG_LAST_RELOAD_SUCCESSFUL).set(1.0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    metrics::gauge!(telemetry::CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP).set(now);
+}
+
+/// A load was refused: `v1compat_config_last_reload_successful` 0 until one
+/// succeeds (the running configuration stays, but a restart would fail).
+fn record_failure() {
+    metrics::gauge!(telemetry::CONFIG_LAST_RELOAD_SUCCESSFUL).set(0.0);
+}
+
+/// What a configuration was made from: its text, the CA file's bytes and
+/// the operator token (the files may change while the text does not).
 fn stamp(text: &str, config: &Config) -> Vec<u8> {
     let mut stamp = text.as_bytes().to_vec();
     stamp.push(0);
@@ -324,6 +386,8 @@ fn stamp(text: &str, config: &Config) -> Vec<u8> {
             .as_deref()
             .unwrap_or_default(),
     );
+    stamp.push(0);
+    stamp.extend_from_slice(config.operator.stamp());
     stamp
 }
 

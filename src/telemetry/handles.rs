@@ -16,7 +16,7 @@ use metrics::{Counter, Gauge, Histogram};
 
 use super::{
     IN_FLIGHT, REQUESTS, REQUEST_DURATION, UPSTREAM_CALLS_PER_REQUEST, UPSTREAM_DURATION_SECONDS,
-    UPSTREAM_REQUESTS_TOTAL,
+    UPSTREAM_REACHABLE, UPSTREAM_REQUESTS_TOTAL,
 };
 use crate::v1::route::Operation;
 use crate::v2::routes::V2_ROUTES;
@@ -71,6 +71,8 @@ pub struct RouteMetrics {
 /// The V2 client's handles, for the routes of [`V2_ROUTES`].
 pub struct UpstreamMetrics {
     routes: Vec<(&'static str, RouteMetrics)>,
+    /// `v1compat_upstream_reachable`: every attempt's outcome says it.
+    pub reachable: Gauge,
 }
 
 impl UpstreamMetrics {
@@ -85,7 +87,10 @@ impl UpstreamMetrics {
                 (*route, metrics)
             })
             .collect();
-        UpstreamMetrics { routes }
+        UpstreamMetrics {
+            routes,
+            reachable: metrics::gauge!(UPSTREAM_REACHABLE),
+        }
     }
 
     /// `None` for a route not in [`V2_ROUTES`] (its series are looked up by

@@ -59,7 +59,9 @@ pub const SHADOW_COPIES: &str = "v1compat_shadow_copies_total";
 pub const SHADOW_DIFFERENCES: &str = "v1compat_shadow_differences_total";
 /// Shadow copies in flight (never above `shadow.max_in_flight`).
 pub const SHADOW_IN_FLIGHT: &str = "v1compat_shadow_copies_in_flight";
-/// 1 when the last `/readyz` opened a TCP connection to V2, else 0.
+/// 1 when V2 was last found reachable, else 0: by the periodic check
+/// (`upstream.health_check_interval_ms`), `/readyz`, and every V2 attempt
+/// (an answer 1, a connection that could not be opened 0).
 pub const UPSTREAM_REACHABLE: &str = "v1compat_upstream_reachable";
 /// Configuration reloads by `outcome` (`applied`, `rejected`).
 pub const CONFIG_RELOADS: &str = "v1compat_config_reloads_total";
@@ -179,11 +181,20 @@ fn describe() {
     describe_gauge!(SHADOW_IN_FLIGHT, "Shadow copies in flight");
     describe_gauge!(
         UPSTREAM_REACHABLE,
-        "1 when the last readiness check reached V2 over TCP, else 0"
+        "1 when V2 was last found reachable (periodic check, readiness, V2 calls), else 0"
     );
     describe_counter!(
         CONFIG_RELOADS,
         "Configuration reloads, by outcome (applied, rejected)"
+    );
+    describe_gauge!(
+        CONFIG_LAST_RELOAD_SUCCESSFUL,
+        "1 when the last configuration load or reload succeeded, 0 when it was refused"
+    );
+    describe_gauge!(
+        CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP,
+        Unit::Seconds,
+        "When the configuration was last loaded successfully, in Unix seconds"
     );
     describe_counter!(
         SHADOW_CAPTURE_DROPPED,

@@ -612,10 +612,16 @@ impl Inner {
             Ok(answer) => status_class(answer.status),
             Err(_) => "error",
         };
-        let handles = self
-            .metrics
-            .get_or_init(UpstreamMetrics::resolve)
-            .route(route);
+        let resolved = self.metrics.get_or_init(UpstreamMetrics::resolve);
+        // A V2 answer, whatever its status, says V2 is there; a connection
+        // that could not be opened says it is not (the periodic check,
+        // `server::reachability`, says the same with no traffic).
+        match &outcome {
+            Ok(_) => resolved.reachable.set(1.0),
+            Err(UpstreamFailure::Unreachable(_)) => resolved.reachable.set(0.0),
+            Err(_) => {}
+        }
+        let handles = resolved.route(route);
         match handles {
             Some(h) if status_class == "2xx" => h.answered_2xx.increment(1),
             _ => metrics::counter!(

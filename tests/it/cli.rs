@@ -323,6 +323,19 @@ async fn serve_answers_and_never_logs_keys() {
     assert_eq!(status, 200);
     let metrics = String::from_utf8_lossy(&metrics).into_owned();
     assert!(metrics.contains("v1compat_requests_total"), "{metrics}");
+    // Start-up is the first successful load; V2 (the mock) is reachable.
+    assert!(
+        metrics.contains("\nv1compat_config_last_reload_successful 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("\nv1compat_config_last_reload_success_timestamp_seconds "),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("\nv1compat_upstream_reachable 1\n"),
+        "{metrics}"
+    );
 
     // SIGHUP reloads (nothing changed) and the gateway keeps serving.
     let hup = Command::new("kill")
@@ -478,6 +491,24 @@ async fn sandbox_banner_commands_work_as_printed() {
         );
         assert!(v["data"].is_object(), "{v}");
     }
+    // The loopback demo opens the operator endpoints: the printed events
+    // URL answers without a token; a form post is still refused.
+    let events: url::Url = banner
+        .split_whitespace()
+        .find(|w| w.ends_with("/callbacks/events"))
+        .expect("the banner names the events URL")
+        .parse()
+        .unwrap();
+    let admin = events.socket_addrs(|| None).unwrap()[0];
+    let (status, _, out) = send(admin, "GET", events.path(), &[], None).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&out));
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    let redeliver = "/callbacks/redeliver?since=0";
+    let (status, _, _) = send(admin, "POST", redeliver, &[form], None).await;
+    assert_eq!(status, 415);
+    let json_ct = ("content-type", "application/json");
+    let (status, _, _) = send(admin, "POST", redeliver, &[json_ct], None).await;
+    assert_eq!(status, 200);
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();

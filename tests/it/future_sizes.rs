@@ -50,6 +50,7 @@ async fn a_requests_pipeline_future_stays_under_its_bound() {
         query: None,
         headers: HeaderMap::new(),
         body,
+        peer: None,
     };
     let answer = Pipeline::answer_by(pipeline, raw);
     let size = std::mem::size_of_val(&answer);

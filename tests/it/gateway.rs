@@ -982,13 +982,21 @@ async fn client_keys_are_forwarded_as_bearer() {
     );
 }
 
+/// Without a client key or a service key, a keyless V1 operation cannot be
+/// served: the legacy client hears that a key is required, as V1 would
+/// say it, and nothing of the gateway's configuration (the operator is
+/// warned at start instead).
 #[tokio::test]
-async fn public_operation_without_any_key_says_what_to_configure() {
+async fn public_operation_without_any_key_asks_the_client_for_a_key() {
     let v2 = MockV2::untouchable().await;
     let gw = gateway(&v2, "").await;
     let (status, body) = send_json(gw.addr, "GET", "/api/scraper?slug=x", None, None).await;
     assert_eq!((status, &body["code"]), (401, &json!(20001)));
-    assert!(body["message"].as_str().unwrap().contains("service_key"));
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains("an API key is required"), "{message}");
+    for gateway_word in ["service_key", "configure", "V1COMPAT_"] {
+        assert!(!message.contains(gateway_word), "{message}");
+    }
     assert!(body["data"].is_null());
     assert_eq!(v2.total(), 0);
 }

@@ -567,6 +567,114 @@ fn alert_rules_pass_promtool() {
     }
 }
 
+/// The access line says who called: the client's address, the address a
+/// proxy forwarded only when that proxy is trusted, the user-agent, and
+/// the body bytes in and out; in both log formats.
+#[tokio::test]
+async fn the_access_line_says_who_called_in_json_and_in_text() {
+    const UA: &str = "legacy-client/1.2 (\"quoted\")";
+    let v2 = MockV2::start(|_| Reply::ok(json!({"slug": "R1", "status": "running"}))).await;
+    let body = br#"{"run_slug":"R1"}"#;
+    for (format, trusted) in [("json", "127.0.0.1/32"), ("text", "10.0.0.0/8")] {
+        let mut served = Served::start(&format!(
+            "[listen]\npublic = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\ntrusted_proxies = [\"{trusted}\"]\n[upstream]\nbase_url = \"{}\"\n[log]\nformat = \"{format}\"\n",
+            v2.url()
+        ));
+        let listening = served.line_with("v1compat listening").await;
+        let public: std::net::SocketAddr = if format == "json" {
+            addr(&serde_json::from_str(&listening).unwrap(), "public")
+        } else {
+            let at = listening.find("public=").unwrap() + "public=".len();
+            listening[at..]
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let (status, headers, answer) = send(
+            public,
+            "POST",
+            "/api/v1/run/detail",
+            &[
+                ("content-type", "application/json"),
+                ("api-key", KEY),
+                ("user-agent", UA),
+                ("x-forwarded-for", "203.0.113.9, 127.0.0.1"),
+            ],
+            Some(bytes::Bytes::from_static(body)),
+        )
+        .await;
+        assert_eq!(status, 200);
+        let id = headers["x-request-id"].to_str().unwrap().to_owned();
+        let (code, log) = served.stop();
+        assert_eq!(code, Some(0), "{log}");
+        // No service key: the operator hears at start what cannot be served.
+        assert!(
+            log.lines()
+                .any(|l| l.contains("WARN") && l.contains("upstream.service_key is not set")),
+            "{log}"
+        );
+        let line = log
+            .lines()
+            .find(|l| l.contains(&id) && l.contains("answered"))
+            .unwrap_or_else(|| panic!("no access line for {id}:\n{log}"));
+        if format == "json" {
+            // From 127.0.0.1, trusted: the forwarded address is believed.
+            let line: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(line["client"], "127.0.0.1", "{line}");
+            assert_eq!(line["forwarded_for"], "203.0.113.9", "{line}");
+            assert_eq!(line["user_agent"], UA, "{line}");
+            assert_eq!(line["bytes_in"], body.len(), "{line}");
+            assert_eq!(line["bytes_out"], answer.len(), "{line}");
+        } else {
+            // 127.0.0.1 is not a trusted proxy here: its header is ignored.
+            assert!(line.contains("client=127.0.0.1"), "{line}");
+            assert!(!line.contains("forwarded_for"), "{line}");
+            assert!(!line.contains("203.0.113.9"), "{line}");
+            assert!(
+                line.contains(r#"user_agent="legacy-client/1.2 (\"quoted\")""#),
+                "{line}"
+            );
+            assert!(line.contains(&format!("bytes_in={}", body.len())), "{line}");
+            assert!(
+                line.contains(&format!("bytes_out={}", answer.len())),
+                "{line}"
+            );
+        }
+    }
+}
+
+/// A second gateway on the callback store file of a running one stops
+/// before it listens, naming the file and the process that holds it.
+#[tokio::test]
+async fn a_second_gateway_on_the_same_redb_store_says_who_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("callbacks.redb");
+    let config = format!(
+        "[listen]\npublic = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[upstream]\nbase_url = \"http://127.0.0.1:9\"\nservice_key = \"svc-key-0123\"\n[log]\nformat = \"json\"\n[callbacks]\npublic_url = \"http://127.0.0.1:9\"\nsecret = \"relay-secret-0123456789\"\nstore = \"redb:{}\"\n",
+        store.display()
+    );
+    let mut first = Served::start(&config);
+    first.line_with("v1compat listening").await;
+    let first_pid = first.child.id();
+
+    let mut second = Served::start(&config);
+    let status = second.child.wait().unwrap();
+    let log = second.reader.take().unwrap().join().unwrap();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        !log.contains("v1compat listening"),
+        "bound before failing:\n{log}"
+    );
+    assert!(log.contains(&store.display().to_string()), "{log}");
+    assert!(log.contains("already open"), "{log}");
+    assert!(log.contains(&format!("pid {first_pid}")), "{log}");
+
+    let (code, _) = first.stop();
+    assert_eq!(code, Some(0));
+}
+
 /// `promtool check metrics` on a live `/metrics`: a gateway with the
 /// callback relay on (so its series are there too) and the process
 /// metrics (read as the recorder installs). Every series must be valid and

@@ -156,13 +156,74 @@ fn indexed(
     Ok(out)
 }
 
+/// What holds a redb file that is "already open": a redb file serves one
+/// process, and the lock says no more than that. The processes that have
+/// it open are named when `/proc` shows them (Linux).
+fn already_open(path: &Path) -> String {
+    let holders = holders(path);
+    let who = if holders.is_empty() {
+        "another process holds it (another v1compat serving with the same callbacks.store?)"
+            .to_owned()
+    } else {
+        format!("held by {}", holders.join(", "))
+    };
+    format!(
+        "callbacks.store {}: the file is already open: {who}. A redb store serves one process: stop the other one, give this one a file of its own, or use a PostgreSQL store for several replicas",
+        path.display()
+    )
+}
+
+/// The processes with `path` open, as `pid 123 (v1compat)`; this one as
+/// `this process`. Empty where `/proc` cannot say.
+fn holders(path: &Path) -> Vec<String> {
+    let Ok(target) = std::fs::canonicalize(path) else {
+        return Vec::new();
+    };
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let me = std::process::id();
+    let mut found = Vec::new();
+    for entry in procs.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        if !fds
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == target))
+        {
+            continue;
+        }
+        found.push(if pid == me {
+            "this process".to_owned()
+        } else {
+            let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            format!("pid {pid} ({})", name.trim())
+        });
+        if found.len() == 8 {
+            break;
+        }
+    }
+    found
+}
+
 impl RedbStore {
     /// Opens (or creates) the file and clears leases a dead process left.
     pub(crate) fn open(path: &Path) -> StoreResult<RedbStore> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|err| e(format!("{}: {err}", dir.display())))?;
         }
-        let db = Database::create(path).map_err(|err| e(format!("{}: {err}", path.display())))?;
+        let db = Database::create(path).map_err(|err| match err {
+            ::redb::DatabaseError::DatabaseAlreadyOpen => e(already_open(path)),
+            err => e(format!("{}: {err}", path.display())),
+        })?;
         let store = RedbStore { db: Arc::new(db) };
         store.write_now(|t| {
             for mut ev in in_state(t, State::Pending)? {
@@ -417,6 +478,20 @@ impl Store for RedbStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_already_open_is_named_with_what_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cb.redb");
+        let _first = RedbStore::open(&path).unwrap();
+        let Err(err) = RedbStore::open(&path) else {
+            panic!("opened twice");
+        };
+        let err = err.to_string();
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        assert!(err.contains("already open"), "{err}");
+        assert!(err.contains("held by this process"), "{err}");
+    }
 
     #[tokio::test]
     async fn passes_the_store_suite() {

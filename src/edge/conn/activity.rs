@@ -46,6 +46,8 @@ pub(crate) struct Activity {
     /// The grace deadline passed: a request in progress is to be answered
     /// with the cut envelope now.
     cut: AtomicBool,
+    /// The client's address, as the accept loop got it (for access lines).
+    peer: Option<std::net::SocketAddr>,
 }
 
 struct State {
@@ -184,8 +186,23 @@ impl Drop for Busy {
 }
 
 impl Activity {
+    /// A connection of no socket (the tests').
+    #[cfg(test)]
     pub(crate) fn new() -> Arc<Activity> {
         Arc::new(Activity::default())
+    }
+
+    /// A connection from `peer`.
+    pub(crate) fn with_peer(peer: std::net::SocketAddr) -> Arc<Activity> {
+        Arc::new(Activity {
+            peer: Some(peer),
+            ..Activity::default()
+        })
+    }
+
+    /// The client's address, when the connection came from a socket.
+    pub(crate) fn peer(&self) -> Option<std::net::SocketAddr> {
+        self.peer
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

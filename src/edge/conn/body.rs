@@ -36,6 +36,13 @@ pub(crate) enum BodyError {
 #[derive(Clone)]
 pub(crate) struct ConnHandle(pub(crate) Arc<Activity>);
 
+impl ConnHandle {
+    /// The client's address (the TCP peer, which may be a proxy).
+    pub(crate) fn peer(&self) -> Option<std::net::SocketAddr> {
+        self.0.peer()
+    }
+}
+
 /// What reading one request's body needs to know of its head, taken before
 /// the head is handed on.
 pub(crate) struct BodyReader {

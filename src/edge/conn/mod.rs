@@ -36,6 +36,7 @@ pub(crate) mod settings;
 mod stream;
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -183,10 +184,13 @@ where
     )));
     let shedding = Arc::new(Semaphore::new(MAX_SHEDDING));
     let mut tasks = JoinSet::new();
-    let spawn = |tasks: &mut JoinSet<()>, stream: TcpStream| match cap.clone().try_acquire_owned() {
+    let spawn = |tasks: &mut JoinSet<()>, stream: TcpStream, peer: SocketAddr| match cap
+        .clone()
+        .try_acquire_owned()
+    {
         Ok(permit) => {
             tasks.spawn(Coalesce::new(connection(
-                stream,
+                (stream, peer),
                 builder.clone(),
                 service_of.clone(),
                 conf.settings.clone(),
@@ -208,7 +212,7 @@ where
             biased;
             _ = drain.stopped() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => spawn(&mut tasks, stream),
+                Ok((stream, peer)) => spawn(&mut tasks, stream, peer),
                 Err(e) => {
                     // Out of file descriptors and the like: back off briefly.
                     tracing::warn!(error = %e, listener = conf.name, "accept failed");
@@ -221,12 +225,12 @@ where
     // Connections the kernel completed before the stop hold requests their
     // clients consider sent: take them before closing the listener.
     let listener = listener.into_std()?;
-    while let Ok((stream, _)) = listener.accept() {
+    while let Ok((stream, peer)) = listener.accept() {
         match stream
             .set_nonblocking(true)
             .and_then(|()| TcpStream::from_std(stream))
         {
-            Ok(stream) => spawn(&mut tasks, stream),
+            Ok(stream) => spawn(&mut tasks, stream, peer),
             Err(e) => tracing::debug!(error = %e, "backlog connection unusable"),
         }
     }
@@ -244,7 +248,7 @@ where
 
 /// One client connection, from accept to close.
 async fn connection<M, S, B>(
-    socket: TcpStream,
+    (socket, peer): (TcpStream, SocketAddr),
     builder: Arc<auto::Builder<CoalescingExecutor>>,
     service_of: Arc<M>,
     settings: ConnSettings,
@@ -269,7 +273,9 @@ async fn connection<M, S, B>(
     gauge.increment(1.0);
     let _ = socket.set_nodelay(true);
     let socket = Arc::new(socket);
-    let activity = Activity::new();
+    // The peer's address lives with the connection's state, which every
+    // request's body reader already points at: no copy per request.
+    let activity = Activity::with_peer(peer);
     // TLS, when the listener has it, sits between the socket and hyper; a
     // failed handshake ends the connection here. Hyper's own 400/414/431
     // are replaced above it, where they are still plaintext, so the

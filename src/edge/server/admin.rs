@@ -1,13 +1,13 @@
 //! The admin listener, beside the request path: `/healthz`, `/readyz`
 //! (draining first, then V2 reachability, reported but never failing the
 //! probe), `/metrics`, `/openapi.json` (the V1 contract,
-//! [`crate::openapi`]) and the callback relay's operator endpoints. It
+//! [`crate::openapi`]) and the callback relay's operator endpoints, behind
+//! [`super::operator`] (a bearer token, no cross-site requests). It
 //! reads the live configuration per request; its connections, like the
 //! public ones, belong to [`crate::edge::conn`].
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
@@ -19,13 +19,10 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
+use super::reachability;
 use crate::edge::conn::{self, Drain};
 use crate::pipeline::API_KEY;
-use crate::reload::gateway::Gateway;
 use crate::telemetry;
-
-/// Bounds `/readyz`'s V2 check below a probe's default one-second timeout.
-const UPSTREAM_PROBE_TIMEOUT: Duration = Duration::from_millis(700);
 
 /// Serves `/healthz`, `/readyz`, `/metrics` and `/openapi.json`.
 pub async fn serve_admin(
@@ -53,10 +50,17 @@ pub async fn serve_admin(
         },
     };
     let prometheus = telemetry::prometheus();
-    // V2's reachability once at start, so `v1compat_upstream_reachable` is
-    // there (and its alert can fire) where nothing asks `/readyz`.
-    let at_start = gateway.clone();
-    tokio::spawn(async move { record_reachability(&at_start).await });
+    // V2's reachability at start and every `upstream.health_check_interval_ms`,
+    // so `v1compat_upstream_reachable` holds (and its alert can fire) where
+    // nothing asks `/readyz`; until the admin listener stops.
+    let checks = live.clone();
+    let stopped = drain.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = reachability::every_interval(&checks) => {}
+            () = stopped.stopped() => {}
+        }
+    });
     // tower-http's layers, doing here what the public listener's front does
     // (`server::front`): keys never reach a log line, one span per request
     // (its failure log off), a panic is a 500 rather than a reset. The
@@ -80,7 +84,13 @@ pub async fn serve_admin(
         let readiness = readiness.clone();
         async move {
             let text = admin_text;
-            // Callback relay operator endpoints (/callbacks/...).
+            // Callback relay operator endpoints (/callbacks/...): only for
+            // a caller `[admin]` lets in (`server::operator`).
+            if req.uri().path().starts_with("/callbacks/") {
+                if let Some(refused) = gateway.config.operator.refuse(req.method(), req.headers()) {
+                    return Ok::<_, Infallible>(refused);
+                }
+            }
             if let Some(relay) = gateway.callbacks() {
                 if let Some(r) = relay
                     .admin(req.method(), req.uri().path(), req.uri().query())
@@ -120,7 +130,7 @@ pub async fn serve_admin(
                 // them all out of the Service at once and turn V1 error
                 // envelopes into refused connections.
                 (&Method::GET, "/readyz") => {
-                    let upstream = record_reachability(&gateway).await;
+                    let upstream = reachability::record(&gateway).await;
                     text(StatusCode::OK, format!("ready\nupstream: {upstream}\n"))
                 }
                 (&Method::GET, "/openapi.json") => {
@@ -159,43 +169,4 @@ fn admin_text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
         HeaderValue::from_static("text/plain; version=0.0.4"),
     );
     r
-}
-
-/// Checks V2's reachability and sets `v1compat_upstream_reachable`; what
-/// `/readyz` says of it.
-async fn record_reachability(gw: &Gateway) -> String {
-    match upstream_reachable(gw).await {
-        Ok(()) => {
-            metrics::gauge!(telemetry::UPSTREAM_REACHABLE).set(1.0);
-            "reachable".to_owned()
-        }
-        Err(why) => {
-            metrics::gauge!(telemetry::UPSTREAM_REACHABLE).set(0.0);
-            why
-        }
-    }
-}
-
-/// Whether a TCP connection to the upstream opens, within a deadline short
-/// enough for a readiness probe's own timeout (one second by default).
-async fn upstream_reachable(gw: &Gateway) -> Result<(), String> {
-    // Behind HTTPS_PROXY the first hop is the proxy, not V2.
-    let upstream = &gw.config.upstream;
-    let (host, port) = upstream
-        .proxy
-        .first_hop(&upstream.base_url)
-        .ok_or("upstream has no host or port")?;
-    let host = host.as_str();
-    match tokio::time::timeout(
-        UPSTREAM_PROBE_TIMEOUT,
-        tokio::net::TcpStream::connect((host, port)),
-    )
-    .await
-    {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(format!("upstream {host}:{port} unreachable: {e}")),
-        Err(_) => Err(format!(
-            "upstream {host}:{port} did not accept within {UPSTREAM_PROBE_TIMEOUT:?}"
-        )),
-    }
 }

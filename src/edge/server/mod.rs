@@ -27,6 +27,8 @@ use v1compat_contract::dialect::Dialect;
 
 pub(crate) mod admin;
 mod front;
+pub mod operator;
+mod reachability;
 pub use admin::serve_admin;
 
 /// The shared state of the public listener.
@@ -149,6 +151,7 @@ fn route_v1(
         // Boxed: held by value, this future (its deadline timer, the body
         // collector) would be carried twice over in the admission's future.
         body: Box::pin(read_body(reader, body)),
+        peer: conn.peer().map(|p| p.ip()),
     };
     let pipeline = state.pipeline.clone();
     match state.shadow.clone() {
