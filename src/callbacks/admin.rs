@@ -1,8 +1,9 @@
 //! Operator endpoints for the relay, on the admin listener (never public):
 //!
 //! * `GET  /callbacks/events?state=pending|dead|done&since=T&limit=N` — events
-//!   in one state, `pending` when none is given (without their tokens:
-//!   target URL and key stay sealed)
+//!   in one state, `pending` when none is given, each with the `webhook-id`
+//!   its deliveries carry and the host they go to (not the token: the
+//!   target's path and query and the client's key stay sealed)
 //! * `GET  /callbacks/stats` — queue depth, dead count, oldest pending age
 //! * `POST /callbacks/events/{id}/redeliver` — one event, fresh schedule
 //! * `POST /callbacks/redeliver?since=T[&limit=N]` — every dead event received
@@ -38,9 +39,19 @@ fn bad(param: &str, problem: &str) -> Response<Full<Bytes>> {
     )
 }
 
-fn view(e: &Event) -> Value {
+/// One event as the operator sees it: the `webhook-id` its deliveries
+/// carry and the host they go to (read from the sealed token; the rest of
+/// the URL, its path and query, and the client's key are never shown).
+fn view(relay: &Relay, e: &Event) -> Value {
+    let host = relay
+        .sealer
+        .open_stored(&e.token)
+        .and_then(|claims| url::Url::parse(&claims.url).ok())
+        .and_then(|url| url.host_str().map(str::to_owned));
     json!({
         "id": e.id,
+        "webhook_id": super::event::event_id(&e.run_slug, &e.status),
+        "target_host": host,
         "run_slug": e.run_slug,
         "status": e.status,
         "state": e.state.as_str(),
@@ -119,7 +130,7 @@ impl Relay {
                 match self.store.list(state, since.unwrap_or(0), limit).await {
                     Ok(events) => reply(
                         StatusCode::OK,
-                        json!({"events": events.iter().map(view).collect::<Vec<_>>()}),
+                        json!({"events": events.iter().map(|e| view(self, e)).collect::<Vec<_>>()}),
                     ),
                     Err(e) => failed(e),
                 }

@@ -588,6 +588,22 @@ async fn retries_follow_the_schedule_with_one_webhook_id_and_410_stops() {
     assert!(dispatch(&relay).await.is_empty(), "410 stops");
     let dead = store.list(State::Dead, 0, 10).await.unwrap();
     assert_eq!(dead.len(), 1);
+    // The operator's list says which `webhook-id` the client saw and which
+    // host was called, never the token or the rest of the client's URL.
+    let listed = relay
+        .admin(&Method::GET, "/callbacks/events", Some("state=dead"))
+        .await
+        .unwrap();
+    let listed = listed.into_body().collect().await.unwrap().to_bytes();
+    let listed: Value = serde_json::from_slice(&listed).unwrap();
+    let event = &listed["events"][0];
+    let listed_id = event["webhook_id"].as_str().unwrap().to_owned();
+    assert_eq!(event["target_host"], "127.0.0.1", "{listed}");
+    let text = listed.to_string();
+    assert!(
+        !text.contains(&dead[0].token) && !text.contains("/cb"),
+        "{text}"
+    );
     let admin = relay
         .admin(
             &Method::POST,
@@ -601,6 +617,7 @@ async fn retries_follow_the_schedule_with_one_webhook_id_and_410_stops() {
     assert!(matches!(&out[0], Outcome::Delivered { .. }), "{out:?}");
     hook.until(&mut seen, |s| s.len() == 6).await;
     assert_eq!(seen[4].webhook_id, seen[5].webhook_id);
+    assert_eq!(seen[5].webhook_id, listed_id);
 }
 
 /// Found by an operations review: a callback token replayed with the slug
