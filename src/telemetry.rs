@@ -60,7 +60,8 @@ pub const SHADOW_DIFFERENCES: &str = "v1compat_shadow_differences_total";
 pub const SHADOW_IN_FLIGHT: &str = "v1compat_shadow_copies_in_flight";
 /// 1 when the last `/readyz` opened a TCP connection to V2, else 0.
 pub const UPSTREAM_REACHABLE: &str = "v1compat_upstream_reachable";
-/// Configuration reloads by `outcome` (`applied`, `rejected`).
+/// Configuration reloads by `outcome` (`applied`, `rejected`, `truncated`:
+/// a smaller file that would move clients' keys elsewhere, refused).
 pub const CONFIG_RELOADS: &str = "v1compat_config_reloads_total";
 /// Capture lines dropped because the writer fell behind.
 pub const SHADOW_CAPTURE_DROPPED: &str = "v1compat_shadow_capture_dropped_total";
@@ -175,7 +176,7 @@ fn describe() {
     );
     describe_counter!(
         CONFIG_RELOADS,
-        "Configuration reloads, by outcome (applied, rejected)"
+        "Configuration reloads, by outcome (applied, rejected, truncated: refused as a half-written file)"
     );
     describe_counter!(
         SHADOW_CAPTURE_DROPPED,

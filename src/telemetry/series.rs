@@ -90,7 +90,7 @@ pub(super) fn register_all() {
         metrics::counter!(WRITE_STALLED_CONNECTIONS, "listener" => listener).increment(0);
         metrics::gauge!(OPEN_CONNECTIONS, "listener" => listener).set(0.0);
     }
-    for outcome in ["applied", "rejected"] {
+    for outcome in ["applied", "rejected", "truncated"] {
         metrics::counter!(CONFIG_RELOADS, "outcome" => outcome).increment(0);
     }
     metrics::gauge!(IN_FLIGHT).set(0.0);
