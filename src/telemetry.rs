@@ -15,6 +15,7 @@ pub mod log_batch;
 pub mod log_filter;
 mod series;
 mod sleeper;
+mod text_fields;
 
 pub use histograms::MetricsHandle;
 use histograms::{Bounds, WithHistograms};
@@ -213,7 +214,8 @@ pub fn init_logging(format: &str, level: &str) {
             .event_format(json_lines::JsonLines::with_timer(json_lines::UtcMicros))
             .try_init()
     } else {
-        builder.try_init()
+        // Control characters in field values escaped (`text_fields`).
+        builder.fmt_fields(text_fields::EscapedFields).try_init()
     };
 }
 
