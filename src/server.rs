@@ -124,8 +124,10 @@ fn route_v1(
     if let Some(relay) = gateway.callbacks() {
         if crate::callbacks::token_of(req.uri().path()).is_some() {
             let relay = relay.clone();
+            // The same body deadline as a V1 request's.
+            let deadline = gateway.config.connections.body_read_timeout;
             let relayed: Detour = Box::pin(async move {
-                let answer = relay.receive(req).await;
+                let answer = relay.receive(req, deadline).await;
                 // The relay counts its outcomes; this is their log line.
                 tracing::debug!(
                     status = answer.status().as_u16(),
