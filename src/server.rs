@@ -73,6 +73,17 @@ pub async fn serve_public(
                 );
                 to_http_full(resp)
             },
+            // The memory budget's bound (`conn::budget`): the same 429 /
+            // 4290, its cause named.
+            over_budget: || {
+                let mut resp =
+                    pipeline::error_response(&GatewayError::Overloaded, &Dialect::default());
+                resp.headers.insert(
+                    pipeline::ERROR_CAUSE,
+                    HeaderValue::from_static("memory_budget"),
+                );
+                to_http_full(resp)
+            },
             protocol: Some(protocol_refusal),
         },
     };
@@ -178,6 +189,7 @@ fn read_body(
             conn::BodyError::TooLarge(_) => BodyError::TooLarge,
             conn::BodyError::Timeout(d) => BodyError::Timeout(d),
             conn::BodyError::Broken(e) => BodyError::Unreadable(e),
+            conn::BodyError::OverBudget => BodyError::OverBudget,
         })
     })
 }

@@ -4,6 +4,7 @@
 //! in-process servers on port 0, and the client conformance suite (the
 //! published V1 Python SDK against `v1compat sandbox`).
 
+mod budget;
 mod callbacks;
 mod cli;
 mod deploy;
