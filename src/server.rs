@@ -130,6 +130,20 @@ fn route_v1(
     req: Request<Incoming>,
     settled: Settled,
 ) -> impl Future<Output = Response<AnswerBody>> + Send {
+    // RFC 9112 §3.2: an HTTP/1.1 request with no Host, or more than one,
+    // is answered 400.
+    if let Some(problem) = host_problem(&req) {
+        let refused: Detour = Box::pin(async move {
+            let mut resp = pipeline::error_response(
+                &GatewayError::BadRequest(problem.into()),
+                &Dialect::default(),
+            );
+            resp.headers
+                .insert(pipeline::ERROR_CAUSE, HeaderValue::from_static("protocol"));
+            to_http(resp)
+        });
+        return Either::Left(refused);
+    }
     // Callback relay: V2's callbacks arrive on the public listener.
     let gateway = state.pipeline.gateway();
     if let Some(relay) = gateway.callbacks() {
@@ -173,6 +187,20 @@ fn route_v1(
         // Mapped, not awaited in a future of its own, which would hold the
         // request once more.
         None => Either::Right(Pipeline::answer_by(pipeline, raw).map(to_http)),
+    }
+}
+
+/// What is wrong with an HTTP/1.1 request's `Host` header, if anything:
+/// exactly one is required (HTTP/1.0 may omit it; HTTP/2 has `:authority`).
+fn host_problem<B>(req: &Request<B>) -> Option<&'static str> {
+    if req.version() != http::Version::HTTP_11 {
+        return None;
+    }
+    let mut hosts = req.headers().get_all(http::header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (None, _) => Some("the request has no Host header"),
+        (Some(_), Some(_)) => Some("the request has more than one Host header"),
+        _ => None,
     }
 }
 

@@ -355,8 +355,9 @@ where
         if head {
             strip_body(&mut resp);
         }
-        // A refused request's body was not read: HTTP/1 closes after it.
-        if version < Version::HTTP_2 && (drain.is_stopping() || refused.is_some()) {
+        // From the drain's start (its delay included) HTTP/1 clients are
+        // told to close, and a refused request's body was not read.
+        if version < Version::HTTP_2 && (drain.is_draining() || refused.is_some()) {
             resp.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }

@@ -131,6 +131,7 @@ mod tests {
             GatewayError::NotFound(Subject::Run),
             GatewayError::Overloaded,
             GatewayError::Garbled("x".into()),
+            GatewayError::AbortUnreadable("x".into()),
             GatewayError::Deadline(Duration::from_secs(1)),
             GatewayError::ShuttingDown,
             GatewayError::Internal("x".into()),
@@ -162,6 +163,7 @@ mod tests {
                 | GatewayError::Upstream(_)
                 | GatewayError::AbortUnconfirmed(_)
                 | GatewayError::Garbled(_)
+                | GatewayError::AbortUnreadable(_)
                 | GatewayError::Deadline(_)
                 | GatewayError::ShuttingDown
                 | GatewayError::Internal(_) => {}
