@@ -94,12 +94,19 @@ pub fn prometheus() -> Option<MetricsHandle> {
             let recorder = WithHistograms::new(PrometheusBuilder::new().build_recorder(), bounds);
             let handle = recorder.handle();
             metrics::set_global_recorder(recorder).ok()?;
-            describe();
-            series::register_all();
-            let process = metrics_process::Collector::default();
-            process.describe();
-            process.collect();
-            spawn_process_reader(process);
+            // From a thread of its own: on a thread with a local recorder
+            // set (a test's, in the integration suite) the descriptions and
+            // the series at zero would go to that one, not to this.
+            let registered = std::thread::spawn(|| {
+                describe();
+                series::register_all();
+                let process = metrics_process::Collector::default();
+                process.describe();
+                process.collect();
+                process
+            })
+            .join();
+            spawn_process_reader(registered.ok()?);
             Some(handle)
         })
         .clone()
