@@ -29,7 +29,7 @@ use tokio::sync::Mutex;
 type Upstream = Arc<Mutex<Option<SendRequest<Full<Bytes>>>>>;
 
 fn main() {
-    let runtime = v1compat::runtime::build(0).expect("runtime");
+    let runtime = v1compat::cli::runtime::build(0).expect("runtime");
     runtime.block_on(proxy());
 }
 
@@ -78,7 +78,7 @@ async fn forward(
     };
     let upstream_req = Request::from_parts(parts, Full::new(body));
     let mut slot = conn.lock().await;
-    if !slot.as_ref().is_some_and(|s| !s.is_closed()) {
+    if slot.as_ref().is_none_or(|s| s.is_closed()) {
         let Ok(stream) = TcpStream::connect(authority).await else {
             return status(StatusCode::BAD_GATEWAY);
         };

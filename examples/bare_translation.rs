@@ -109,7 +109,7 @@ impl Target {
 }
 
 fn main() {
-    let runtime = v1compat::runtime::build(0).expect("runtime");
+    let runtime = v1compat::cli::runtime::build(0).expect("runtime");
     runtime.block_on(serve());
 }
 
@@ -246,7 +246,7 @@ async fn send(
     req: Request<Full<Bytes>>,
 ) -> Option<(http::response::Parts, Bytes)> {
     let mut slot = conn.lock().await;
-    if !slot.as_ref().is_some_and(|s| !s.is_closed()) {
+    if slot.as_ref().is_none_or(|s| s.is_closed()) {
         let stream = TcpStream::connect(&target.authority).await.ok()?;
         let _ = stream.set_nodelay(true);
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))

@@ -25,7 +25,7 @@ use libmimalloc_sys::{
 /// (mimalloc's `MI_MAX_ALIGN_SIZE` on 64-bit targets).
 const PLAIN_ALIGN: usize = 16;
 
-pub struct Allocator;
+pub(crate) struct Allocator;
 
 /// Whether a block of `size` bytes from the plain calls is aligned enough.
 fn plain(align: usize, size: usize) -> bool {

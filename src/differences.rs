@@ -12,7 +12,7 @@
 //!   committed file is stale; `V1COMPAT_BLESS=1 cargo test --lib differences`
 //!   rewrites it).
 
-use crate::route::Operation;
+use crate::v1::route::Operation;
 
 /// How the shadow tester treats a field by default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -327,7 +327,7 @@ pub const BUSINESS_ERROR_STATUS: Difference = Difference {
     id: "business_error_status",
     kind: Kind::Gap,
     fields: &[every_operation("status", S::Compared, D::Compared)],
-    summary: "the V1 record disagrees on the HTTP status of error envelopes: 400/401/404/429/500 by code (spec, PyPI SDK, V1 CLI) or always 200 (the n8n V1 node); one setting for every error",
+    summary: "the V1 record disagrees on the HTTP status of error envelopes: 400/401/404/429/500 by code (spec, V1-SKILL, PyPI SDK, V1 CLI) or always 200 (the n8n V1 node's code comment and README). Under `200` business errors come with HTTP 200 and key problems keep their status (401 / 20001; a missing key's 400 / 4000 under `missing_key_status = \"400\"`): the same n8n node's credential test tells keys apart by status alone (401 invalid, 400 missing, 2xx a working key), so a key problem sent as 200 would pass a wrong or empty key, and every other V1 client expects 401 as well. The record thus points to a V1 that answered key problems by status and business errors with 200, and no client in it needs a key problem as 200",
     setting: Some("compat.business_error_status"),
 };
 
@@ -348,7 +348,7 @@ pub const MISSING_KEY_STATUS: Difference = Difference {
     id: "missing_key_status",
     kind: Kind::Gap,
     fields: &[every_operation("request.api-key", S::Compared, D::Compared)],
-    summary: "a keyed operation without any key is 401 / 20001 (V1-SKILL, spec) or 400 / 4000 naming the header (the n8n V1 node's credential test reads 400 as missing, 401 as invalid)",
+    summary: "a keyed operation without any key (no key header, an empty or blank `api-key`, a Bearer without a token: n8n sends `api-key:` for an empty key field) is 401 / 20001 (V1-SKILL, spec) or 400 / 4000 naming the header (the n8n V1 node's credential test reads 400 as missing, 401 as invalid); either status stands under `business_error_status = \"200\"`",
     setting: Some("compat.missing_key_status"),
 };
 
@@ -491,6 +491,33 @@ fn differential_text(d: Differential) -> &'static str {
     }
 }
 
+/// The configuration for the one published V1 client that reads V1 in the
+/// other dialect, with what it changes; the last section of
+/// `COMPATIBILITY.md`.
+const N8N_V1_NODE: &str = "\n## Configuration for the n8n V1 node\n\n\
+The n8n community node for V1 (`n8n-nodes-coreclaw` 0.1.x) reads V1 in the other dialect.\n\
+Run the gateway for it with:\n\n\
+```toml\n\
+[compat]\n\
+business_error_status = \"200\"\n\
+empty_store_search = \"all\"\n\
+missing_key_status = \"400\"\n\
+```\n\n\
+(or `V1COMPAT_COMPAT__BUSINESS_ERROR_STATUS=200`, `V1COMPAT_COMPAT__EMPTY_STORE_SEARCH=all`,\n\
+`V1COMPAT_COMPAT__MISSING_KEY_STATUS=400`). What it changes:\n\n\
+* business errors come with HTTP 200 and their V1 code (an unknown worker is\n  \
+  `200 {\"code\":50001,…}`), which the node's error hints read;\n\
+* key problems keep their status, so the node's credential test (`POST /api/v1/account/info`,\n  \
+  decided by status: 401 invalid, 400 missing, 2xx working) tells them apart: a wrong key is\n  \
+  401 / 20001, no key and an empty `api-key` header (what n8n sends for an empty key field)\n  \
+  are 400 / 4000 naming the `api-key` header, a good key is 200 / 0;\n\
+* `GET /api/store?search=` lists every worker (up to `limit`), as the node's worker dropdown\n  \
+  expects.\n\n\
+The settings apply to every client of the gateway. The PyPI SDK and the V1 CLI look at the\n\
+HTTP status before `code`, so they surface a business error differently under them (the SDK\n\
+raises `CoreClawAPIError` instead of `CoreClawHTTPError`): serve them from a gateway with\n\
+the defaults.\n";
+
 /// `COMPATIBILITY.md`, generated from [`ALL`].
 pub fn markdown() -> String {
     let mut out = String::from(
@@ -543,6 +570,7 @@ pub fn markdown() -> String {
             ));
         }
     }
+    out.push_str(N8N_V1_NODE);
     out
 }
 

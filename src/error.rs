@@ -8,9 +8,9 @@
 
 use http::StatusCode;
 
-use crate::dialect::{Dialect, MissingKeyStatus};
 use crate::upstream::UpstreamFailure;
 use crate::v1::{code, Envelope};
+use v1compat_contract::dialect::{Dialect, MissingKeyStatus};
 
 /// What an operation is about, so that a V2 "not found" becomes the V1 code a
 /// V1 client knows for that kind of thing.
@@ -35,34 +35,21 @@ impl Subject {
     }
 }
 
-/// Who is to blame, reported in `x-v1compat-error-origin` and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
-    Client,
-    Upstream,
-    Gateway,
-}
-
-impl Origin {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Origin::Client => "client",
-            Origin::Upstream => "upstream",
-            Origin::Gateway => "gateway",
-        }
-    }
-}
+/// Who is to blame (defined with the metric labels it becomes).
+pub use crate::telemetry::Origin;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum GatewayError {
     /// Bad V1 input, caught before anything was sent upstream.
     #[error("invalid request: {0}")]
     BadRequest(String),
-    /// No usable key for an operation that needs one.
+    /// A key header an operation that needs a key cannot use (characters a
+    /// key cannot hold, an `Authorization` scheme other than Bearer).
     #[error("missing or malformed API key: {0}")]
     Unauthorized(String),
-    /// No key at all on an operation V1 required one for: 401 / 20001, or
-    /// 400 / 4000 under `compat.missing_key_status = "400"`.
+    /// No key on an operation V1 required one for (no key header, or one
+    /// that is empty or blank, as a form with an empty key field sends it):
+    /// 401 / 20001, or 400 / 4000 under `compat.missing_key_status = "400"`.
     #[error("no API key sent: {0}")]
     MissingKey(String),
     /// The gateway itself knows the thing does not exist (e.g. the cached
@@ -175,7 +162,9 @@ impl GatewayError {
 
     /// The V1 answer under a V1 dialect: the missing-key reading and the HTTP
     /// status of business errors (`compat.business_error_status`) applied to
-    /// [`GatewayError::render`].
+    /// [`GatewayError::render`]. Key problems (a missing key, and any 20001
+    /// however it arose) keep their status whatever that setting says (see
+    /// [`Dialect::error_status`]).
     pub fn render_in(&self, dialect: &Dialect) -> Rendered {
         let mut rendered = match self {
             GatewayError::MissingKey(_)
@@ -191,7 +180,9 @@ impl GatewayError {
             }
             _ => self.render(),
         };
-        rendered.status = dialect.error_status(rendered.status);
+        let about_key = matches!(self, GatewayError::MissingKey(_))
+            || rendered.envelope.code == code::INVALID_KEY.0;
+        rendered.status = dialect.error_status(rendered.status, about_key);
         rendered
     }
 
@@ -585,7 +576,7 @@ mod tests {
 
     #[test]
     fn dialects_change_statuses_and_the_missing_key_answer() {
-        use crate::dialect::BusinessErrorStatus;
+        use v1compat_contract::dialect::BusinessErrorStatus;
         let missing = GatewayError::MissingKey("send your key".into());
         let http = Dialect::default();
         let r = missing.render_in(&http);
@@ -601,8 +592,9 @@ mod tests {
             business_error_status: BusinessErrorStatus::Always200,
             ..Dialect::default()
         };
+        let r = missing.render_in(&always_200);
+        assert_eq!((r.status.as_u16(), r.envelope.code), (401, 20001));
         for err in [
-            missing,
             GatewayError::UnknownRoute,
             GatewayError::Overloaded,
             GatewayError::NotFound(Subject::Task),
@@ -614,6 +606,56 @@ mod tests {
             assert_eq!(r.status, StatusCode::OK, "{err}");
             assert_eq!(r.envelope, default.envelope, "{err}");
         }
+    }
+
+    /// The n8n V1 node's dialect: its credential test reads 200 as a good
+    /// key, 401 as a wrong one and 400 as a missing one, and its workflow
+    /// steps read business errors from `code` under HTTP 200.
+    #[test]
+    fn the_n8n_dialect_keeps_key_statuses_and_sends_business_errors_as_200() {
+        use v1compat_contract::dialect::{BusinessErrorStatus, EmptyStoreSearch};
+        let n8n = Dialect {
+            business_error_status: BusinessErrorStatus::Always200,
+            empty_store_search: EmptyStoreSearch::All,
+            missing_key_status: MissingKeyStatus::BadRequest,
+        };
+        let answer = |e: GatewayError| {
+            let r = e.render_in(&n8n);
+            (r.status.as_u16(), r.envelope.code)
+        };
+        assert_eq!(answer(GatewayError::MissingKey("x".into())), (400, 4000));
+        let r = GatewayError::MissingKey("x".into()).render_in(&n8n);
+        assert!(
+            r.envelope.message.contains("api-key"),
+            "{}",
+            r.envelope.message
+        );
+        assert_eq!(answer(GatewayError::Unauthorized("x".into())), (401, 20001));
+        // V2 refusing the key, with its status or with HTTP 200 and its code.
+        assert_eq!(
+            answer(v2_refusal(Subject::Other, 401, Some(12001))),
+            (401, 20001)
+        );
+        assert_eq!(
+            answer(v2_refusal(Subject::Run, 200, Some(12002))),
+            (401, 20001)
+        );
+        assert_eq!(answer(v2_refusal(Subject::Other, 403, None)), (401, 20001));
+        // Business errors and everything else: 200 with the code.
+        assert_eq!(
+            answer(GatewayError::NotFound(Subject::Worker)),
+            (200, 50001)
+        );
+        assert_eq!(
+            answer(v2_refusal(Subject::Worker, 404, Some(50001))),
+            (200, 50001)
+        );
+        assert_eq!(
+            answer(GatewayError::bad("run_slug", "is required")),
+            (200, 4000)
+        );
+        assert_eq!(answer(GatewayError::Overloaded), (200, 4290));
+        assert_eq!(answer(GatewayError::Internal("x".into())), (200, 5000));
     }
 
     #[test]

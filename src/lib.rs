@@ -1,264 +1,53 @@
 //! v1compat: a gateway that keeps legacy V1 clients of the Worker Run Service
-//! (the CoreClaw Open API) working against its V2 API.
-//!
-//! The request path, one way through:
+//! (the CoreClaw Open API) working against its V2 API. `ARCHITECTURE.md` is
+//! the longer map; this one lists the modules in the order a request meets
+//! them.
 //!
 //! ```text
-//! V1 client ─▶ conn      accept loop, connection cap, HTTP/1+2 settings,
-//!                        head/body deadlines, drain on shutdown
-//!           ─▶ server    HTTP in: the front (keys marked sensitive, request
-//!                        id, span, a panic's answer), body read off the socket
-//!           ─▶ pipeline  one raw V1 request → one V1 answer, on the gateway
-//!                        snapshot it was admitted with (config + translator):
-//!              admit       route (unknown → V1 404), key header, body (size,
-//!                          deadline), in-flight slot (held by a drop guard)
-//!              translate   per-operation deadline ─▶ ops::handle
-//!              finish      envelope + diagnostic headers, request metrics
-//!           ─▶ ops       decode V1 input → pure mapping → V2 call(s) through
-//!                        Exchange → pure mapping back → V1 `data`
-//!           ─▶ upstream  the pooled V2 client: auth, deadlines, retries
-//!           ─▶ error     every failure → one V1 envelope (the only place)
-//! V1 client ◀─ server    HTTP out
+//! V1 client ─▶ edge       accept loop, connection cap, TLS, HTTP/1+2, deadlines, drain
+//!           ─▶ pipeline   route, request id, key, body, in-flight slot, deadline,
+//!                         answer, access line, request metrics
+//!           ─▶ ops        V1 input → pure mapping → V2 call(s) → V1 data
+//!           ─▶ upstream   the pooled V2 client: auth, deadlines, safe retries
+//!           ─▶ error      every failure → one V1 envelope
+//! V1 client ◀─ edge
 //! ```
 //!
-//! Before it: [`tls`] wraps an accepted connection when its listener has
-//! TLS. Beside it: [`gateway`] is one configuration snapshot (the validated
-//! [`config`] and the [`ops::Translator`] built from it, with
-//! [`ops::Settings`], so the operations never read the application's
-//! configuration); [`reload`] swaps the snapshot (each request keeps the one
-//! it was admitted with); `server::admin` serves probes and metrics;
-//! [`probe`] is the container healthcheck; [`bind`] explains a port collision.
-//!
-//! Around the pipeline, never inside it: [`shadow::Mirror`] wraps
-//! `admit`/`translate` when `[shadow]` is on; `replay --upstream` and the
-//! golden tests call [`pipeline::Pipeline::answer`] in-process, so they see
-//! exactly what a live client sees.
-//!
-//! Modules, in request order: [`conn`], [`server`], [`pipeline`], [`route`],
-//! [`ops`] (one module per operation family), [`paging`] (V1 page windows →
-//! V2 page plans), [`upstream`] (the V2 client, built from
-//! [`http_client`], which the legacy V1 and callback clients share too),
-//! [`v1`]/[`v2`] (wire types), [`error`], [`dialect`] (the V1 behaviours the
-//! record leaves open). Beside them: [`gateway`], [`config`] (TOML + env →
-//! validated config), [`reload`], [`callbacks`] (the callback relay: V2
-//! callbacks → V1 notifications), [`telemetry`] (logs, metric names),
-//! [`openapi`] (the V1 contract served on the admin listener),
-//! [`differences`] (every V1↔V2 difference, once, as data: feeds shadow
-//! defaults, the differential test and `COMPATIBILITY.md`), [`shadow`] (the migration shadow tester: live
-//! mirror, diff engine, capture, replay, report), [`sandbox`] (an embedded V2
-//! reference service with a native V1 surface) and the commands' helpers
-//! [`quickstart`] (`v1compat sandbox`), [`bind`], [`probe`].
+//! Beside the path: `callbacks` (the relay), `shadow` (mirror, diff, capture,
+//! replay, report), `telemetry` (logs, metrics). Above it: `config` (TOML and
+//! environment → a validated configuration), `reload` (the live snapshot and
+//! what replaces it), `app` (start and drain), `cli` (the commands' helpers).
+//! The contract as types and data: `v1`, `v2`, `paging`, `differences`,
+//! `openapi`. Other crates of the workspace: `v1compat-contract` (the V1
+//! dialects), `v1compat-json` (JSON written by hand), `v1compat-sandbox`
+//! (the reference service the tests and `v1compat sandbox` run against).
 
-use std::sync::Arc;
-
-use tokio::net::TcpListener;
-use tokio::sync::watch;
-
-pub mod answer;
-pub mod bind;
-pub mod callbacks;
-pub mod config;
-pub mod conn;
-pub mod deadline;
-pub mod dialect;
-pub mod differences;
+// The request path, in order.
+pub mod edge;
 pub mod error;
-pub mod gateway;
-pub mod http_client;
-mod json_escape;
-pub mod openapi;
 pub mod ops;
-pub mod paging;
 pub mod pipeline;
-pub mod probe;
-pub mod quickstart;
-pub mod reload;
-pub mod request_id;
-pub mod route;
-pub mod runtime;
-pub mod sandbox;
-pub mod server;
+pub mod upstream;
+
+// Beside it.
+pub mod callbacks;
 pub mod shadow;
 pub mod telemetry;
-pub mod tls;
-pub mod upstream;
+
+// Above it: the composition root and the commands.
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod reload;
+
+// Below everything: helpers any layer may use.
+pub mod common;
+
+// The contract, as types and data.
+pub mod differences;
+pub mod openapi;
+pub mod paging;
 pub mod v1;
 pub mod v2;
 
-/// Keeps a timer due within the second, for as long as the gateway runs.
-///
-/// Every request arms two timers (its deadline and its V2 attempt's). When a
-/// new timer is due before the time driver's next wake-up, tokio wakes the
-/// driver through its eventfd: a `write` and an extra `epoll_wait` per timer,
-/// four system calls a request that nginx does not make. With this tick
-/// pending, request timers, seconds away, are never the earliest; the price
-/// is one wake-up a second.
-async fn pace_timers() {
-    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-    }
-}
-
-/// Runs the gateway on already-bound listeners until `shutdown` resolves,
-/// then drains in-flight requests within the configured grace period.
-pub async fn run(
-    public: TcpListener,
-    admin: TcpListener,
-    config: config::Config,
-    upstream: Arc<dyn upstream::Upstream>,
-    shutdown: impl std::future::Future<Output = ()> + Send,
-) -> std::io::Result<()> {
-    run_serving(public, admin, config, upstream, None, shutdown).await
-}
-
-/// [`run`], handing the live shadow mirror to `mirror` once it is built,
-/// before anything is served (the sender is dropped when `[shadow]` is off
-/// or start-up fails). Tests await [`shadow::Mirror::flush`] with it rather
-/// than polling for what the copies leave behind.
-pub async fn run_with_mirror(
-    public: TcpListener,
-    admin: TcpListener,
-    config: config::Config,
-    upstream: Arc<dyn upstream::Upstream>,
-    mirror: tokio::sync::oneshot::Sender<Arc<shadow::Mirror>>,
-    shutdown: impl std::future::Future<Output = ()> + Send,
-) -> std::io::Result<()> {
-    run_serving(public, admin, config, upstream, Some(mirror), shutdown).await
-}
-
-async fn run_serving(
-    public: TcpListener,
-    admin: TcpListener,
-    config: config::Config,
-    upstream: Arc<dyn upstream::Upstream>,
-    on_mirror: Option<tokio::sync::oneshot::Sender<Arc<shadow::Mirror>>>,
-    shutdown: impl std::future::Future<Output = ()> + Send,
-) -> std::io::Result<()> {
-    let tls = (
-        tls_acceptor(&config.public_tls)?,
-        tls_acceptor(&config.admin_tls)?,
-    );
-    let live = reload::Live::new(Arc::new(gateway::Gateway::new(upstream, Arc::new(config))));
-    serve_live(public, admin, live, tls, None, on_mirror, shutdown).await
-}
-
-fn tls_acceptor(files: &Option<tls::TlsFiles>) -> std::io::Result<Option<tls::Acceptor>> {
-    files
-        .as_ref()
-        .map(tls::Acceptor::new)
-        .transpose()
-        .map_err(std::io::Error::other)
-}
-
-/// [`run`] for a configuration that reloads: on SIGHUP and when its file
-/// (or a file it names) changes. The triggers are installed before anything
-/// is served.
-pub async fn run_reloading(
-    public: TcpListener,
-    admin: TcpListener,
-    reloader: Arc<reload::Reloader>,
-    shutdown: impl std::future::Future<Output = ()> + Send,
-) -> std::io::Result<()> {
-    let triggers = reload::triggers::Triggers::install(reloader.clone());
-    let live = reloader.live().clone();
-    let tls = reloader.tls();
-    serve_live(public, admin, live, tls, Some(triggers), None, shutdown).await
-}
-
-async fn serve_live(
-    public: TcpListener,
-    admin: TcpListener,
-    live: Arc<reload::Live>,
-    (public_tls, admin_tls): (Option<tls::Acceptor>, Option<tls::Acceptor>),
-    triggers: Option<reload::triggers::Triggers>,
-    on_mirror: Option<tokio::sync::oneshot::Sender<Arc<shadow::Mirror>>>,
-    shutdown: impl std::future::Future<Output = ()> + Send,
-) -> std::io::Result<()> {
-    let (stop_tx, stop_rx) = watch::channel(false);
-    // The callback relay (its store opened, its deliverer started) before
-    // anything serves: a store that cannot be opened stops start-up. It
-    // keeps the V2 client and settings it starts with; reloads carry it over.
-    let started = live.load();
-    let relay = callbacks::Relay::start(
-        &started.config.callbacks,
-        started.upstream().clone(),
-        started.config.compat.clone(),
-        stop_rx.clone(),
-    )
-    .await
-    .map_err(std::io::Error::other)?;
-    live.attach_callbacks(relay);
-    let gateway = live.load();
-    let pipeline = Arc::new(pipeline::Pipeline::live(live.clone()));
-    let in_flight = pipeline.clone();
-    // Built before anything serves: a capture file that cannot be opened
-    // stops start-up instead of leaving a gateway without its public side.
-    let mirror = shadow::Mirror::new(gateway.clone())?;
-    if let (Some(tx), Some(mirror)) = (on_mirror, &mirror) {
-        let _ = tx.send(mirror.clone());
-    }
-    // The drain sequence (see `conn::drain`): readiness false, then after
-    // `shutdown.drain_delay_ms` the public listener stops and drains within
-    // the grace period; the admin listener stays up until it is done, so
-    // probes see "draining" rather than a refused connection.
-    let public_drain = conn::Drain::new();
-    let admin_drain = conn::Drain::new();
-    let drain_delay = gateway.config.drain_delay;
-    // Reloads run until the admin listener is done.
-    let reloads = triggers.map(|t| {
-        let admin_drain = admin_drain.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                () = t.run() => {}
-                () = admin_drain.stopped() => {}
-            }
-        })
-    });
-    let public = tokio::spawn(server::serve_public(
-        public,
-        public_tls,
-        pipeline,
-        mirror,
-        public_drain.clone(),
-    ));
-    let grace = gateway.config.grace_period;
-    let admin = tokio::spawn(server::serve_admin(
-        admin,
-        admin_tls,
-        live,
-        public_drain.clone(),
-        admin_drain.clone(),
-    ));
-    let pacer = tokio::spawn(pace_timers());
-    shutdown.await;
-    pacer.abort();
-    public_drain.begin();
-    let draining = std::time::Instant::now();
-    tracing::info!(
-        in_flight = in_flight.in_flight(),
-        drain_delay = %humantime::format_duration(drain_delay),
-        grace_period = %humantime::format_duration(grace),
-        "shutting down: readiness is false; draining after the drain delay"
-    );
-    tokio::time::sleep(drain_delay).await;
-    public_drain.stop();
-    // The callback deliverer stops claiming; a claim in flight is either
-    // recorded or taken over after its lease.
-    let _ = stop_tx.send(true);
-    let a = public.await;
-    admin_drain.stop();
-    let b = admin.await;
-    if let Some(reloads) = reloads {
-        let _ = reloads.await;
-    }
-    tracing::info!(
-        took_ms = draining.elapsed().as_millis() as u64,
-        left_in_flight = in_flight.in_flight(),
-        "drained; stopped"
-    );
-    a.map_err(std::io::Error::other)??;
-    b.map_err(std::io::Error::other)??;
-    Ok(())
-}
+pub use app::{run, run_reloading, run_with_mirror};

@@ -7,10 +7,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use v1compat::bind::bind;
+use v1compat::cli::bind::bind;
+use v1compat::cli::probe;
+use v1compat::cli::shadow::{self as cli, ReplayArgs, ReportArgs};
 use v1compat::config::{self, Config};
-use v1compat::shadow::cli::{self, ReplayArgs, ReportArgs};
-use v1compat::{probe, reload, server, telemetry};
+use v1compat::edge::server;
+use v1compat::{reload, telemetry};
 
 mod allocator;
 
@@ -60,7 +62,7 @@ enum Command {
     },
     /// Run the gateway on its embedded sandbox: a V2 reference service, the gateway
     /// pointed at it and a native V1 service, in one process. Port 0 picks a free port.
-    Sandbox(v1compat::quickstart::QuickstartOptions),
+    Sandbox(v1compat::cli::quickstart::QuickstartOptions),
     /// Replay V1 traffic to the legacy service and through the translation, and capture both answers.
     #[command(
         long_about = "Replays a capture (from [shadow] capture_path or an earlier replay), or a plain JSONL \
@@ -130,7 +132,10 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(check_config(&config, print))
         }
         Command::Sandbox(opts) => runtime()
-            .block_on(v1compat::quickstart::run(opts, server::shutdown_signal()))
+            .block_on(v1compat::cli::quickstart::run(
+                opts,
+                server::shutdown_signal(),
+            ))
             .map(|()| ExitCode::SUCCESS)
             .map_err(|e| format!("v1compat sandbox: {e}")),
         Command::Replay(args) => {
@@ -224,9 +229,9 @@ fn runtime() -> tokio::runtime::Runtime {
     runtime_with(0)
 }
 
-/// The runtime `runtime.threads` asks for ([`v1compat::runtime`]).
+/// The runtime `runtime.threads` asks for ([`v1compat::cli::runtime`]).
 fn runtime_with(threads: usize) -> tokio::runtime::Runtime {
-    v1compat::runtime::build(threads)
+    v1compat::cli::runtime::build(threads)
         .unwrap_or_else(|e| panic!("cannot start the async runtime: {e}"))
 }
 

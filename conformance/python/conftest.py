@@ -1,4 +1,5 @@
-"""Session fixtures: one `v1compat sandbox` process for the whole suite.
+"""Session fixtures: one `v1compat sandbox` process for the whole suite, and a
+second one in the n8n V1 node's configuration for the tests that need it.
 
 The binary comes from the environment variable V1COMPAT_BIN (the Rust test
 `tests/it/python_sdk.rs` sets it to the freshly built `v1compat`). All four
@@ -10,6 +11,7 @@ sees does not depend on how fast the machine is.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -94,8 +96,11 @@ def _parse_ready(text: str) -> dict[str, str] | None:
     return dict(part.split("=", 1) for part in line.split()[1:])
 
 
-@pytest.fixture(scope="session")
-def sandbox(request):
+@contextlib.contextmanager
+def _running_sandbox(request, settings: dict[str, str]):
+    """A `v1compat sandbox` process for as long as the block runs. `settings`
+    are gateway configuration overrides (`V1COMPAT_<SECTION>__<KEY>`); the
+    sandbox's native V1 service takes the gateway's `[compat]` dialect."""
     binary = os.environ.get("V1COMPAT_BIN")
     if not binary:
         pytest.exit(
@@ -112,8 +117,9 @@ def sandbox(request):
     for flag in ("--listen", "--admin-listen", "--upstream-listen", "--legacy-listen"):
         cmd += [flag, "127.0.0.1:0"]
     # The gateway reads V1COMPAT_<SECTION>__<KEY> variables as configuration, and
-    # would reject V1COMPAT_BIN itself: start it with none of them.
+    # would reject V1COMPAT_BIN itself: start it with none but `settings`.
     env = {k: v for k, v in os.environ.items() if not k.startswith("V1COMPAT_")}
+    env.update(settings)
     proc = subprocess.Popen(
         cmd,
         stdout=log,
@@ -153,6 +159,30 @@ def sandbox(request):
         if request.session.testsfailed == 0:
             _LOGS.remove(log_path)
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def sandbox(request):
+    """The sandbox in the default V1 dialect."""
+    with _running_sandbox(request, {}) as sb:
+        yield sb
+
+
+# The configuration the README documents for the n8n V1 node (n8n-nodes-coreclaw
+# 0.1.x): business errors as HTTP 200, `search=` lists every worker, a missing
+# key is 400 / 4000.
+N8N_SETTINGS = {
+    "V1COMPAT_COMPAT__BUSINESS_ERROR_STATUS": "200",
+    "V1COMPAT_COMPAT__EMPTY_STORE_SEARCH": "all",
+    "V1COMPAT_COMPAT__MISSING_KEY_STATUS": "400",
+}
+
+
+@pytest.fixture(scope="session")
+def n8n_sandbox(request):
+    """A second sandbox, gateway and native V1 service in the n8n configuration."""
+    with _running_sandbox(request, N8N_SETTINGS) as sb:
+        yield sb
 
 
 @pytest.fixture(scope="session")

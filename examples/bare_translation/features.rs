@@ -22,10 +22,10 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
-use v1compat::request_id::RequestId;
-use v1compat::route::Operation;
+use v1compat::common::request_id::RequestId;
 use v1compat::telemetry::handles::{RequestMetrics, RouteMetrics, UpstreamMetrics};
 use v1compat::upstream::ApiKey;
+use v1compat::v1::route::Operation;
 use v1compat::v2::Segment;
 
 use super::{status, v1_envelope, DetailBody, Target, X_REQUEST_ID, X_V2_REQUEST_ID};
@@ -38,7 +38,7 @@ const DEADLINE: Duration = Duration::from_secs(10);
 const V2_ROUTE: &str = "/api/v2/worker-runs/{id}";
 
 /// What the features keep between requests.
-pub struct Features {
+pub(crate) struct Features {
     in_flight: Semaphore,
     /// Idle V2 connections, last in first out.
     pool: Mutex<Vec<SendRequest<Full<Bytes>>>>,
@@ -51,7 +51,7 @@ pub struct Features {
 impl Features {
     /// Installs the gateway's recorder and logging (at `warn`, as the
     /// benchmarks run it) and resolves the handles, as the gateway does.
-    pub fn new() -> Features {
+    pub(crate) fn new() -> Features {
         v1compat::telemetry::prometheus();
         v1compat::telemetry::init_logging("text", "warn");
         let upstream = UpstreamMetrics::resolve();
@@ -69,7 +69,11 @@ impl Features {
     }
 
     /// The answer to `req`, a panic answered as a 500.
-    pub async fn answer(&self, target: &Target, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    pub(crate) async fn answer(
+        &self,
+        target: &Target,
+        req: Request<Incoming>,
+    ) -> Response<Full<Bytes>> {
         AssertUnwindSafe(self.translate(target, req))
             .catch_unwind()
             .await

@@ -10,9 +10,9 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use percent_encoding::percent_decode_str;
 
-use v1compat::request_id::RequestId;
+use v1compat::common::request_id::RequestId;
 use v1compat::ops::{self, Translator, V1Request};
-use v1compat::route::Operation;
+use v1compat::v1::route::Operation;
 use v1compat::upstream::{ApiKey, Upstream, UpstreamFuture, V2Call, V2Reply};
 use v1compat::v2::RESERVED_RUN_WORDS;
 

@@ -34,11 +34,11 @@ use super::sign;
 use super::store::Store;
 use super::token::{Claims, Sealer};
 use super::unknown_runs::UnknownRuns;
-use crate::http_client;
+use crate::common::request_id::RequestId;
 use crate::ops::run_records::{detail_call, v1_status};
 use crate::ops::Compat;
 use crate::ops::{int_of, string_of};
-use crate::request_id::RequestId;
+use crate::upstream::http_client;
 use crate::upstream::{ApiKey, Upstream};
 use crate::v2::Segment;
 

@@ -11,7 +11,7 @@ pub const ACCEPTED: &str = "v1compat_callbacks_accepted_total";
 /// Refused: `{reason="token"|"body"|"body_timeout"|"too_large"|"method"|"store"}`.
 pub const REJECTED: &str = "v1compat_callbacks_rejected_total";
 /// Delivery attempts: `{outcome="delivered"|"http_error"|"gone"|"timeout"|"refused"|"connect"|"token"|"superseded"}`.
-pub const ATTEMPTS: &str = "v1compat_callback_attempts_total";
+pub const ATTEMPTS: &str = "v1compat_callbacks_attempts_total";
 /// Events that went dead (schedule used up or 410).
 pub const DEAD_TOTAL: &str = "v1compat_callbacks_dead_total";
 /// Pending events now.

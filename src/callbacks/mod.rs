@@ -117,11 +117,13 @@ impl Relay {
         }
         Ok(relay)
     }
+}
 
+impl crate::ops::CallbackUrls for Relay {
     /// The URL V2 gets instead of a V1 client's `callback_url`: the client URL
     /// is checked (http/https, host, no credentials, bounded) and sealed, with
     /// the client's key when enrichment may use it.
-    pub fn v2_callback_url(
+    fn v2_callback_url(
         &self,
         client_url: &str,
         key: Option<&ApiKey>,
@@ -193,19 +195,6 @@ pub fn loggable_path(path: &str) -> &str {
         receive::PATH_PREFIX
     } else {
         path
-    }
-}
-
-/// Hook for the run operations: the callback URL to send V2 (relay mode:
-/// the sealed gateway URL; passthrough: the client's own).
-pub fn for_v2(
-    relay: Option<&Relay>,
-    key: Option<&ApiKey>,
-    client_url: Option<String>,
-) -> Result<Option<String>, GatewayError> {
-    match (relay, client_url) {
-        (Some(r), Some(url)) => r.v2_callback_url(&url, key).map(Some),
-        (_, url) => Ok(url),
     }
 }
 

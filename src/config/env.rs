@@ -77,7 +77,11 @@ pub(super) fn overlay(
                 applied.set.push((key, name));
             }
             // What a secret's variable holds is never repeated.
-            Err(expected) if path.last().is_some_and(|k| super::print::is_secret(k)) => {
+            Err(expected)
+                if path
+                    .last()
+                    .is_some_and(|k| crate::common::redact::is_secret(k)) =>
+            {
                 applied.problems.push(format!(
                     "{name}: {key} takes {expected} (the value given is not shown: a secret)"
                 ))

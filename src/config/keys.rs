@@ -5,6 +5,7 @@
 //! stands in).
 
 use super::RawConfig;
+use crate::common::checks::suggestion;
 
 /// Removes the sections [`RawConfig`] does not have (the known ones are
 /// read off its defaults) and names each one. Keys inside a section are
@@ -23,16 +24,6 @@ pub(super) fn remove_unknown(table: &mut toml::Table, known: &toml::Table) -> Ve
         ok
     });
     problems
-}
-
-/// ` (did you mean `x`?)` for the closest of `names`, when one is close.
-pub(crate) fn suggestion<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> String {
-    names
-        .map(|n| (strsim::damerau_levenshtein(name, n), n))
-        .filter(|(d, n)| *d <= 2 && *d < n.len())
-        .min()
-        .map(|(_, n)| format!(" (did you mean `{n}`?)"))
-        .unwrap_or_default()
 }
 
 /// Types every `section.key` on its own against [`RawConfig`]; a key that
@@ -70,7 +61,7 @@ pub(super) fn remove_mistyped(table: &mut toml::Table) -> Vec<String> {
 fn locate(section: &str, key: &str, value: &toml::Value) -> Vec<String> {
     let mut found = locate_all(section, key, value);
     // What a secret's key was given is not repeated, only its kind.
-    if super::print::is_secret(key) {
+    if crate::common::redact::is_secret(key) {
         for problem in &mut found {
             *problem = value_hidden(problem);
         }

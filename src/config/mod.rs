@@ -20,14 +20,13 @@ use crate::upstream::UpstreamSettings;
 
 mod env;
 mod keys;
-pub(crate) use keys::suggestion;
 pub mod print;
 pub mod schema;
 mod source;
 mod validate;
 
 pub use schema::*;
-pub use validate::{validate, MAX_CONCURRENCY};
+pub use validate::{validate, MAX_THREADS};
 
 pub const ENV_PREFIX: &str = "V1COMPAT_";
 
@@ -37,8 +36,8 @@ pub struct Config {
     pub public_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     /// TLS on the public / admin listener, when configured.
-    pub public_tls: Option<crate::tls::TlsFiles>,
-    pub admin_tls: Option<crate::tls::TlsFiles>,
+    pub public_tls: Option<crate::edge::tls::TlsFiles>,
+    pub admin_tls: Option<crate::edge::tls::TlsFiles>,
     pub upstream: UpstreamSettings,
     pub service_key: Option<crate::upstream::ApiKey>,
     pub request_timeout: Duration,
@@ -49,7 +48,7 @@ pub struct Config {
     pub log: LogSection,
     pub grace_period: Duration,
     pub drain_delay: Duration,
-    pub connections: crate::conn::ConnSettings,
+    pub connections: crate::edge::conn::ConnSettings,
     pub runtime: RuntimeSection,
     pub shadow: crate::shadow::ShadowConfig,
     pub callbacks: crate::callbacks::CallbacksConfig,
@@ -300,7 +299,7 @@ mod tests {
 
     #[test]
     fn dialect_choices_read_quoted_unquoted_and_from_the_environment() {
-        use crate::dialect::{BusinessErrorStatus, EmptyStoreSearch, MissingKeyStatus};
+        use v1compat_contract::dialect::{BusinessErrorStatus, EmptyStoreSearch, MissingKeyStatus};
         let c = load(
             "[compat]\nbusiness_error_status = 200\nempty_store_search = \"all\"\n",
             env(&[("V1COMPAT_COMPAT__MISSING_KEY_STATUS", "400")]),

@@ -24,14 +24,14 @@ pub struct RawConfig {
     pub compat: CompatSection,
     pub log: LogSection,
     pub shutdown: ShutdownSection,
-    pub connections: crate::conn::ConnectionSection,
+    pub connections: crate::edge::conn::ConnectionSection,
     pub runtime: RuntimeSection,
     pub shadow: crate::shadow::ShadowSection,
     /// The callback relay (issue 9); checked in `callbacks::config`.
     pub callbacks: crate::callbacks::CallbacksSection,
 }
 
-/// The async runtime, read once at start-up (see [`crate::runtime`]).
+/// The async runtime, read once at start-up (see [`crate::cli::runtime`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RuntimeSection {

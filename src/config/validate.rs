@@ -8,10 +8,10 @@ use super::{Config, ConfigErrors, RawConfig};
 use crate::ops::Compat;
 use crate::upstream::{AuthStyle, RetrySettings, UpstreamSettings};
 
-/// The most requests, mirrored requests or deliveries a setting may let run
-/// at once: far beyond what one process serves, and far inside what a
-/// semaphore can count.
-pub const MAX_CONCURRENCY: usize = 1_000_000;
+use crate::common::checks::MAX_CONCURRENCY;
+
+/// The most `runtime.threads` may ask for: more is a mistake, not a machine.
+pub const MAX_THREADS: usize = 1024;
 
 /// Checks a parsed config, collecting every problem.
 pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
@@ -47,7 +47,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     }
 
     let u = &raw.upstream;
-    let base_url = crate::http_client::parse_base_url("upstream.base_url", &u.base_url)
+    let base_url = crate::upstream::http_client::parse_base_url("upstream.base_url", &u.base_url)
         .map_err(|e| p.push(e))
         .ok();
     let auth_style = match u.auth.as_str() {
@@ -170,11 +170,11 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         value: &str,
         allowed: &str,
     ) -> T {
-        crate::dialect::parse_choice(key, value, allowed)
+        v1compat_contract::dialect::parse_choice(key, value, allowed)
             .map_err(|e| p.push(e))
             .unwrap_or_default()
     }
-    let dialect = crate::dialect::Dialect {
+    let dialect = v1compat_contract::dialect::Dialect {
         business_error_status: choice(
             &mut p,
             "compat.business_error_status",
@@ -204,8 +204,13 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     let shadow = crate::shadow::config::validate(&raw.shadow, &mut p);
     let extra_root_pem = read_ca_file(&u.ca_file, &mut p);
     let callbacks = crate::callbacks::config::validate(&raw.callbacks, &mut p);
-    let connections = crate::conn::settings::validate(&raw.connections, &mut p);
-    crate::runtime::validate(&raw.runtime, &mut p);
+    let connections = crate::edge::conn::settings::validate(&raw.connections, &mut p);
+    if raw.runtime.threads > MAX_THREADS {
+        p.push(format!(
+            "runtime.threads: {} is more than {MAX_THREADS} (0 = one per CPU)",
+            raw.runtime.threads
+        ));
+    }
 
     let (Some(base_url), true) = (base_url, p.is_empty()) else {
         return Err(ConfigErrors(p));
@@ -265,7 +270,7 @@ fn read_ca_file(path: &str, p: &mut Vec<String>) -> Option<Vec<u8>> {
             return None;
         }
     };
-    if let Err(e) = crate::http_client::tls_config(Some(&pem)) {
+    if let Err(e) = crate::upstream::http_client::tls_config(Some(&pem)) {
         p.push(format!("upstream.ca_file: {path}: {e}"));
         return None;
     }
@@ -280,20 +285,20 @@ fn tls_files(
     prefix: &str,
     cert: &str,
     key: &str,
-) -> Option<crate::tls::TlsFiles> {
+) -> Option<crate::edge::tls::TlsFiles> {
     match (cert.is_empty(), key.is_empty()) {
         (true, true) => None,
         (false, false) => {
-            let files = crate::tls::TlsFiles {
+            let files = crate::edge::tls::TlsFiles {
                 cert: cert.into(),
                 key: key.into(),
             };
-            match crate::tls::check(&files) {
+            match crate::edge::tls::check(&files) {
                 Ok(()) => Some(files),
                 Err((file, e)) => {
                     let which = match file {
-                        crate::tls::TlsFile::Cert => "cert",
-                        crate::tls::TlsFile::Key => "key",
+                        crate::edge::tls::TlsFile::Cert => "cert",
+                        crate::edge::tls::TlsFile::Key => "key",
                     };
                     p.push(format!("{prefix}_{which}_file: {e}"));
                     None

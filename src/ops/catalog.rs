@@ -21,7 +21,6 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::dialect::EmptyStoreSearch;
 use crate::error::{GatewayError, Subject};
 use crate::ops::exchange::Read;
 use crate::ops::input::Query;
@@ -31,6 +30,7 @@ use crate::paging::{Plan, Window};
 use crate::upstream::V2Call;
 use crate::v1::Json;
 use crate::v2::{Part, Segment, V2Path};
+use v1compat_contract::dialect::EmptyStoreSearch;
 
 pub const STORE_DEFAULT_LIMIT: u64 = 10;
 

@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{Settings, Translator};
+use crate::common::request_id::RequestId;
 use crate::error::{GatewayError, Subject};
-use crate::request_id::RequestId;
 use crate::upstream::{ApiKey, V2Call};
 use crate::v2::{DataEnvelope, Envelope};
 

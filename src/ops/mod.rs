@@ -11,10 +11,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::common::request_id::RequestId;
 use crate::error::GatewayError;
-use crate::request_id::RequestId;
-use crate::route::Operation;
 use crate::upstream::{ApiKey, Upstream};
+use crate::v1::route::Operation;
 use crate::v1::Json;
 
 mod exchange;
@@ -44,8 +44,22 @@ pub struct Translator {
     pub settings: Settings,
     /// Shared so a reload that leaves `[workers]` alone keeps the cache.
     pub worker_ids: Arc<worker_ids::WorkerIds>,
-    /// The callback relay, when `[callbacks]` is in relay mode.
-    pub callbacks: Option<Arc<crate::callbacks::Relay>>,
+    /// The callback relay's URL maker, when `[callbacks]` is in relay mode.
+    pub callbacks: Option<Arc<dyn CallbackUrls>>,
+}
+
+/// What the run operations need of the callback relay: the URL V2 gets in
+/// place of a V1 client's `callback_url`. Defined here and implemented by
+/// the relay, so the operations never see the relay itself.
+pub trait CallbackUrls: Send + Sync {
+    /// The URL V2 calls back instead of `client_url` (checked and sealed,
+    /// with the client's key when the relay may use it), or the V1 error
+    /// for a URL the relay refuses.
+    fn v2_callback_url(
+        &self,
+        client_url: &str,
+        key: Option<&ApiKey>,
+    ) -> Result<String, GatewayError>;
 }
 
 impl Translator {
@@ -66,7 +80,10 @@ impl Translator {
         key: Option<&ApiKey>,
         client_url: Option<String>,
     ) -> Result<Option<String>, GatewayError> {
-        crate::callbacks::for_v2(self.callbacks.as_deref(), key, client_url)
+        match (&self.callbacks, client_url) {
+            (Some(relay), Some(url)) => relay.v2_callback_url(&url, key).map(Some),
+            (_, url) => Ok(url),
+        }
     }
 }
 

@@ -31,15 +31,16 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::error::{GatewayError, Subject};
-use crate::json_escape::json_string;
 use crate::ops::input::Body;
 use crate::ops::result_scan::{self, Column, Scan, ScannedRows};
-use crate::ops::wire::{self, IntLike, Kind, List, OrDefault, StrOnly};
+pub use crate::ops::result_scan::{V2Header, V2ResultPage};
+use crate::ops::wire::{self, Kind, OrDefault, StrOnly};
 use crate::ops::{Exchange, Fetched, Read};
 use crate::paging::{Plan, Window};
 use crate::upstream::V2Call;
 use crate::v1::Json;
 use crate::v2::{Part, Segment, V2Path};
+use v1compat_json::escape::json_string;
 
 /// V1 `result/list` default page size.
 pub const DEFAULT_PAGE_SIZE: u64 = 10;
@@ -54,32 +55,6 @@ pub fn result_call(run: &Segment, offset: u64, limit: u64) -> V2Call {
             .query("offset", offset)
             .query("limit", limit),
     )
-}
-
-/// A V2 result page read without a `Value` tree: the rows stay the raw JSON
-/// V2 sent, to be copied into the V1 page unchanged. (On the request path
-/// the rows are found by `result_scan` and this reads the rest of the page;
-/// it reads the rows too when the scanner declined.)
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct V2ResultPage<'a> {
-    pub count: IntLike,
-    #[serde(borrow)]
-    pub headers: List<OrDefault<V2Header<'a>>>,
-    #[serde(borrow)]
-    pub list: List<&'a RawValue>,
-}
-
-/// A V2 column header; fields that are not strings read as absent.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct V2Header<'a> {
-    #[serde(borrow)]
-    pub key: StrOnly<'a>,
-    #[serde(borrow)]
-    pub label: StrOnly<'a>,
-    #[serde(borrow)]
-    pub format: StrOnly<'a>,
 }
 
 /// The rows of one V2 result page: found by the scanner with the kinds of
@@ -713,6 +688,7 @@ pub async fn export(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayErro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::wire::{IntLike, List};
 
     fn headers_of(v2_headers: &str, rows: &str) -> Vec<V1Header<'static>> {
         let headers: List<OrDefault<V2Header>> = serde_json::from_str(v2_headers).unwrap();
@@ -1005,7 +981,7 @@ mod tests {
         let copied = page.to_json().into_envelope().to_bytes();
         let envelope = page.to_json_sharing(bodies.iter().copied()).into_envelope();
         assert_eq!(envelope.to_bytes(), copied);
-        let mut body = crate::answer::AnswerBody::from(envelope);
+        let mut body = crate::v1::answer::AnswerBody::from(envelope);
         let mut shared = false;
         while let Some(frame) = futures_util::FutureExt::now_or_never(body.frame()).flatten() {
             let frame = frame.unwrap().into_data().unwrap();

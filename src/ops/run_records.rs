@@ -18,19 +18,14 @@
 //!
 //! V1↔V2 differences here (see `COMPATIBILITY.md`): [`aborted_status`](crate::differences::ABORTED_STATUS), [`unknown_status`](crate::differences::UNKNOWN_STATUS), [`origin_rename`](crate::differences::ORIGIN_RENAME), [`run_list_month`](crate::differences::RUN_LIST_MONTH).
 
-use std::borrow::Cow;
-use std::fmt;
-use std::marker::PhantomData;
-
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::{GatewayError, Subject};
-use crate::json_escape::json_string;
 use crate::ops::input::{Body, Ident};
 use crate::ops::result_scan::{self, RunPage};
-use crate::ops::wire::{self, IntLike, Object, StrOrNum};
+pub use crate::ops::result_scan::{StatusField, V2Run};
+use crate::ops::wire::Object;
 use crate::ops::Compat;
 use crate::ops::{int_of, list_of, Exchange, Fetched, Read};
 use crate::paging::Plan;
@@ -38,55 +33,7 @@ use crate::upstream::V2Call;
 use crate::v1::status;
 use crate::v1::Json;
 use crate::v2::{Part, RunStatus, Segment, V2Path};
-
-/// A V2 run status as sent: text, a number (its integer value if it has
-/// one), or anything else (absent, null, other types).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub enum StatusField<'a> {
-    Text(Cow<'a, str>),
-    Number(Option<i64>),
-    #[default]
-    Other,
-}
-
-impl<'a> From<Option<&'a Value>> for StatusField<'a> {
-    fn from(v: Option<&'a Value>) -> Self {
-        match v {
-            Some(Value::String(s)) => StatusField::Text(Cow::Borrowed(s)),
-            Some(Value::Number(n)) => StatusField::Number(n.as_i64()),
-            _ => StatusField::Other,
-        }
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for StatusField<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = StatusField<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Self::Value, E> {
-                Ok(StatusField::Text(Cow::Borrowed(s)))
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
-                Ok(StatusField::Text(Cow::Owned(s.to_owned())))
-            }
-            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Self::Value, E> {
-                Ok(StatusField::Number(Some(n)))
-            }
-            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Self::Value, E> {
-                Ok(StatusField::Number(i64::try_from(n).ok()))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-                Ok(StatusField::Number(None))
-            }
-            wire::anything_else_is!(StatusField::Other);
-        }
-        d.deserialize_any(V(PhantomData))
-    }
-}
+use v1compat_json::escape::json_string;
 
 /// V1 status integer for a V2 status value.
 pub fn v1_status(v2: Option<&Value>, compat: &Compat) -> i64 {
@@ -135,44 +82,6 @@ pub fn v2_status_filter(v1: i64) -> Result<Option<RunStatus>, GatewayError> {
             ))
         }
     })
-}
-
-/// A V2 run record, the fields V1 keeps, read leniently (see [`wire`]):
-/// strings borrow from the V2 body.
-#[derive(Debug, Default, PartialEq, Deserialize)]
-#[serde(default)]
-pub struct V2Run<'a> {
-    #[serde(borrow)]
-    pub status: StatusField<'a>,
-    #[serde(borrow)]
-    pub err_msg: StrOrNum<'a>,
-    #[serde(borrow)]
-    pub slug: StrOrNum<'a>,
-    #[serde(borrow)]
-    pub scraper_title: StrOrNum<'a>,
-    #[serde(borrow)]
-    pub scraper_slug: StrOrNum<'a>,
-    pub results: IntLike,
-    #[serde(borrow)]
-    pub usage: StrOrNum<'a>,
-    pub started_at: IntLike,
-    pub finished_at: IntLike,
-    pub duration: IntLike,
-    #[serde(borrow)]
-    pub origin: StrOrNum<'a>,
-    pub traffic: IntLike,
-    #[serde(borrow)]
-    pub version: StrOrNum<'a>,
-}
-
-impl<'a> V2Run<'a> {
-    /// The record of a `Value` (a list row); anything but an object has
-    /// none of the fields.
-    pub fn of_value(v: &'a Value) -> V2Run<'a> {
-        Object::<V2Run>::deserialize(v)
-            .map(|o| o.0)
-            .unwrap_or_default()
-    }
 }
 
 /// The 13-field V1 run record, in V1's field order.
@@ -233,7 +142,7 @@ impl V1Run<'_> {
         fn text(out: &mut Vec<u8>, key: &[u8], s: &str, texts: Texts) {
             out.extend_from_slice(key);
             if texts.plain {
-                debug_assert!(crate::json_escape::first_special(s.as_bytes()).is_none());
+                debug_assert!(v1compat_json::escape::first_special(s.as_bytes()).is_none());
                 out.push(b'"');
                 out.extend_from_slice(s.as_bytes());
                 out.push(b'"');
@@ -533,7 +442,7 @@ mod tests {
             // Texts known plain are copied as they are, to the same bytes
             // when they are (the origin, which may be a configured name, is
             // looked at either way).
-            let needs_escape = |t: &str| crate::json_escape::first_special(t.as_bytes()).is_some();
+            let needs_escape = |t: &str| v1compat_json::escape::first_special(t.as_bytes()).is_some();
             if s.iter().enumerate().all(|(i, t)| i == 5 || !needs_escape(t)) {
                 let mut plain = Vec::new();
                 run.write_json(&mut plain, Texts { plain: true });

@@ -42,8 +42,8 @@ pub struct Compat {
     pub unknown_status: i64,
     pub extra_export_formats: bool,
     pub origin_rename: BTreeMap<String, String>,
-    /// The V1 dialect choices (see [`crate::dialect`]).
-    pub dialect: crate::dialect::Dialect,
+    /// The V1 dialect choices (see [`v1compat_contract::dialect`]).
+    pub dialect: v1compat_contract::dialect::Dialect,
 }
 
 /// `[workers]`: how V1 worker ids are checked and mapped

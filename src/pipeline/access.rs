@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use http::{Method, StatusCode};
 
+use crate::common::request_id::RequestId;
 use crate::error::{GatewayError, Origin, Rendered};
-use crate::request_id::RequestId;
-use crate::route::Operation;
+use crate::v1::route::Operation;
 
 /// Log target of access lines, for filters such as `v1compat::access=off`.
 pub const TARGET: &str = "v1compat::access";
@@ -29,7 +29,7 @@ pub(super) struct Context<'a> {
     /// `log.access`: write a line for every request, not only failures.
     pub every_request: bool,
     /// The V1 dialect errors are rendered in (`[compat]`).
-    pub dialect: crate::dialect::Dialect,
+    pub dialect: v1compat_contract::dialect::Dialect,
 }
 
 /// A request's outcome, as the access line reports it.

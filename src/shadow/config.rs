@@ -152,7 +152,7 @@ pub fn validate(s: &ShadowSection, p: &mut Vec<String>) -> ShadowConfig {
             }
             None
         }
-        text => crate::http_client::parse_base_url("shadow.legacy_base_url", text)
+        text => crate::upstream::http_client::parse_base_url("shadow.legacy_base_url", text)
             .map_err(|e| p.push(e))
             .ok(),
     };
@@ -179,7 +179,7 @@ pub fn validate(s: &ShadowSection, p: &mut Vec<String>) -> ShadowConfig {
     if !(0.0..=100.0).contains(&s.sample_percent) {
         p.push("shadow.sample_percent: must be between 0 and 100".into());
     }
-    let most = crate::config::MAX_CONCURRENCY;
+    let most = crate::common::checks::MAX_CONCURRENCY;
     if !(1..=most).contains(&s.max_in_flight) {
         p.push(format!(
             "shadow.max_in_flight: must be between 1 and {most}"
@@ -197,7 +197,7 @@ pub fn validate(s: &ShadowSection, p: &mut Vec<String>) -> ShadowConfig {
     if !(s.baseline_absolute.is_finite() && s.baseline_absolute >= 0.0) {
         p.push("shadow.baseline_absolute: must be 0 or more".into());
     }
-    let known_ops: Vec<&str> = crate::route::Operation::ALL
+    let known_ops: Vec<&str> = crate::v1::route::Operation::ALL
         .iter()
         .map(|o| o.name())
         .collect();

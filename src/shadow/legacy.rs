@@ -1,6 +1,6 @@
 //! The client to the legacy V1 service: the hop a shadow copy (or, with
 //! `shadow.primary = "legacy"`, the client's own request) takes to the V1
-//! service being retired. Built from [`crate::http_client`] like the V2
+//! service being retired. Built from [`crate::upstream::http_client`] like the V2
 //! client (same TLS, pool, base-URL checks and error wording), but it sends
 //! V1 requests as they came: method, path, query, body, and the client's
 //! own key headers (forwarded, never logged). Every request carries the
@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 
-use crate::http_client::{
+use crate::upstream::http_client::{
     body_failure, origin_and_prefix, pooled_client, send_failure, tls_config, HyperClient,
     CONNECT_TIMEOUT, SIDE_IDLE_TIMEOUT, SIDE_MAX_IDLE_PER_HOST,
 };

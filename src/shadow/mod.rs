@@ -29,15 +29,14 @@ use http::StatusCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::GatewayError;
-use crate::gateway::Gateway;
 use crate::ops::V1Request;
 use crate::pipeline::{self, Admitted, BodyError, Pipeline, RawV1Request, V1Response};
-use crate::route::Operation;
+use crate::reload::gateway::Gateway;
 use crate::telemetry;
 use crate::upstream::UpstreamFailure;
+use crate::v1::route::Operation;
 
 pub mod capture;
-pub mod cli;
 pub mod config;
 pub mod diff;
 pub mod legacy;
@@ -254,7 +253,7 @@ impl Mirror {
         self.legacy
             .send(
                 &call_of(req),
-                pipeline::deadline(c, req.op),
+                pipeline::deadline(c.request_timeout, c.sync_run_timeout, req.op),
                 c.upstream.max_response_bytes,
             )
             .await

@@ -29,8 +29,8 @@ use super::capture::{now_ms, CaptureWriter, CapturedRequest, Record, Side, REDAC
 use super::legacy::{LegacyClient, V1Call};
 use super::{captured_request, side_of, LEGACY, TRANSLATION};
 use crate::pipeline::{Pipeline, RawV1Request};
-use crate::route::{self, Operation};
 use crate::upstream::UpstreamFailure;
+use crate::v1::route::{self, Operation};
 
 /// Where the translated answers come from.
 #[derive(Clone)]

@@ -18,8 +18,8 @@ use super::{
     IN_FLIGHT, REQUESTS, REQUEST_DURATION, UPSTREAM_CALLS_PER_REQUEST, UPSTREAM_DURATION_SECONDS,
     UPSTREAM_REQUESTS_TOTAL,
 };
-use crate::route::Operation;
-use crate::upstream::V2_ROUTES;
+use crate::v1::route::Operation;
+use crate::v2::routes::V2_ROUTES;
 
 /// The series of one operation that every answered request touches.
 pub struct OperationMetrics {

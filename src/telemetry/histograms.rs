@@ -8,8 +8,9 @@
 //! epoch guard, the samples' memory until the next drain, and a thread
 //! counting requests to drain by load. [`WithHistograms`] sits in front of
 //! the exporter's recorder and keeps the histograms itself; counters and
-//! gauges stay the exporter's. [`MetricsHandle::render`] writes both, the
-//! histograms in the exporter's own format (its `formatting` helpers).
+//! gauges stay the exporter's, but for the running totals that are
+//! fractional counters ([`FloatCounters`]). [`MetricsHandle::render`] writes
+//! them all, ours in the exporter's own format (its `formatting` helpers).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,9 +24,11 @@ use metrics_exporter_prometheus::formatting::{
 };
 use metrics_exporter_prometheus::{PrometheusHandle, PrometheusRecorder};
 
+use super::float_counters::FloatCounters;
+
 /// Upper bounds of a histogram's buckets, ascending; the `+Inf` bucket
 /// follows them.
-pub type Bounds = &'static [f64];
+pub(super) type Bounds = &'static [f64];
 
 /// One histogram series: a count per bucket (not cumulative: the render adds
 /// them up) and the sum of the samples.
@@ -157,16 +160,18 @@ impl Registry {
     }
 }
 
-/// A recorder that keeps the histograms as [`Buckets`] and hands counters
-/// and gauges (and their descriptions) to `inner`.
-pub struct WithHistograms<R> {
+/// A recorder that keeps the histograms as [`Buckets`] and the fractional
+/// counters as [`FloatCounters`], and hands the other counters and gauges
+/// (and their descriptions) to `inner`.
+pub(super) struct WithHistograms<R> {
     inner: R,
     histograms: Arc<Registry>,
+    float_counters: Arc<FloatCounters>,
 }
 
 impl WithHistograms<PrometheusRecorder> {
     /// `bounds` gives each histogram's bucket bounds by its name.
-    pub fn new(inner: PrometheusRecorder, bounds: fn(&str) -> Bounds) -> Self {
+    pub(super) fn new(inner: PrometheusRecorder, bounds: fn(&str) -> Bounds) -> Self {
         WithHistograms {
             inner,
             histograms: Arc::new(Registry {
@@ -174,14 +179,16 @@ impl WithHistograms<PrometheusRecorder> {
                 descriptions: Mutex::new(HashMap::new()),
                 bounds,
             }),
+            float_counters: Arc::default(),
         }
     }
 
     /// What `/metrics` renders from.
-    pub fn handle(&self) -> MetricsHandle {
+    pub(super) fn handle(&self) -> MetricsHandle {
         MetricsHandle {
             prometheus: self.inner.handle(),
             histograms: self.histograms.clone(),
+            float_counters: self.float_counters.clone(),
         }
     }
 }
@@ -192,7 +199,11 @@ impl<R: Recorder> Recorder for WithHistograms<R> {
     }
 
     fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
-        self.inner.describe_gauge(key, unit, description);
+        if FloatCounters::holds(key.as_str()) {
+            self.float_counters.describe(key.as_str(), description);
+        } else {
+            self.inner.describe_gauge(key, unit, description);
+        }
     }
 
     fn describe_histogram(&self, key: KeyName, _unit: Option<Unit>, description: SharedString) {
@@ -210,7 +221,11 @@ impl<R: Recorder> Recorder for WithHistograms<R> {
     }
 
     fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
-        self.inner.register_gauge(key, metadata)
+        if FloatCounters::holds(key.name()) {
+            self.float_counters.register(key)
+        } else {
+            self.inner.register_gauge(key, metadata)
+        }
     }
 
     fn register_histogram(&self, key: &Key, _metadata: &Metadata<'_>) -> Histogram {
@@ -223,13 +238,15 @@ impl<R: Recorder> Recorder for WithHistograms<R> {
 pub struct MetricsHandle {
     prometheus: PrometheusHandle,
     histograms: Arc<Registry>,
+    float_counters: Arc<FloatCounters>,
 }
 
 impl MetricsHandle {
     /// Counters and gauges as the exporter renders them, then the
-    /// histograms.
+    /// fractional counters and the histograms.
     pub fn render(&self) -> String {
         let mut out = self.prometheus.render();
+        self.float_counters.render(&mut out);
         self.histograms.render(&mut out);
         out
     }
@@ -270,6 +287,8 @@ mod tests {
         let recorder = recorder();
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, || {
+            metrics::describe_gauge!("process_cpu_seconds_total", "CPU time");
+            metrics::gauge!("process_cpu_seconds_total").set(0.37);
             metrics::describe_histogram!("latency", Unit::Seconds, "How long");
             metrics::describe_counter!("hits", "Hits");
             metrics::counter!("hits").increment(3);
@@ -281,6 +300,15 @@ mod tests {
         });
         let text = handle.render();
         assert!(text.contains("# TYPE hits counter\nhits 3\n"), "{text}");
+        // A running total set as a float is a counter, fraction and all.
+        assert!(
+            text.contains(
+                "# HELP process_cpu_seconds_total CPU time\n\
+                 # TYPE process_cpu_seconds_total counter\n\
+                 process_cpu_seconds_total 0.37\n"
+            ),
+            "{text}"
+        );
         let histograms = &text[text.find("# TYPE calls").expect(&text)..];
         assert_eq!(
             histograms,

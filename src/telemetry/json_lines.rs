@@ -13,7 +13,7 @@
 
 use std::fmt::{self, Write};
 
-use crate::json_escape::first_special;
+use v1compat_json::escape::first_special;
 
 use tracing::field::{Field, Visit};
 use tracing::span::Record;
@@ -28,7 +28,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 /// A span's fields as the members of a JSON object, without the braces.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct JsonFields;
+pub(super) struct JsonFields;
 
 impl<'w> FormatFields<'w> for JsonFields {
     fn format_fields<R: RecordFields>(&self, mut writer: Writer<'w>, fields: R) -> fmt::Result {
@@ -80,13 +80,13 @@ fn with_buffer<R>(write: impl FnOnce(&mut String) -> R) -> R {
 /// [`SystemTime`]), `level`, the event's fields, `target`, and the current
 /// span (its fields and `name`) under `span`.
 #[derive(Debug)]
-pub struct JsonLines<T> {
+pub(super) struct JsonLines<T> {
     timer: T,
 }
 
 impl<T> JsonLines<T> {
     /// Lines whose `timestamp` `timer` writes.
-    pub fn with_timer(timer: T) -> JsonLines<T> {
+    pub(super) fn with_timer(timer: T) -> JsonLines<T> {
         JsonLines { timer }
     }
 }
@@ -244,7 +244,7 @@ fn float(w: &mut impl Write, value: f64) -> fmt::Result {
 /// A clock humantime cannot write (before 1970, from the year 10000 on) is
 /// left to tracing-subscriber's.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct UtcMicros;
+pub(super) struct UtcMicros;
 
 impl FormatTime for UtcMicros {
     fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {

@@ -48,7 +48,7 @@ pub fn problem(level: &str) -> Option<String> {
     let bare = directives(level)
         .filter(|d| !d.contains(['=', '[']))
         .find(|d| d.parse::<LevelFilter>().is_err())?;
-    let close = crate::config::suggestion(&bare.to_ascii_lowercase(), LEVELS.into_iter());
+    let close = crate::common::checks::suggestion(&bare.to_ascii_lowercase(), LEVELS.into_iter());
     Some(format!(
         "log.level: {bare:?} is not a level{close}; a bare word must be one of {} (a target is written target=level, e.g. v1compat=debug)",
         LEVELS.join(", ")

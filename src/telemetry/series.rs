@@ -4,8 +4,8 @@
 //! `increase()` blind to that event and leaves dashboards saying "no data"
 //! where the truth is 0.
 
-use crate::error::Origin;
-use crate::route::Operation;
+use super::Origin;
+use crate::v1::route::Operation;
 
 use super::*;
 
@@ -69,7 +69,7 @@ pub(super) fn register_all() {
     metrics::counter!(REQUESTS, "operation" => "unknown", "status" => "404").increment(0);
     metrics::counter!(ERRORS, "operation" => "unknown", "origin" => "client", "cause" => "unknown_route")
         .increment(0);
-    for route in crate::upstream::V2_ROUTES {
+    for route in crate::v2::routes::V2_ROUTES {
         for class in STATUS_CLASSES {
             metrics::counter!(UPSTREAM_REQUESTS_TOTAL, "route" => *route, "status_class" => *class)
                 .increment(0);
@@ -174,8 +174,8 @@ mod tests {
 
     #[test]
     fn every_rendered_error_has_its_series_registered() {
-        let missing_key_400 = crate::dialect::Dialect {
-            missing_key_status: crate::dialect::MissingKeyStatus::BadRequest,
+        let missing_key_400 = v1compat_contract::dialect::Dialect {
+            missing_key_status: v1compat_contract::dialect::MissingKeyStatus::BadRequest,
             ..Default::default()
         };
         let renders = every_error().into_iter().flat_map(|e| {

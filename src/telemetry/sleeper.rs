@@ -9,13 +9,13 @@ use std::thread::Thread;
 use std::time::Duration;
 
 /// The thread that sleeps, and whether it does.
-pub struct Sleeper {
+pub(super) struct Sleeper {
     thread: OnceLock<Thread>,
     asleep: AtomicBool,
 }
 
 impl Sleeper {
-    pub const fn new() -> Sleeper {
+    pub(super) const fn new() -> Sleeper {
         Sleeper {
             thread: OnceLock::new(),
             asleep: AtomicBool::new(false),
@@ -24,7 +24,7 @@ impl Sleeper {
 
     /// Makes the calling thread the one that sleeps and is woken. Called by
     /// it before it first sleeps, so no work can miss waking it.
-    pub fn adopt_current(&self) {
+    pub(super) fn adopt_current(&self) {
         let _ = self.thread.set(std::thread::current());
     }
 
@@ -33,7 +33,7 @@ impl Sleeper {
     /// must read with a sequentially consistent load what the waker stores
     /// sequentially consistently before it calls `wake`: then either this
     /// sees the work, or the waker sees this thread asleep and wakes it.
-    pub fn sleep_while(&self, idle: impl FnOnce() -> bool, limit: Option<Duration>) {
+    pub(super) fn sleep_while(&self, idle: impl FnOnce() -> bool, limit: Option<Duration>) {
         self.asleep.store(true, Ordering::SeqCst);
         if idle() {
             match limit {
@@ -47,7 +47,7 @@ impl Sleeper {
     /// Wakes the thread if it sleeps: one load when it does not (and a
     /// wake-up of a thread already awake is no system call).
     #[inline]
-    pub fn wake(&self) {
+    pub(super) fn wake(&self) {
         if self.asleep.load(Ordering::SeqCst) {
             self.unpark();
         }
@@ -62,7 +62,7 @@ impl Sleeper {
 
     /// Whether the thread has said it sleeps (it may be about to).
     #[cfg(test)]
-    pub fn is_asleep(&self) -> bool {
+    pub(super) fn is_asleep(&self) -> bool {
         self.asleep.load(Ordering::SeqCst)
     }
 }

@@ -30,12 +30,14 @@ use super::retry::{
 use super::{ApiKey, RetryPolicy, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply};
 
 use super::pool::Pool;
-use crate::http_client::{connector, error_chain, origin_and_prefix, tls_config, CONNECT_TIMEOUT};
-use crate::request_id::RequestId;
+use crate::common::request_id::RequestId;
 use crate::telemetry::handles::UpstreamMetrics;
 use crate::telemetry::{
     UPSTREAM_DURATION_SECONDS, UPSTREAM_REQUESTS_TOTAL, UPSTREAM_RETRIES_SKIPPED_TOTAL,
     UPSTREAM_RETRIES_TOTAL,
+};
+use crate::upstream::http_client::{
+    connector, error_chain, origin_and_prefix, tls_config, CONNECT_TIMEOUT,
 };
 
 /// How the key travels to V2.
@@ -596,7 +598,9 @@ impl Inner {
             ))
         });
         let (outcome, ended) =
-            match crate::deadline::nested_deadline_at(deadline(started, timeout), exchange).await {
+            match crate::common::deadline::nested_deadline_at(deadline(started, timeout), exchange)
+                .await
+            {
                 Ok(Ok((answer, ended))) => (Ok(answer), ended),
                 Ok(Err(failure)) => (Err(failure), Instant::now()),
                 Err(_) => (Err(UpstreamFailure::Timeout(timeout)), Instant::now()),

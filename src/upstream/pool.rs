@@ -4,7 +4,7 @@
 //! lock, a pop and a push instead of the general client's keyed, hashed
 //! pool and its layers of futures.
 //!
-//! Connections come from the shared connector ([`crate::http_client::connector`]:
+//! Connections come from the shared connector ([`crate::upstream::http_client::connector`]:
 //! TCP or rustls, direct or through a `CONNECT` tunnel, so every HTTP/1.1
 //! request goes in origin-form, as to V2 itself). HTTP/1.1 senders are
 //! kept idle last-in first-out, each with the instant it went idle, and are
@@ -39,8 +39,8 @@ use tracing::debug;
 
 use super::proxy::ProxyConnector;
 use super::UpstreamFailure;
-use crate::conn::coalesce::CoalescingExecutor;
-use crate::http_client::error_chain;
+use crate::common::coalesce::CoalescingExecutor;
+use crate::upstream::http_client::error_chain;
 
 type Body = Full<Bytes>;
 
@@ -653,8 +653,8 @@ mod tests {
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
-        let connector = crate::http_client::connector(
-            crate::http_client::tls_config(None).unwrap(),
+        let connector = crate::upstream::http_client::connector(
+            crate::upstream::http_client::tls_config(None).unwrap(),
             &super::super::ProxyEnv::default(),
             Duration::from_secs(5),
         );
@@ -687,8 +687,8 @@ mod tests {
 
     #[test]
     fn pooling_is_off_without_room_or_time() {
-        let connector = crate::http_client::connector(
-            crate::http_client::tls_config(None).unwrap(),
+        let connector = crate::upstream::http_client::connector(
+            crate::upstream::http_client::tls_config(None).unwrap(),
             &super::super::ProxyEnv::default(),
             Duration::from_secs(1),
         );

@@ -128,7 +128,7 @@ impl ProxyEnv {
 
 /// The value as it may be shown: proxy URLs may carry a password.
 fn redact(value: &str) -> String {
-    crate::config::print::mask_url(value)
+    crate::common::redact::mask_url(value)
 }
 
 impl std::fmt::Debug for ProxyEnv {
@@ -146,13 +146,13 @@ impl std::fmt::Debug for ProxyEnv {
 /// the proxy variables intercept, through a `CONNECT` tunnel. Either way
 /// the caller gets a TCP stream to wrap in TLS (or not).
 #[derive(Clone)]
-pub struct ProxyConnector {
+pub(crate) struct ProxyConnector {
     http: HttpConnector,
     matcher: Option<Arc<Matcher>>,
 }
 
 impl ProxyConnector {
-    pub fn new(http: HttpConnector, proxy: &ProxyEnv) -> ProxyConnector {
+    pub(crate) fn new(http: HttpConnector, proxy: &ProxyEnv) -> ProxyConnector {
         let matcher = (!proxy.is_empty()).then(|| Arc::new(proxy.matcher()));
         ProxyConnector { http, matcher }
     }

@@ -31,8 +31,9 @@ use v1compat::callbacks::event::State;
 use v1compat::callbacks::store::memory::MemoryStore;
 use v1compat::callbacks::store::Store;
 use v1compat::callbacks::Relay;
-use v1compat::sandbox::{Sandbox, SandboxConfig};
+use v1compat::ops::CallbackUrls;
 use v1compat::upstream::{ApiKey, HttpUpstream};
+use v1compat_sandbox::{Sandbox, SandboxConfig};
 
 use crate::support::{MockV2, Reply};
 

@@ -1,13 +1,18 @@
 //! The deployment files under `deploy/`, checked offline: the compose
 //! healthcheck's exact command run under `/bin/sh` against a live gateway,
-//! and the Kubernetes manifests parsed and cross-checked (selectors, port
-//! names, probe paths, the mounted configuration, budget against autoscaler).
+//! the Kubernetes manifests parsed and cross-checked (selectors, port
+//! names, probe paths, the mounted configuration, budget against autoscaler,
+//! the drain arithmetic, the restricted security level, the admin port's
+//! NetworkPolicy, the scrape job the alert rules expect) and validated
+//! against the Kubernetes schemas (kubernetes-validate).
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use yaml_rust2::{Yaml, YamlLoader};
 
+use crate::required_tools::tool_missing;
 use crate::support::{MockV2, TestGateway};
 
 fn docs(file: &str) -> Vec<Yaml> {
@@ -36,7 +41,9 @@ fn healthcheck_command() -> String {
 }
 
 /// Runs `command` the way the container runtime does (`/bin/sh -c`), with
-/// the binary on PATH and the admin address the image sets.
+/// the binary on PATH and the admin address in the variable the probe
+/// reads (in the image it is the configuration's 0.0.0.0:9090, which the
+/// probe's default 127.0.0.1:9090 reaches; tests/it/image.rs holds it so).
 fn run_healthcheck(shell: &str, command: &str, admin: &str) -> std::process::Output {
     let bin = Path::new(env!("CARGO_BIN_EXE_v1compat"));
     let path = format!(
@@ -120,6 +127,7 @@ fn kubernetes_manifests_hang_together() {
         ("Service", "v1"),
         ("Deployment", "apps/v1"),
         ("PodDisruptionBudget", "policy/v1"),
+        ("NetworkPolicy", "networking.k8s.io/v1"),
         ("HorizontalPodAutoscaler", "autoscaling/v2"),
         ("ServiceMonitor", "monitoring.coreos.com/v1"),
     ];
@@ -181,13 +189,72 @@ fn kubernetes_manifests_hang_together() {
     let file = config_path.rsplit('/').next().unwrap();
     let text = s(&config_map["data"][file]);
     let config = v1compat::config::load(text, Vec::new()).unwrap_or_else(|e| panic!("{e}"));
-    let grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    // Rolling updates: the preStop sleep lets endpoints drain before
+    // SIGTERM, the drain delay covers what routes by readiness (the probe's
+    // period times its failure threshold), and Kubernetes waits for all of
+    // it and the grace period before SIGKILL.
+    let grace = pod["spec"]["terminationGracePeriodSeconds"]
         .as_i64()
-        .unwrap();
+        .unwrap() as u64;
+    let pre_stop: Vec<&str> = list(&container["lifecycle"]["preStop"]["exec"]["command"])
+        .iter()
+        .map(s)
+        .collect();
+    assert_eq!(pre_stop.first(), Some(&"sleep"), "{pre_stop:?}");
+    let pre_stop: u64 = pre_stop[1].parse().unwrap();
+    assert!(pre_stop >= 1);
+    let readiness = &container["readinessProbe"];
+    let unready_after = (readiness["periodSeconds"].as_i64().unwrap_or(10)
+        * readiness["failureThreshold"].as_i64().unwrap_or(3)) as u128;
     assert!(
-        grace as u64 > config.grace_period.as_secs(),
-        "Kubernetes must wait longer than the drain"
+        config.drain_delay.as_millis() >= unready_after * 1000,
+        "drain_delay_ms {:?} < readiness {unready_after} s",
+        config.drain_delay
     );
+    let needed = Duration::from_secs(pre_stop) + config.drain_delay + config.grace_period;
+    assert!(
+        Duration::from_secs(grace) > needed,
+        "terminationGracePeriodSeconds {grace} must exceed preStop + drain delay + grace period ({needed:?})"
+    );
+    // The "restricted" Pod Security Standard.
+    let pod_security = &pod["spec"]["securityContext"];
+    assert_eq!(pod_security["runAsNonRoot"].as_bool(), Some(true));
+    assert_eq!(s(&pod_security["seccompProfile"]["type"]), "RuntimeDefault");
+    let security = &container["securityContext"];
+    assert_eq!(security["allowPrivilegeEscalation"].as_bool(), Some(false));
+    assert_eq!(
+        list(&security["capabilities"]["drop"]),
+        &[Yaml::from_str("ALL")]
+    );
+    // The image: a registry reference tagged with this version, not :latest.
+    let image = s(&container["image"]);
+    let (repository, tag) = image.rsplit_once(':').expect("a tagged image");
+    assert!(repository.contains('/'), "{image}: push it to a registry");
+    assert_eq!(tag, env!("CARGO_PKG_VERSION"), "{image}");
+    // Every Secret key the container reads is in the Secret.
+    let secret = one(&all, "Secret");
+    let mut secret_env = Vec::new();
+    for var in list(&container["env"]) {
+        let reference = &var["valueFrom"]["secretKeyRef"];
+        if reference.is_badvalue() {
+            continue;
+        }
+        assert_eq!(reference["name"], secret["metadata"]["name"]);
+        assert!(
+            !secret["stringData"][s(&reference["key"])].is_badvalue(),
+            "{reference:?} is not in the Secret"
+        );
+        secret_env.push(s(&var["name"]));
+    }
+    for name in [
+        "V1COMPAT_UPSTREAM__SERVICE_KEY",
+        "V1COMPAT_ADMIN__OPERATOR_TOKEN",
+    ] {
+        assert!(
+            secret_env.contains(&name),
+            "{name} does not come from the Secret"
+        );
+    }
     // The container ports are the configured ones.
     for (name, addr) in [("v1", config.public_addr), ("admin", config.admin_addr)] {
         let port = list(&container["ports"])
@@ -227,6 +294,53 @@ fn kubernetes_manifests_hang_together() {
     assert!(list(&scraped[0]["spec"]["ports"])
         .iter()
         .any(|p| p["name"] == endpoint["port"]));
+    // The job Prometheus gives its targets is the value of the Service's
+    // label named by jobLabel (without one, the Service's name): the job
+    // the alert rules select on.
+    let job = s(&scraped[0]["metadata"]["labels"][s(&monitor["spec"]["jobLabel"])]);
+    assert_eq!(job, alerted_job(), "the ServiceMonitor's job");
+
+    // Only Prometheus reaches the admin port; the V1 port is open.
+    let policy = one(&all, "NetworkPolicy");
+    assert!(selects(
+        &policy["spec"]["podSelector"]["matchLabels"],
+        pod_labels
+    ));
+    assert_eq!(
+        list(&policy["spec"]["policyTypes"]),
+        &[Yaml::from_str("Ingress")]
+    );
+    let rules = list(&policy["spec"]["ingress"]);
+    let admitting = |port: &str| -> Vec<&Yaml> {
+        rules
+            .iter()
+            .filter(|r| list(&r["ports"]).iter().any(|p| s(&p["port"]) == port))
+            .collect()
+    };
+    let v1 = admitting("v1");
+    assert!(
+        v1.iter().any(|r| r["from"].is_badvalue()),
+        "V1 is open to every client"
+    );
+    let admin = admitting("admin");
+    assert!(!admin.is_empty(), "Prometheus must reach the admin port");
+    for rule in admin {
+        let from = list(&rule["from"]);
+        assert!(!from.is_empty(), "the admin port is open to all: {rule:?}");
+        for peer in from {
+            assert!(
+                !peer["namespaceSelector"].is_badvalue() && !peer["podSelector"].is_badvalue(),
+                "a peer of the admin port names both namespace and pods: {peer:?}"
+            );
+            let pods = format!("{:?}", peer["podSelector"]);
+            assert!(pods.contains("prometheus"), "{pods}");
+        }
+    }
+    for rule in rules {
+        for port in list(&rule["ports"]) {
+            assert!(port_names.contains(&s(&port["port"])), "{port:?}");
+        }
+    }
 
     // Autoscaler and budget: the autoscaler scales this Deployment and keeps
     // enough replicas that the budget still lets a node drain.
@@ -253,4 +367,79 @@ fn kubernetes_manifests_hang_together() {
         max_unavailable.is_some_and(|n| n >= 1) || min_available.is_some_and(|n| n < min),
         "the budget must allow one eviction at the autoscaler's minimum"
     );
+}
+
+/// The job `V1compatDown` selects on (`up{job="…"}`).
+fn alerted_job() -> String {
+    let rules = &docs("deploy/prometheus/alerts.yaml")[0]["groups"][0]["rules"];
+    let down = list(rules)
+        .iter()
+        .find(|r| r["alert"].as_str() == Some("V1compatDown"))
+        .expect("V1compatDown");
+    let expr = s(&down["expr"]);
+    let job = expr
+        .split_once("job=\"")
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .unwrap_or_else(|| panic!("V1compatDown selects no job: {expr}"))
+        .0;
+    job.to_owned()
+}
+
+/// Every scrape job shipped names its targets' job as the alert rules
+/// expect: by its name, or by relabelling `job`.
+#[test]
+fn scrape_jobs_are_the_job_the_alerts_watch() {
+    let wanted = alerted_job();
+    let scrape = &docs("deploy/prometheus/scrape.yaml")[0];
+    let jobs = list(&scrape["scrape_configs"]);
+    assert!(jobs.len() >= 2, "a static job and a Kubernetes pod job");
+    for job in jobs {
+        let relabelled = job["relabel_configs"]
+            .as_vec()
+            .into_iter()
+            .flatten()
+            .rfind(|r| r["target_label"].as_str() == Some("job"))
+            .map(|r| s(&r["replacement"]).to_owned());
+        let name = relabelled.unwrap_or_else(|| s(&job["job_name"]).to_owned());
+        assert_eq!(name, wanted, "{job:?}");
+    }
+}
+
+/// The manifests against the Kubernetes API schemas (kubernetes-validate,
+/// strict: an unknown or misspelt field fails), for the oldest and the
+/// newest Kubernetes release the tool knows that the manifests target.
+/// The ServiceMonitor is a custom resource without a schema there; the
+/// cross-checks above cover it.
+#[test]
+fn kubernetes_manifests_validate_against_the_schemas() {
+    if tool_missing(
+        "kubernetes_manifests_validate_against_the_schemas",
+        "kubernetes-validate",
+        "PyPI package kubernetes-validate; .ci/run installs it in a virtual environment",
+    ) {
+        return;
+    }
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes/v1compat.yaml");
+    let kinds = docs("deploy/kubernetes/v1compat.yaml").len();
+    for version in ["1.29.0", "1.37.0"] {
+        let out = Command::new("kubernetes-validate")
+            .args(["--strict", "--kubernetes-version", version])
+            .arg(&manifest)
+            .output()
+            .unwrap();
+        let report = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "kubernetes-validate {version}:\n{report}"
+        );
+        assert_eq!(
+            report.matches(" passed for resource ").count(),
+            kinds,
+            "{report}"
+        );
+    }
 }

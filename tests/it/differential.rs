@@ -8,12 +8,14 @@
 //! A seeded generator builds more than 1,000 requests over all 13 V1 operations:
 //! valid ones, edge cases (page sizes around the V2 limit of 100 and the V1 limit of
 //! 1000, pages past the end, every status filter, worker ids in ULID and `owner/name`
-//! form, both export formats, store limits), invalid input, unknown ids and bad keys.
+//! form, both export formats, store limits), invalid input, unknown ids and bad keys
+//! (wrong, another account's, none, an empty `api-key` header or an empty Bearer).
 //! Some JSON bodies go with a form or text `Content-Type`, as `curl -d` sends them
 //! (both sides read them as JSON), and start-run `system` limits of `0` (the n8n V1
 //! workflow templates) are among the valid variants. A second pass sets the other
-//! V1 dialect (`[compat]` / `[v1]`: errors as HTTP 200, `search=` lists everything,
-//! a missing key is 400) on both sides. Every mismatch is collected; the test fails
+//! V1 dialect (`[compat]` / `[v1]`: business errors as HTTP 200, key problems still
+//! 401 or 400, `search=` lists everything, a missing key is 400) on both sides, and
+//! a fixed set sends the n8n V1 node's credential test in it. Every mismatch is collected; the test fails
 //! at the end with a count per operation and the first ones in full (request, both
 //! answers, the differing paths).
 //!
@@ -57,10 +59,10 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 // How a field allowed to differ is compared: the registry's treatments.
+use v1compat::common::request_id::RequestId;
 use v1compat::differences::Differential as Rule;
-use v1compat::request_id::RequestId;
-use v1compat::sandbox::{Sandbox, SandboxConfig};
 use v1compat::upstream::{HttpUpstream, Upstream, UpstreamFuture, V2Call};
+use v1compat_sandbox::{Sandbox, SandboxConfig};
 
 use crate::support::{send, send_json, TestGateway};
 
@@ -185,6 +187,10 @@ enum Auth {
     Other,
     Wrong,
     None,
+    /// `api-key:` with no value, as n8n sends an empty key field.
+    Empty,
+    /// `Authorization: Bearer` without a token.
+    EmptyBearer,
 }
 
 /// One V1 request. `gateway_body` replaces `body` on the gateway side, for
@@ -275,6 +281,8 @@ impl Wire {
             Auth::Other => b = b.header("api-key", KEY2),
             Auth::Wrong => b = b.header("api-key", WRONG_KEY),
             Auth::None => {}
+            Auth::Empty => b = b.header("api-key", ""),
+            Auth::EmptyBearer => b = b.header("authorization", "Bearer "),
         }
         if body.is_some() {
             b = b.header("content-type", content_type);
@@ -671,11 +679,12 @@ impl Gen<'_> {
             Auth::Bearer,
             Auth::Other,
             Auth::Wrong,
+            Auth::Empty,
         ])
     }
 
-    /// A request that is valid except for its key: missing, wrong, or another
-    /// account's. Only one fault per request: with a wrong key and a bad body the
+    /// A request that is valid except for its key: missing (no header, an
+    /// empty one or an empty Bearer), wrong, or another account's. Only one fault per request: with a wrong key and a bad body the
     /// native service reports the key, while the gateway cannot know the key is
     /// wrong before it has a valid V2 call to send.
     fn auth_fault(&mut self, op: &'static str) -> Case {
@@ -702,7 +711,14 @@ impl Gen<'_> {
             ),
             _ => ("/api/v1/account/info", self.pick(&[None, Some(json!({}))])),
         };
-        let auth = self.pick(&[Auth::None, Auth::Wrong, Auth::Wrong, Auth::Other]);
+        let auth = self.pick(&[
+            Auth::None,
+            Auth::Empty,
+            Auth::EmptyBearer,
+            Auth::Wrong,
+            Auth::Wrong,
+            Auth::Other,
+        ]);
         Case::raw(op, path, body.map(|b| b.to_string())).auth(auth)
     }
 
@@ -1502,15 +1518,77 @@ async fn native_v1_and_gateway_answer_alike() {
     compare("", 1200, 0x5EED_D1FF).await;
 }
 
+/// The configuration the README documents for the n8n V1 node: business errors
+/// as HTTP 200, `search=` lists everything, a missing key is 400.
+const N8N_DIALECT: &str = "business_error_status = \"200\"\n\
+                           empty_store_search = \"all\"\n\
+                           missing_key_status = \"400\"\n";
+
 /// The other reading of every point the V1 record disagrees on (the n8n V1 node's:
-/// errors as HTTP 200, `search=` lists everything, a missing key is 400), set on
+/// business errors as HTTP 200, `search=` lists everything, a missing key is 400), set on
 /// both sides: they must still agree.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_v1_and_gateway_agree_in_the_other_dialect() {
-    let dialect = "business_error_status = \"200\"\n\
-                   empty_store_search = \"all\"\n\
-                   missing_key_status = \"400\"\n";
-    compare(dialect, 400, 0xD1A1_EC75).await;
+    compare(N8N_DIALECT, 400, 0xD1A1_EC75).await;
+}
+
+/// The n8n V1 node's credential test (`POST /api/v1/account/info`, body `{}`),
+/// which reads HTTP 401 as an invalid key, 400 as a missing one and 2xx as a
+/// good one, and a business error of its workflow steps, in the n8n
+/// configuration on both sides: the two agree, and answer what the node needs
+/// (good key 200 / 0; wrong key 401 / 20001; no key, an empty `api-key` and an
+/// empty Bearer 400 / 4000 naming the header; an unknown worker 200 / 50001).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_n8n_credential_test_and_business_errors_answer_alike() {
+    let (env, _) = start_env(N8N_DIALECT).await;
+    let account = |auth| Case::post("account_info", "/api/v1/account/info", json!({})).auth(auth);
+    let mut unknown = start_body(MAPS.1);
+    unknown["scraper_slug"] = json!(UNKNOWN_WORKER);
+    let cases = [
+        (account(Auth::Key), 200, 0),
+        (account(Auth::Bearer), 200, 0),
+        (account(Auth::Wrong), 401, 20001),
+        (account(Auth::None), 400, 4000),
+        (account(Auth::Empty), 400, 4000),
+        (account(Auth::EmptyBearer), 400, 4000),
+        (
+            Case::post("start_run", "/api/v1/scraper/run", unknown),
+            200,
+            50001,
+        ),
+    ];
+    let mut problems = Vec::new();
+    for (case, status, code) in cases {
+        let (native, gateway) = exchange(&env, &case).await;
+        let paths = diff(case.op, &native, &gateway);
+        if !paths.is_empty() {
+            problems.push(
+                Mismatch {
+                    case: case.clone(),
+                    native: native.clone(),
+                    gateway: gateway.clone(),
+                    paths,
+                }
+                .to_string(),
+            );
+        }
+        for (side, (s, v)) in [("native", &native), ("gateway", &gateway)] {
+            if (*s, v["code"].as_i64()) != (status, Some(code)) {
+                problems.push(format!(
+                    "{side}, {:?} {}: want {status} / {code}, got {s} {v}",
+                    case.auth, case.path
+                ));
+            }
+            let message = v["message"].as_str().unwrap_or_default();
+            if code == 4000 && !message.contains("api-key") {
+                problems.push(format!(
+                    "{side}, {:?}: {message:?} names no header",
+                    case.auth
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// Run and task ids no record can have: not one path segment (traversal,
@@ -1741,7 +1819,14 @@ async fn start_run_refusals_answer_as_native_v1() {
             "{} of {total} differ ({dialect:?}):\n{report}",
             mismatches.len()
         );
-        let error_status = |s: u16| if dialect.is_empty() { s } else { 200 };
+        // Key problems keep their status in both dialects.
+        let error_status = |s: u16| {
+            if dialect.is_empty() || s == 401 {
+                s
+            } else {
+                200
+            }
+        };
         for (status, code) in [(401, 20001), (404, 50001), (400, 50003), (400, 4000)] {
             assert!(
                 seen.contains_key(&(error_status(status), code)),

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use crate::support::rid;
 use bytes::Bytes;
 use http::{HeaderMap, Method};
-use v1compat::gateway::Gateway;
 use v1compat::ops::run_records::detail_call;
 use v1compat::pipeline::{BodyError, Pipeline, RawV1Request};
+use v1compat::reload::gateway::Gateway;
 use v1compat::upstream::{HttpUpstream, Upstream};
 use v1compat::v2::Segment;
 

@@ -891,15 +891,22 @@ async fn client_keys_are_forwarded_as_bearer() {
     // A keyed operation without a key: 401 and no V2 call, even though a
     // service key is configured.
     let r = raw(&gw, "POST", "/api/v1/run/detail", &[json_ct], Some(&body)).await;
-    r.assert_error(401, 20001, "Invalid API key");
-    // A malformed key header.
+    let missing = "Invalid API key: send your key in the api-key header";
+    r.assert_error(401, 20001, missing);
+    // An empty or blank key header is no key (a form's empty key field).
     for (name, value) in [
-        ("authorization", "Basic x"),
+        ("api-key", ""),
+        ("api-key", "   "),
         ("authorization", "Bearer "),
-        ("api-key", "a b"),
+        ("authorization", "bearer"),
     ] {
         let r = detail((name, value.to_owned())).await;
-        r.assert_error(401, 20001, "Invalid API key");
+        r.assert_error(401, 20001, missing);
+    }
+    // A malformed key header.
+    for (name, value) in [("authorization", "Basic x"), ("api-key", "a b")] {
+        let r = detail((name, value.to_owned())).await;
+        r.assert_error(401, 20001, "Invalid API key: the key header is malformed");
     }
     assert_eq!(v2.total(), 3);
 

@@ -4,6 +4,7 @@
 //! in-process servers on port 0, and the client conformance suite (the
 //! published V1 Python SDK against `v1compat sandbox`).
 
+mod architecture;
 mod budget;
 mod callbacks;
 mod cli;
@@ -12,6 +13,7 @@ mod differential;
 mod future_sizes;
 mod gateway;
 mod golden;
+mod image;
 mod networks;
 mod openapi;
 mod operations;
@@ -21,7 +23,7 @@ mod properties;
 mod python_sdk;
 mod reliability;
 mod reload;
-mod sandbox;
+mod required_tools;
 mod schemathesis;
 mod shadow;
 mod support;

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use http::Method;
 use serde_json::{json, Value};
 use v1compat::openapi::V1_DOCUMENT;
-use v1compat::route::{route, Operation};
+use v1compat::v1::route::{route, Operation};
 
 use crate::golden;
 use crate::support::{send, TestGateway};
@@ -95,28 +95,50 @@ fn every_golden_answer_validates_against_its_schema() {
         let method = Method::from_bytes(case.v1.method.as_bytes()).unwrap();
         let path = case.v1.path.split('?').next().unwrap_or_default();
         let status = case.expect.status.to_string();
-        let pointer = match route(&method, path) {
+        // The document describes the default dialect. An error sent with HTTP
+        // 200 under `business_error_status = "200"` is the envelope of one
+        // of the operation's documented error statuses.
+        let as_200 = case.config.contains("business_error_status = \"200\"")
+            && status == "200"
+            && case.expect.body["code"] != 0;
+        let pointers: Vec<String> = match route(&method, path) {
             Some(op) => {
                 let (m, p) = op.v1_endpoint();
-                let responses = &doc["paths"][p][m.as_str().to_lowercase()]["responses"];
-                if responses.get(&status).is_none() {
+                let m = m.as_str().to_lowercase();
+                let responses = &doc["paths"][p][&m]["responses"];
+                let statuses: Vec<String> = if as_200 {
+                    let all = responses.as_object().expect("responses").keys();
+                    all.filter(|s| *s != "200").cloned().collect()
+                } else if responses.get(&status).is_some() {
+                    vec![status.clone()]
+                } else {
                     problems.push(format!("{name}: status {status} is not documented"));
                     continue;
-                }
-                format!(
-                    "/paths/{}/{}/responses/{status}/content/application~1json/schema",
-                    escape(p),
-                    m.as_str().to_lowercase()
-                )
+                };
+                statuses
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "/paths/{}/{m}/responses/{s}/content/application~1json/schema",
+                            escape(p)
+                        )
+                    })
+                    .collect()
             }
             // No operation: the V1 404 envelope of an unknown route.
-            None => "/components/schemas/Error404".to_owned(),
+            None => vec!["/components/schemas/Error404".to_owned()],
         };
-        let validator = validator_at(&doc, &pointer);
-        let errors: Vec<String> = validator
-            .iter_errors(&case.expect.body)
-            .map(|e| format!("{} at {}", e, e.instance_path))
-            .collect();
+        let mut errors = Vec::new();
+        for pointer in &pointers {
+            let validator = validator_at(&doc, pointer);
+            errors = validator
+                .iter_errors(&case.expect.body)
+                .map(|e| format!("{} at {}", e, e.instance_path))
+                .collect();
+            if errors.is_empty() {
+                break;
+            }
+        }
         if !errors.is_empty() {
             problems.push(format!("{name}: {}", errors.join("; ")));
         }

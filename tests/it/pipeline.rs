@@ -10,10 +10,10 @@ use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
-use v1compat::gateway::Gateway;
 use v1compat::pipeline::{Pipeline, RawV1Request, V1Response};
-use v1compat::sandbox::{Sandbox, SandboxConfig};
+use v1compat::reload::gateway::Gateway;
 use v1compat::upstream::HttpUpstream;
+use v1compat_sandbox::{Sandbox, SandboxConfig};
 
 use crate::support::{local_metrics, metric, send, MockV2, Reply, TestGateway};
 
@@ -56,10 +56,10 @@ fn example_probes(key: &str) -> Vec<Probe> {
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let v: Value = serde_json::from_str(line).unwrap();
         let op = match (v["path"].as_str(), v["operation"].as_str()) {
-            (Some(path), _) => v1compat::route::Operation::ALL
+            (Some(path), _) => v1compat::v1::route::Operation::ALL
                 .into_iter()
                 .find(|o| o.v1_endpoint().1 == path),
-            (None, Some(name)) => v1compat::route::Operation::ALL
+            (None, Some(name)) => v1compat::v1::route::Operation::ALL
                 .into_iter()
                 .find(|o| o.name() == name),
             (None, None) => None,

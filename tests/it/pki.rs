@@ -9,18 +9,18 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-pub struct TestCa {
+pub(crate) struct TestCa {
     issuer: CertifiedIssuer<'static, KeyPair>,
 }
 
 /// A leaf certificate and its key, as PEM.
-pub struct Leaf {
+pub(crate) struct Leaf {
     pub cert_pem: String,
     pub key_pem: String,
 }
 
 impl TestCa {
-    pub fn new(name: &str) -> TestCa {
+    pub(crate) fn new(name: &str) -> TestCa {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.distinguished_name.push(DnType::CommonName, name);
@@ -28,12 +28,12 @@ impl TestCa {
         TestCa { issuer }
     }
 
-    pub fn pem(&self) -> String {
+    pub(crate) fn pem(&self) -> String {
         self.issuer.pem()
     }
 
     /// A certificate for `names` (DNS names or IP addresses) signed by this CA.
-    pub fn leaf(&self, names: &[&str]) -> Leaf {
+    pub(crate) fn leaf(&self, names: &[&str]) -> Leaf {
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         let mut params = CertificateParams::new(names.clone()).unwrap();
         params
@@ -48,7 +48,7 @@ impl TestCa {
     }
 
     /// A client config that trusts this CA only.
-    pub fn client_config(&self) -> rustls::ClientConfig {
+    pub(crate) fn client_config(&self) -> rustls::ClientConfig {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(self.issuer.der().clone()).unwrap();
         rustls::ClientConfig::builder_with_provider(provider())
@@ -61,7 +61,7 @@ impl TestCa {
 
 impl Leaf {
     /// Writes `cert.pem` and `key.pem` into `dir`; returns their paths.
-    pub fn write(&self, dir: &Path) -> (PathBuf, PathBuf) {
+    pub(crate) fn write(&self, dir: &Path) -> (PathBuf, PathBuf) {
         let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
         std::fs::write(&cert, &self.cert_pem).unwrap();
         std::fs::write(&key, &self.key_pem).unwrap();
@@ -69,7 +69,7 @@ impl Leaf {
     }
 
     /// A server config (h2 and http/1.1) presenting this certificate.
-    pub fn server_config(&self) -> rustls::ServerConfig {
+    pub(crate) fn server_config(&self) -> rustls::ServerConfig {
         let chain: Vec<CertificateDer<'static>> =
             CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
                 .collect::<Result<_, _>>()

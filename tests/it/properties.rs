@@ -14,8 +14,8 @@ use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
 use v1compat::ops::{self, Translator, V1Request};
-use v1compat::route::Operation;
 use v1compat::upstream::ApiKey;
+use v1compat::v1::route::Operation;
 use v1compat::v2::{Part, Segment, V2Path, RESERVED_RUN_WORDS};
 
 use crate::support::{MockV2, Reply};
@@ -190,7 +190,7 @@ proptest! {
             query,
             body: Bytes::from(body),
             key: keyed.then(|| ApiKey::new("client-key").unwrap()),
-            request_id: v1compat::request_id::RequestId::from_static("prop"),
+            request_id: v1compat::common::request_id::RequestId::from_static("prop"),
         };
         // An error must render as a V1 envelope; neither side may panic.
         if let Err(err) = rt.block_on(ops::handle(&tr, req)) {

@@ -13,12 +13,12 @@ use metrics_util::debugging::{DebugValue, Snapshotter};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use v1compat::gateway::Gateway;
 use v1compat::pipeline::Pipeline;
-use v1compat::sandbox::{Sandbox, SandboxConfig};
+use v1compat::reload::gateway::Gateway;
 use v1compat::shadow::replay::{replay, ReplayOptions, ReplayStats, TranslatedSide};
 use v1compat::shadow::report::{quantile, Report};
 use v1compat::upstream::HttpUpstream;
+use v1compat_sandbox::{Sandbox, SandboxConfig};
 
 use crate::support::{local_metrics, metric, send, send_json, MockV2, Reply, TestGateway};
 

@@ -26,14 +26,14 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use v1compat::request_id::RequestId;
+use v1compat::common::request_id::RequestId;
 use v1compat::shadow::Mirror;
 use v1compat::upstream::{
     HttpUpstream, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply,
 };
 
 /// A gateway on 127.0.0.1:0 in front of `upstream`.
-pub struct TestGateway {
+pub(crate) struct TestGateway {
     pub addr: SocketAddr,
     #[allow(dead_code)] // plumbing for tests of the admin listener
     pub admin: SocketAddr,
@@ -44,7 +44,7 @@ pub struct TestGateway {
 }
 
 impl TestGateway {
-    pub async fn start(config_toml: &str, upstream: Arc<dyn Upstream>) -> TestGateway {
+    pub(crate) async fn start(config_toml: &str, upstream: Arc<dyn Upstream>) -> TestGateway {
         let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (addr, admin_addr) = (public.local_addr().unwrap(), admin.local_addr().unwrap());
@@ -75,17 +75,17 @@ impl TestGateway {
 
     /// The live shadow mirror; panics when the configuration has none.
     /// Whether a live mirror was built (only with `[shadow]` enabled).
-    pub fn has_mirror(&self) -> bool {
+    pub(crate) fn has_mirror(&self) -> bool {
         self.mirror.is_some()
     }
 
-    pub fn mirror(&self) -> &Mirror {
+    pub(crate) fn mirror(&self) -> &Mirror {
         self.mirror.as_deref().expect("[shadow] is enabled")
     }
 
     /// A gateway in front of the real [`HttpUpstream`], configured from the
     /// same text.
-    pub async fn over_http(config_toml: &str) -> TestGateway {
+    pub(crate) async fn over_http(config_toml: &str) -> TestGateway {
         let config = v1compat::config::load(config_toml, Vec::new()).unwrap();
         let upstream = Arc::new(HttpUpstream::new(config.upstream.clone()).unwrap());
         TestGateway::start(config_toml, upstream).await
@@ -93,7 +93,7 @@ impl TestGateway {
 
     /// Asks the gateway to stop (as SIGTERM would) and returns its server
     /// task, which ends once in-flight requests are answered.
-    pub fn shutdown(mut self) -> JoinHandle<std::io::Result<()>> {
+    pub(crate) fn shutdown(mut self) -> JoinHandle<std::io::Result<()>> {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
@@ -112,7 +112,7 @@ impl Drop for TestGateway {
 }
 
 /// A request id for a V2 call made by hand.
-pub fn rid(id: &str) -> RequestId {
+pub(crate) fn rid(id: &str) -> RequestId {
     RequestId::usable(&http::HeaderValue::from_str(id).unwrap()).expect("a usable request id")
 }
 
@@ -120,7 +120,7 @@ pub fn rid(id: &str) -> RequestId {
 /// Tests that read it run on a current-thread runtime, so every task of
 /// their gateway records here and no other test's does. The recorder is
 /// leaked: the guard must borrow it for the rest of the test.
-pub fn local_metrics() -> (Snapshotter, LocalRecorderGuard<'static>) {
+pub(crate) fn local_metrics() -> (Snapshotter, LocalRecorderGuard<'static>) {
     let recorder: &'static DebuggingRecorder = Box::leak(Box::new(DebuggingRecorder::new()));
     (
         recorder.snapshotter(),
@@ -129,7 +129,7 @@ pub fn local_metrics() -> (Snapshotter, LocalRecorderGuard<'static>) {
 }
 
 /// Sum of the series of `name` whose labels include every `labels` pair.
-pub fn metric(m: &Snapshotter, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn metric(m: &Snapshotter, name: &str, labels: &[(&str, &str)]) -> f64 {
     m.snapshot()
         .into_vec()
         .into_iter()
@@ -149,7 +149,7 @@ pub fn metric(m: &Snapshotter, name: &str, labels: &[(&str, &str)]) -> f64 {
 }
 
 /// A plain HTTP exchange: returns status, headers and body.
-pub async fn send(
+pub(crate) async fn send(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -177,7 +177,7 @@ pub async fn send(
 
 /// Sends JSON and parses a JSON answer.
 #[allow(dead_code)] // plumbing kept for tests that need it
-pub async fn send_json(
+pub(crate) async fn send_json(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -197,13 +197,13 @@ pub async fn send_json(
 
 /// One expected V2 call and the answer to give (golden cases).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Exchange {
+pub(crate) struct Exchange {
     pub request: V2Expect,
     pub response: V2Answer,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct V2Expect {
+pub(crate) struct V2Expect {
     pub method: String,
     /// Path and query.
     pub path: String,
@@ -215,7 +215,7 @@ pub struct V2Expect {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct V2Answer {
+pub(crate) struct V2Answer {
     pub status: u16,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<Value>,
@@ -225,7 +225,7 @@ pub struct V2Answer {
 }
 
 impl V2Answer {
-    pub fn bytes(&self) -> Bytes {
+    pub(crate) fn bytes(&self) -> Bytes {
         match (&self.raw, &self.body) {
             (Some(raw), _) => Bytes::from(raw.clone()),
             (None, Some(v)) => Bytes::from(serde_json::to_vec(v).unwrap()),
@@ -236,7 +236,7 @@ impl V2Answer {
 
 /// One request as a [`MockV2`] saw it.
 #[derive(Debug, Clone)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub method: String,
     /// The path without the query.
     pub path: String,
@@ -273,25 +273,25 @@ impl Seen {
     }
 
     /// A query parameter read as an integer.
-    pub fn param(&self, name: &str) -> Option<u64> {
+    pub(crate) fn param(&self, name: &str) -> Option<u64> {
         self.query
             .iter()
             .find(|(k, _)| k == name)
             .and_then(|(_, v)| v.parse().ok())
     }
 
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
     /// The body as JSON (`Null` when empty or not JSON).
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or(Value::Null)
     }
 }
 
 /// How a [`MockV2`] answers one request.
-pub enum Reply {
+pub(crate) enum Reply {
     Json(u16, Value),
     /// A body that is not JSON.
     Raw(u16, &'static str),
@@ -314,7 +314,7 @@ pub enum Reply {
 
 impl Reply {
     /// A V2 success envelope around `data`.
-    pub fn ok(data: Value) -> Reply {
+    pub(crate) fn ok(data: Value) -> Reply {
         Reply::Json(
             200,
             serde_json::json!({"code": 0, "message": "success", "data": data}),
@@ -322,7 +322,7 @@ impl Reply {
     }
 
     /// A V2 error envelope.
-    pub fn error(status: u16, code: i64, message: &str) -> Reply {
+    pub(crate) fn error(status: u16, code: i64, message: &str) -> Reply {
         Reply::Json(
             status,
             serde_json::json!({"code": code, "message": message}),
@@ -386,7 +386,7 @@ type Handler = Arc<dyn Fn(&Seen) -> Reply + Send + Sync>;
 /// or from a script of expected exchanges ([`MockV2::scripted`]), and
 /// records every request it received.
 #[derive(Clone)]
-pub struct MockV2 {
+pub(crate) struct MockV2 {
     handler: Handler,
     seen: Arc<Mutex<Vec<Seen>>>,
     /// In-process calls whose caller dropped them before the answer.
@@ -400,7 +400,7 @@ pub struct MockV2 {
 
 impl MockV2 {
     /// A mock answering each request from `handler`, not yet served.
-    pub fn new(handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> MockV2 {
+    pub(crate) fn new(handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> MockV2 {
         MockV2 {
             handler: Arc::new(handler),
             seen: Arc::default(),
@@ -415,7 +415,7 @@ impl MockV2 {
     /// (matched by method, path and query, since fan-out calls run
     /// concurrently); anything else is answered 599 and shows in
     /// [`MockV2::seen`] without a match.
-    pub fn scripted(exchanges: Vec<Exchange>) -> MockV2 {
+    pub(crate) fn scripted(exchanges: Vec<Exchange>) -> MockV2 {
         let script = Arc::new(Mutex::new(exchanges));
         let pending = script.clone();
         let mut mock = MockV2::new(move |seen| {
@@ -436,7 +436,7 @@ impl MockV2 {
     }
 
     /// Starts serving over HTTP on 127.0.0.1:0.
-    pub async fn serve(mut self) -> MockV2 {
+    pub(crate) async fn serve(mut self) -> MockV2 {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         self.addr = Some(listener.local_addr().unwrap());
         let mock = self.clone();
@@ -458,30 +458,30 @@ impl MockV2 {
     }
 
     /// [`MockV2::new`], served over HTTP.
-    pub async fn start(handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> MockV2 {
+    pub(crate) async fn start(handler: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> MockV2 {
         MockV2::new(handler).serve().await
     }
 
     /// A served mock that answers every request with HTTP 599, for tests
     /// where V2 must not be reached.
-    pub async fn untouchable() -> MockV2 {
+    pub(crate) async fn untouchable() -> MockV2 {
         MockV2::start(|_| Reply::Raw(599, "unexpected call")).await
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr.expect("MockV2::serve first")
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr())
     }
 
-    pub fn seen(&self) -> Vec<Seen> {
+    pub(crate) fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
 
     /// Requests received with this method and path (query ignored).
-    pub fn count(&self, method: &str, path: &str) -> usize {
+    pub(crate) fn count(&self, method: &str, path: &str) -> usize {
         self.seen
             .lock()
             .unwrap()
@@ -490,18 +490,18 @@ impl MockV2 {
             .count()
     }
 
-    pub fn total(&self) -> usize {
+    pub(crate) fn total(&self) -> usize {
         self.seen.lock().unwrap().len()
     }
 
     /// Waits until at least `n` requests have arrived.
-    pub async fn arrived(&self, n: usize) {
+    pub(crate) async fn arrived(&self, n: usize) {
         self.until(|m| m.total() >= n).await;
     }
 
     /// Waits until the gateway has given up (dropped) at least `n`
     /// in-process calls before they were answered.
-    pub async fn abandoned(&self, n: usize) {
+    pub(crate) async fn abandoned(&self, n: usize) {
         self.until(|m| m.abandoned.load(Ordering::SeqCst) >= n)
             .await;
     }
@@ -518,7 +518,7 @@ impl MockV2 {
     }
 
     /// The scripted exchanges no call has used.
-    pub fn unused(&self) -> Vec<Exchange> {
+    pub(crate) fn unused(&self) -> Vec<Exchange> {
         self.script.lock().unwrap().clone()
     }
 

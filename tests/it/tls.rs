@@ -20,7 +20,7 @@ use crate::support::{send, MockV2, Reply, TestGateway};
 
 /// GET `path` over TLS trusting `client`'s roots; the status and body, or
 /// the handshake or HTTP error.
-pub async fn https_get(
+pub(crate) async fn https_get(
     addr: SocketAddr,
     client: rustls::ClientConfig,
     path: &str,
@@ -179,14 +179,15 @@ fn half_a_tls_pair_or_a_mismatched_key_is_a_configuration_error() {
 
 /// Serves TLS handshakes with `acceptor` on a port-0 listener, answering
 /// every request with 200.
-async fn serve_with(acceptor: v1compat::tls::Acceptor) -> SocketAddr {
+async fn serve_with(acceptor: v1compat::edge::tls::Acceptor) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let acceptor = acceptor.clone();
             tokio::spawn(async move {
-                let Some(stream) = v1compat::tls::accept(Some(&acceptor), stream).await else {
+                let Some(stream) = v1compat::edge::tls::accept(Some(&acceptor), stream).await
+                else {
                     return;
                 };
                 let service = hyper::service::service_fn(|_req| async {
@@ -208,8 +209,8 @@ async fn a_replaced_certificate_is_presented_after_reload_and_a_bad_one_is_not()
     let (old_ca, new_ca) = (TestCa::new("old CA"), TestCa::new("new CA"));
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = old_ca.leaf(&["localhost"]).write(dir.path());
-    let files = v1compat::tls::TlsFiles { cert, key };
-    let acceptor = v1compat::tls::Acceptor::new(&files).unwrap();
+    let files = v1compat::edge::tls::TlsFiles { cert, key };
+    let acceptor = v1compat::edge::tls::Acceptor::new(&files).unwrap();
     let addr = serve_with(acceptor.clone()).await;
     assert!(https_get(addr, old_ca.client_config(), "/").await.is_ok());
     assert_eq!(acceptor.reload(), Ok(false), "nothing changed");

@@ -119,7 +119,7 @@ impl PostgresStore {
     /// The connection, opened again if it dropped.
     async fn conn(&self) -> StoreResult<tokio::sync::MutexGuard<'_, Option<Client>>> {
         let mut guard = self.client.lock().await;
-        if guard.as_ref().map_or(true, Client::is_closed) {
+        if guard.as_ref().is_none_or(Client::is_closed) {
             let (client, connection) = tokio_postgres::connect(&self.url, NoTls)
                 .await
                 .map_err(|err| e(format!("cannot connect to PostgreSQL: {err}")))?;

@@ -18,9 +18,9 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
+use super::v2_page::{V2Header, V2ResultPage};
 use super::values::{byte, object, short_integer, string, value, ws, Token};
 use super::At;
-use crate::ops::results::{V2Header, V2ResultPage};
 use crate::ops::wire::{IntLike, List, OrDefault, StrOnly};
 
 /// What the typed reading keeps of the answer but its rows.

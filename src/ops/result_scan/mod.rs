@@ -58,10 +58,14 @@ use crate::ops::wire::Kind;
 
 mod head;
 mod run_record;
+mod v2_page;
+mod v2_run;
 mod values;
 pub use head::Head;
 use head::HeadReader;
 pub use run_record::{run_answer, run_list_answer, Answer, RunAnswer, RunListAnswer, RunPage};
+pub use v2_page::{V2Header, V2ResultPage};
+pub use v2_run::{StatusField, V2Run};
 use values::{byte, field, plain_key, value, ws, Token};
 
 #[cfg(test)]
@@ -796,8 +800,8 @@ impl Key {
 #[cfg(test)]
 mod tests {
     use super::gen::{self, *};
+    use super::v2_page::V2ResultPage;
     use super::*;
-    use crate::ops::results::V2ResultPage;
     use crate::ops::wire::{IntLike, OrDefault};
     use proptest::prelude::*;
     use serde::Deserialize;

@@ -22,11 +22,11 @@
 use std::borrow::Cow;
 
 use super::head::HeadReader;
+use super::v2_run::{StatusField, V2Run};
 use super::values::{
     byte, literal, object, object_with, short_integer, string, value, ws, Key, Token,
 };
 use super::ENVELOPE_KEYS;
-use crate::ops::run_records::{StatusField, V2Run};
 use crate::ops::wire::{IntLike, StrOrNum};
 
 /// What the typed reading keeps of a V2 answer read in one pass: its

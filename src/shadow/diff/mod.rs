@@ -220,8 +220,7 @@ pub fn compare(op: &str, legacy: Reply<'_>, translated: Reply<'_>, rules: &Rules
         let norm = normalise(path);
         match rules.ignore.iter().position(|r| r.matches(op, &norm)) {
             Some(i) if rules.ignore[i].compare == Compare::Skip => {
-                out.ignored
-                    .extend(std::iter::repeat(i).take(candidates.len()));
+                out.ignored.extend(std::iter::repeat_n(i, candidates.len()));
             }
             Some(i) => {
                 for d in candidates {

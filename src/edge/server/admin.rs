@@ -1,0 +1,207 @@
+//! The admin listener, beside the request path: `/healthz`, `/readyz`
+//! (draining first, then V2 reachability, reported but never failing the
+//! probe), `/metrics`, `/openapi.json` (the V1 contract,
+//! [`crate::openapi`]) and the callback relay's operator endpoints. It
+//! reads the live configuration per request; its connections, like the
+//! public ones, belong to [`crate::edge::conn`].
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use tokio::net::TcpListener;
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::edge::conn::{self, Drain};
+use crate::pipeline::API_KEY;
+use crate::reload::gateway::Gateway;
+use crate::telemetry;
+
+/// Bounds `/readyz`'s V2 check below a probe's default one-second timeout.
+const UPSTREAM_PROBE_TIMEOUT: Duration = Duration::from_millis(700);
+
+/// Serves `/healthz`, `/readyz`, `/metrics` and `/openapi.json`.
+pub async fn serve_admin(
+    listener: TcpListener,
+    tls: Option<crate::edge::tls::Acceptor>,
+    live: Arc<crate::reload::Live>,
+    readiness: Drain,
+    drain: Drain,
+) -> std::io::Result<()> {
+    let gateway = live.load();
+    let listener_conf = conn::Listener {
+        name: "admin",
+        tls,
+        settings: gateway.config.connections.clone(),
+        grace: gateway.config.grace_period,
+        answers: conn::Answers {
+            cut: || admin_text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into()),
+            shed: || {
+                admin_text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many connections\n".into(),
+                )
+            },
+            over_budget: || {
+                admin_text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "memory budget used up\n".into(),
+                )
+            },
+            protocol: None,
+        },
+    };
+    let prometheus = telemetry::prometheus();
+    // V2's reachability once at start, so `v1compat_upstream_reachable` is
+    // there (and its alert can fire) where nothing asks `/readyz`.
+    let at_start = gateway.clone();
+    tokio::spawn(async move { record_reachability(&at_start).await });
+    // tower-http's layers, doing here what the public listener's front does
+    // (`server::front`): keys never reach a log line, one span per request
+    // (its failure log off), a panic is a 500 rather than a reset. The
+    // admin port's few requests do not need the front's economy.
+    let layers = ServiceBuilder::new()
+        .layer(SetSensitiveRequestHeadersLayer::new([
+            header::AUTHORIZATION,
+            API_KEY,
+        ]))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &Request<Incoming>| {
+                    tracing::info_span!("admin", method = %req.method(), path = %req.uri().path())
+                })
+                .on_failure(()),
+        )
+        .layer(CatchPanicLayer::new());
+    let service = layers.service_fn(move |req: Request<Incoming>| {
+        let gateway = live.load();
+        let prometheus = prometheus.clone();
+        let readiness = readiness.clone();
+        async move {
+            let text = admin_text;
+            // Callback relay operator endpoints (/callbacks/...).
+            if let Some(relay) = gateway.callbacks() {
+                if let Some(r) = relay
+                    .admin(req.method(), req.uri().path(), req.uri().query())
+                    .await
+                {
+                    return Ok::<_, Infallible>(r);
+                }
+            }
+            let path = req.uri().path();
+            // HEAD is GET without the body (hyper leaves it out); another
+            // method on one of these paths is 405, saying which it takes.
+            let method = match req.method() {
+                &Method::HEAD => &Method::GET,
+                m => m,
+            };
+            if method != Method::GET && ADMIN_PATHS.contains(&path) {
+                let mut r = text(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method not allowed\n".into(),
+                );
+                r.headers_mut()
+                    .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+                return Ok(r);
+            }
+            let resp = match (method, path) {
+                (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into()),
+                // Draining comes first: a load balancer must stop sending
+                // before the public listener stops accepting.
+                (&Method::GET, "/readyz") if readiness.is_draining() => text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not ready: draining\n".into(),
+                ),
+                // Ready means "this replica can serve V1": it is running with a
+                // valid configuration and accepting. V2 reachability is
+                // reported (body and gauge) but does not fail the probe: V2
+                // is the same for every replica, so failing on it would take
+                // them all out of the Service at once and turn V1 error
+                // envelopes into refused connections.
+                (&Method::GET, "/readyz") => {
+                    let upstream = record_reachability(&gateway).await;
+                    text(StatusCode::OK, format!("ready\nupstream: {upstream}\n"))
+                }
+                (&Method::GET, "/openapi.json") => {
+                    let mut r = Response::new(Full::new(Bytes::from_static(
+                        crate::openapi::V1_DOCUMENT.as_bytes(),
+                    )));
+                    r.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
+                    r
+                }
+                (&Method::GET, "/metrics") => match &prometheus {
+                    Some(h) => text(StatusCode::OK, h.render()),
+                    None => text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "metrics recorder unavailable\n".into(),
+                    ),
+                },
+                _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
+            };
+            Ok::<_, Infallible>(resp)
+        }
+    });
+    conn::serve(listener, service, listener_conf, drain).await
+}
+
+/// The admin listener's own paths (the callback relay's come before them).
+const ADMIN_PATHS: &[&str] = &["/healthz", "/readyz", "/openapi.json", "/metrics"];
+
+fn admin_text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
+}
+
+/// Checks V2's reachability and sets `v1compat_upstream_reachable`; what
+/// `/readyz` says of it.
+async fn record_reachability(gw: &Gateway) -> String {
+    match upstream_reachable(gw).await {
+        Ok(()) => {
+            metrics::gauge!(telemetry::UPSTREAM_REACHABLE).set(1.0);
+            "reachable".to_owned()
+        }
+        Err(why) => {
+            metrics::gauge!(telemetry::UPSTREAM_REACHABLE).set(0.0);
+            why
+        }
+    }
+}
+
+/// Whether a TCP connection to the upstream opens, within a deadline short
+/// enough for a readiness probe's own timeout (one second by default).
+async fn upstream_reachable(gw: &Gateway) -> Result<(), String> {
+    // Behind HTTPS_PROXY the first hop is the proxy, not V2.
+    let upstream = &gw.config.upstream;
+    let (host, port) = upstream
+        .proxy
+        .first_hop(&upstream.base_url)
+        .ok_or("upstream has no host or port")?;
+    let host = host.as_str();
+    match tokio::time::timeout(
+        UPSTREAM_PROBE_TIMEOUT,
+        tokio::net::TcpStream::connect((host, port)),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("upstream {host}:{port} unreachable: {e}")),
+        Err(_) => Err(format!(
+            "upstream {host}:{port} did not accept within {UPSTREAM_PROBE_TIMEOUT:?}"
+        )),
+    }
+}

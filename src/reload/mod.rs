@@ -1,0 +1,485 @@
+//! Hot reload, beside the request path: the configuration the request path
+//! reads ([`Live`]) and what replaces it ([`Reloader`]). A reload re-reads
+//! the file and the environment captured at start, validates everything
+//! (the same [`config::load`] as start-up, files named by it included),
+//! builds what the new configuration needs and swaps it in one atomic
+//! store. Each V1 request takes one snapshot when it starts, so it finishes
+//! on the configuration it started with. On any error the running
+//! configuration stays; the error is logged and counted
+//! (`v1compat_config_reloads_total{outcome="rejected"}`).
+//!
+//! Live: `[upstream]` (a new connection pool when it changed), `[retry]`,
+//! `[limits]` except `max_in_flight`, `[workers]` (a new cache when it
+//! changed), `[compat]`, `upstream.ca_file` and the listeners' certificate
+//! files' contents. Restart: `listen.*` addresses and which TLS files,
+//! `limits.max_in_flight`, `[connections]`, `[log]`, `[shutdown]`,
+//! `[shadow]`, `[callbacks]` (all read once at start); a reload that
+//! changes them applies the rest and warns which ones wait for a restart.
+//!
+//! What triggers a reload lives in [`triggers`]: SIGHUP, and a watch on the
+//! directories of the configuration file and of the files it names. A file
+//! that looks truncated and would move clients' keys elsewhere is refused
+//! ([`guard`]; `v1compat_config_reloads_total{outcome="truncated"}`).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use tokio::sync::broadcast;
+
+use crate::config::{self, Config};
+use crate::edge::tls;
+use crate::reload::gateway::Gateway;
+use crate::telemetry;
+use crate::upstream::{HttpUpstream, Upstream};
+
+pub mod gateway;
+pub mod guard;
+pub mod triggers;
+
+/// The gateway the request path uses now.
+pub struct Live {
+    current: ArcSwap<Gateway>,
+}
+
+impl Live {
+    pub fn new(gateway: Arc<Gateway>) -> Arc<Live> {
+        Arc::new(Live {
+            current: ArcSwap::new(gateway),
+        })
+    }
+
+    /// A snapshot: kept by the caller for as long as it needs a consistent
+    /// configuration (one V1 request).
+    pub fn load(&self) -> Arc<Gateway> {
+        self.current.load_full()
+    }
+
+    /// Puts the callback relay (started once the gateway exists) into the
+    /// live gateway; reloads carry it over from then on.
+    pub fn attach_callbacks(&self, relay: Option<Arc<crate::callbacks::Relay>>) {
+        let g = self.load();
+        self.current.store(Arc::new(g.with_callbacks(relay)));
+    }
+}
+
+/// Where the configuration comes from, to read it again.
+#[derive(Clone, Debug)]
+pub struct Source {
+    /// The TOML file; `None` = defaults plus the environment.
+    pub path: Option<PathBuf>,
+    /// The environment as it was at start (a process's environment does not
+    /// change under it; keeping it makes a reload read the same overrides).
+    pub env: Vec<(String, String)>,
+}
+
+impl Source {
+    /// Reads and validates; every problem, one per line, on failure.
+    pub fn load(&self) -> Result<Config, String> {
+        let text = self.text()?;
+        config::load(&text, self.env.clone()).map_err(|e| e.to_string())
+    }
+
+    fn text(&self) -> Result<String, String> {
+        match &self.path {
+            Some(p) => read_whole(p).map_err(|e| format!("{}: {e}", p.display())),
+            None => Ok(String::new()),
+        }
+    }
+}
+
+/// Reads a file that may be being written: again while its length or time
+/// of change moved during the read (a few times at most), so a reload does
+/// not take half of a write in progress.
+fn read_whole(path: &std::path::Path) -> std::io::Result<String> {
+    let mark = |m: std::fs::Metadata| (m.len(), m.modified().ok());
+    let mut tries = 0;
+    loop {
+        let before = mark(std::fs::metadata(path)?);
+        let text = std::fs::read_to_string(path)?;
+        let after = mark(std::fs::metadata(path)?);
+        tries += 1;
+        if before == after && after.0 == text.len() as u64 || tries == 5 {
+            return Ok(text);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Builds the V2 upstream for a configuration.
+pub type BuildUpstream = Arc<dyn Fn(&Config) -> Result<Arc<dyn Upstream>, String> + Send + Sync>;
+
+/// The real pooled client.
+pub fn http_upstream() -> BuildUpstream {
+    Arc::new(|config: &Config| {
+        HttpUpstream::new(config.upstream.clone()).map(|u| Arc::new(u) as Arc<dyn Upstream>)
+    })
+}
+
+/// What one reload did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A new configuration is live; the keys listed changed but keep their
+    /// running value until a restart.
+    Applied { restart_needed: Vec<&'static str> },
+    /// Nothing that matters changed.
+    Unchanged,
+    /// The running configuration stays; the reason, one problem a line.
+    Rejected(String),
+}
+
+/// Replaces the live configuration; shared by every trigger.
+pub struct Reloader {
+    source: Source,
+    live: Arc<Live>,
+    build_upstream: BuildUpstream,
+    public_tls: Option<tls::Acceptor>,
+    admin_tls: Option<tls::Acceptor>,
+    /// The configuration text and CA bytes the live configuration came from.
+    stamp: Mutex<Vec<u8>>,
+    /// How many keys the live configuration's file sets ([`guard`]).
+    keys: Mutex<usize>,
+    /// What the last rejected attempt read and why it was refused, until an
+    /// attempt is not refused: a file event that reads the same again (a
+    /// log or a store written in the watched directory, the error line of
+    /// the rejection itself among them) is not a new rejection.
+    rejected: Mutex<Option<String>>,
+    /// Every reload's outcome, for whoever listens (tests, mostly).
+    outcomes: broadcast::Sender<Outcome>,
+}
+
+impl Reloader {
+    /// Loads the configuration from `source` and builds everything the
+    /// gateway starts with; fails with every problem found.
+    pub fn start(source: Source, build_upstream: BuildUpstream) -> Result<Arc<Reloader>, String> {
+        let text = source.text()?;
+        let config = config::load(&text, source.env.clone()).map_err(|e| e.to_string())?;
+        let stamp = stamp(&text, &config);
+        let keys = guard::keys_set(&text).unwrap_or(0);
+        let acceptor =
+            |files: &Option<tls::TlsFiles>| files.as_ref().map(tls::Acceptor::new).transpose();
+        let public_tls = acceptor(&config.public_tls)?;
+        let admin_tls = acceptor(&config.admin_tls)?;
+        let upstream = build_upstream(&config)?;
+        let live = Live::new(Arc::new(Gateway::new(upstream, Arc::new(config))));
+        Ok(Arc::new(Reloader {
+            source,
+            live,
+            build_upstream,
+            public_tls,
+            admin_tls,
+            stamp: Mutex::new(stamp),
+            keys: Mutex::new(keys),
+            rejected: Mutex::new(None),
+            outcomes: broadcast::channel(64).0,
+        }))
+    }
+
+    pub fn live(&self) -> &Arc<Live> {
+        &self.live
+    }
+
+    /// The listeners' TLS, as configured at start.
+    pub fn tls(&self) -> (Option<tls::Acceptor>, Option<tls::Acceptor>) {
+        (self.public_tls.clone(), self.admin_tls.clone())
+    }
+
+    /// Every reload's outcome from now on (those that found nothing new
+    /// included when forced).
+    pub fn subscribe(&self) -> broadcast::Receiver<Outcome> {
+        self.outcomes.subscribe()
+    }
+
+    /// The directories whose changes may change the configuration.
+    pub fn watched_dirs(&self) -> Vec<PathBuf> {
+        let config = self.live.load().config.clone();
+        let mut dirs: Vec<PathBuf> = self
+            .source
+            .path
+            .iter()
+            .map(|p| p.parent().map(PathBuf::from).unwrap_or_default())
+            .collect();
+        for files in [&config.public_tls, &config.admin_tls]
+            .into_iter()
+            .flatten()
+        {
+            dirs.extend(files.dirs());
+        }
+        if let Some(ca) = config.upstream.ca_file.as_ref() {
+            dirs.extend(ca.parent().map(PathBuf::from));
+        }
+        for d in &mut dirs {
+            if d.as_os_str().is_empty() {
+                *d = PathBuf::from(".");
+            }
+        }
+        dirs.sort();
+        dirs.dedup();
+        dirs
+    }
+
+    /// Reads everything again and swaps in what changed. `forced` (SIGHUP)
+    /// reports even a reload that found nothing new; a file event that
+    /// changed nothing the gateway reads is silent, and so is one that
+    /// reads the same refused file again.
+    pub fn reload(&self, forced: bool) -> Outcome {
+        let certificates = self.reload_certificates();
+        let (outcome, truncated) = self.reload_config(forced);
+        let outcome = match outcome {
+            Outcome::Unchanged if certificates => Outcome::Applied {
+                restart_needed: Vec::new(),
+            },
+            outcome => outcome,
+        };
+        let mut rejected = self.rejected.lock().unwrap_or_else(|p| p.into_inner());
+        let recovered = match &outcome {
+            Outcome::Rejected(why) => {
+                // The file as it reads now, and why it was refused.
+                let read = format!("{}\0{why}", self.source.text().unwrap_or_default());
+                if !forced && rejected.as_deref() == Some(read.as_str()) {
+                    return Outcome::Unchanged;
+                }
+                *rejected = Some(read);
+                false
+            }
+            _ => rejected.take().is_some(),
+        };
+        drop(rejected);
+        let label = match &outcome {
+            Outcome::Applied { restart_needed } => {
+                if restart_needed.is_empty() {
+                    tracing::info!("configuration reloaded");
+                } else {
+                    tracing::warn!(
+                        restart_needed = %restart_needed.join(", "),
+                        "configuration reloaded; these keys changed but keep their running value until a restart"
+                    );
+                }
+                Some("applied")
+            }
+            Outcome::Rejected(why) if truncated => {
+                tracing::error!(problem = %why, "configuration reload refused; the running configuration stays");
+                Some("truncated")
+            }
+            Outcome::Rejected(why) => {
+                tracing::error!(problems = %why.replace('\n', "; "), "configuration reload rejected; the running configuration stays");
+                Some("rejected")
+            }
+            Outcome::Unchanged if forced => {
+                tracing::info!("configuration reloaded; nothing changed");
+                None
+            }
+            // The refused file put back as it runs: worth a line, so that
+            // the error before it is not the last word.
+            Outcome::Unchanged if recovered => {
+                tracing::info!(
+                    "configuration file valid again; it is the running configuration, nothing changed"
+                );
+                None
+            }
+            Outcome::Unchanged => return outcome,
+        };
+        if let Some(label) = label {
+            metrics::counter!(telemetry::CONFIG_RELOADS, "outcome" => label).increment(1);
+        }
+        // No listener is fine.
+        let _ = self.outcomes.send(outcome.clone());
+        outcome
+    }
+
+    /// Reads the listeners' certificate files again; true when one changed.
+    fn reload_certificates(&self) -> bool {
+        let mut changed = false;
+        for (name, acceptor) in [("public", &self.public_tls), ("admin", &self.admin_tls)] {
+            let Some(acceptor) = acceptor else { continue };
+            match acceptor.reload() {
+                Ok(true) => {
+                    tracing::info!(listener = name, "TLS certificate reloaded");
+                    changed = true;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::error!(listener = name, error = %e, "TLS certificate reload rejected; the current certificate stays");
+                    metrics::counter!(telemetry::CONFIG_RELOADS, "outcome" => "rejected")
+                        .increment(1);
+                }
+            }
+        }
+        changed
+    }
+
+    /// The outcome, and whether it is a refusal of a truncated-looking file.
+    fn reload_config(&self, forced: bool) -> (Outcome, bool) {
+        let (text, new) = match self.source.text().and_then(|text| {
+            config::load(&text, self.source.env.clone())
+                .map(|c| (text, c))
+                .map_err(|e| e.to_string())
+        }) {
+            Ok(loaded) => loaded,
+            Err(why) => return (Outcome::Rejected(why), false),
+        };
+        let new_stamp = stamp(&text, &new);
+        let mut current_stamp = self.stamp.lock().unwrap_or_else(|p| p.into_inner());
+        if *current_stamp == new_stamp && !forced {
+            return (Outcome::Unchanged, false);
+        }
+        let old = self.live.load();
+        let mut running_keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        let new_keys = guard::keys_set(&text).unwrap_or(0);
+        let changes = guard::destination_changes(&old.config, &new);
+        if let Some(why) = guard::refusal(*running_keys, new_keys, &changes) {
+            return (Outcome::Rejected(why), true);
+        }
+        let (new, restart_needed) = keep_restart_only(&old.config, new);
+        let upstream = if same_upstream(&old.config, &new) {
+            old.upstream().clone()
+        } else {
+            match (self.build_upstream)(&new) {
+                Ok(upstream) => upstream,
+                Err(why) => return (Outcome::Rejected(why), false),
+            }
+        };
+        if *current_stamp == new_stamp && restart_needed.is_empty() {
+            return (Outcome::Unchanged, false);
+        }
+        self.live
+            .current
+            .store(Arc::new(old.reloaded(upstream, new)));
+        *current_stamp = new_stamp;
+        *running_keys = new_keys;
+        (Outcome::Applied { restart_needed }, false)
+    }
+}
+
+/// What a configuration was made from: its text and the CA file's bytes
+/// (the file may change while the text does not).
+fn stamp(text: &str, config: &Config) -> Vec<u8> {
+    let mut stamp = text.as_bytes().to_vec();
+    stamp.push(0);
+    stamp.extend_from_slice(
+        config
+            .upstream
+            .extra_root_pem
+            .as_deref()
+            .unwrap_or_default(),
+    );
+    stamp
+}
+
+/// The V2 client can be kept (pool and retry budget with it) when nothing
+/// it was built from changed.
+fn same_upstream(old: &Config, new: &Config) -> bool {
+    format!("{:?}", old.upstream) == format!("{:?}", new.upstream)
+        && old.upstream.extra_root_pem == new.upstream.extra_root_pem
+        && old.upstream.proxy == new.upstream.proxy
+}
+
+/// Puts the running value back into every key that only a restart can
+/// change, and names the ones that differed.
+fn keep_restart_only(old: &Config, mut new: Config) -> (Config, Vec<&'static str>) {
+    let mut differ = Vec::new();
+    let mut keep = |name: &'static str, changed: bool| {
+        if changed {
+            differ.push(name);
+        }
+    };
+    keep("listen.public", old.public_addr != new.public_addr);
+    keep("listen.admin", old.admin_addr != new.admin_addr);
+    keep(
+        "listen.tls_cert_file / tls_key_file",
+        old.public_tls != new.public_tls,
+    );
+    keep(
+        "listen.admin_tls_cert_file / admin_tls_key_file",
+        old.admin_tls != new.admin_tls,
+    );
+    keep(
+        "limits.max_in_flight",
+        old.limits.max_in_flight != new.limits.max_in_flight,
+    );
+    keep(
+        "log",
+        old.log.format != new.log.format || old.log.level != new.log.level,
+    );
+    keep(
+        "shutdown",
+        old.grace_period != new.grace_period || old.drain_delay != new.drain_delay,
+    );
+    keep(
+        "callbacks",
+        format!("{:?}", old.callbacks) != format!("{:?}", new.callbacks),
+    );
+    keep(
+        "connections",
+        format!("{:?}", old.connections) != format!("{:?}", new.connections),
+    );
+    keep("runtime.threads", old.runtime != new.runtime);
+    keep(
+        "shadow",
+        format!("{:?}", old.shadow) != format!("{:?}", new.shadow),
+    );
+    new.public_addr = old.public_addr;
+    new.admin_addr = old.admin_addr;
+    new.public_tls = old.public_tls.clone();
+    new.admin_tls = old.admin_tls.clone();
+    new.limits.max_in_flight = old.limits.max_in_flight;
+    new.log = old.log.clone();
+    new.grace_period = old.grace_period;
+    new.drain_delay = old.drain_delay;
+    new.connections = old.connections.clone();
+    new.runtime = old.runtime;
+    new.callbacks = old.callbacks.clone();
+    new.shadow = old.shadow.clone();
+    (new, differ)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Config {
+        config::load(text, Vec::new()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn restart_only_keys_keep_their_running_value_and_are_named() {
+        let old = load("");
+        let new = load(
+            "[listen]\npublic = \"127.0.0.1:1\"\n[limits]\nmax_in_flight = 3\nmax_page_size = 50\n\
+             [connections]\nmax_connections = 9\n[shutdown]\ngrace_period_secs = 1\n\
+             [log]\nlevel = \"debug\"\n[runtime]\nthreads = 3\n",
+        );
+        let (kept, named) = keep_restart_only(&old, new);
+        assert_eq!(
+            named,
+            [
+                "listen.public",
+                "limits.max_in_flight",
+                "log",
+                "shutdown",
+                "connections",
+                "runtime.threads"
+            ]
+        );
+        assert_eq!(kept.runtime.threads, 0);
+        assert_eq!(kept.public_addr, old.public_addr);
+        assert_eq!(kept.limits.max_in_flight, old.limits.max_in_flight);
+        assert_eq!(kept.grace_period, old.grace_period);
+        assert_eq!(kept.log.level, old.log.level);
+        // Live keys take the new value.
+        assert_eq!(kept.limits.max_page_size, 50);
+    }
+
+    #[test]
+    fn an_unchanged_upstream_keeps_its_client() {
+        let a = load("[upstream]\nbase_url = \"http://a.example\"\n");
+        let same =
+            load("[upstream]\nbase_url = \"http://a.example\"\n[compat]\naccount_traffic = 3\n");
+        let other = load("[upstream]\nbase_url = \"http://a.example\"\nattempt_timeout_ms = 999\n");
+        assert!(same_upstream(&a, &same));
+        assert!(!same_upstream(&a, &other));
+        let mut proxied = a.clone();
+        proxied.upstream.proxy.https = "http://p.example:3128".into();
+        assert!(!same_upstream(&a, &proxied));
+    }
+}
