@@ -200,11 +200,11 @@ fn describe() {
     );
     describe_gauge!(OPEN_CONNECTIONS, "Client connections open, by listener");
     describe_gauge!(
-        crate::conn::budget::MEMORY_HELD,
+        crate::edge::conn::budget::MEMORY_HELD,
         "Bytes held for request bodies being read and answers not yet taken by their clients (bounded by connections.memory_budget_bytes)"
     );
     describe_counter!(
-        crate::conn::budget::MEMORY_REFUSALS,
+        crate::edge::conn::budget::MEMORY_REFUSALS,
         "Requests answered 429 at the memory bound, by reason (budget: the process's budget full; connection: connections.max_held_streams reached; body: no room for the body)"
     );
     describe_counter!(

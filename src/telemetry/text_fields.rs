@@ -17,7 +17,7 @@ use tracing_subscriber::fmt::FormatFields;
 
 /// The text layout's fields, control characters escaped.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct EscapedFields;
+pub(super) struct EscapedFields;
 
 impl<'w> FormatFields<'w> for EscapedFields {
     fn format_fields<R: RecordFields>(&self, mut writer: Writer<'w>, fields: R) -> fmt::Result {
