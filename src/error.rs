@@ -82,6 +82,10 @@ pub enum GatewayError {
     /// 500 / 70002, a transport failure included.
     #[error("abort not confirmed: {0}")]
     AbortUnconfirmed(UpstreamFailure),
+    /// An answer to an abort that cannot be read: not a confirmation
+    /// either, so 500 / 70002 as V1 said of every failed abort.
+    #[error("abort not confirmed: unreadable upstream answer: {0}")]
+    AbortUnreadable(String),
     /// V2 answered, but not with something the gateway can read.
     #[error("unreadable upstream answer: {0}")]
     Garbled(String),
@@ -264,6 +268,12 @@ impl GatewayError {
             Garbled(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 code::INTERNAL,
+                Origin::Upstream,
+                "garbled",
+            ),
+            AbortUnreadable(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                code::ABORT_FAILED,
                 Origin::Upstream,
                 "garbled",
             ),
@@ -654,6 +664,9 @@ mod tests {
             GatewayError::AbortUnconfirmed(UpstreamFailure::Unreachable("refused".into())).render();
         assert_eq!((r.status.as_u16(), r.envelope.code), (500, 70002));
         assert_eq!((r.origin, r.cause), (Origin::Upstream, "unreachable"));
+        let r = GatewayError::AbortUnreadable("not JSON".into()).render();
+        assert_eq!((r.status.as_u16(), r.envelope.code), (500, 70002));
+        assert_eq!((r.origin, r.cause), (Origin::Upstream, "garbled"));
     }
 
     #[test]

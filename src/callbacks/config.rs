@@ -50,6 +50,13 @@ pub struct CallbacksSection {
     pub lease_secs: u64,
     /// Delivered events are pruned after this long.
     pub keep_delivered_secs: u64,
+    /// Dead events are pruned after this long.
+    pub keep_dead_secs: u64,
+    /// The most dead events kept; the oldest go first beyond it.
+    pub max_dead_events: u64,
+    /// V2 reads a token's callbacks may cost in an hour for runs V2 does
+    /// not know; past it, such callbacks go dead without a read.
+    pub unknown_run_reads_per_hour: u32,
     /// How often the queue is polled when nothing wakes the deliverer.
     pub poll_interval_ms: u64,
 }
@@ -78,6 +85,9 @@ impl Default for CallbacksSection {
             per_target_concurrency: 4,
             lease_secs: 60,
             keep_delivered_secs: 24 * 3600,
+            keep_dead_secs: 7 * 24 * 3600,
+            max_dead_events: 10_000,
+            unknown_run_reads_per_hour: 60,
             poll_interval_ms: 1000,
         }
     }
@@ -110,6 +120,9 @@ pub struct CallbacksConfig {
     pub per_target_concurrency: usize,
     pub lease: Duration,
     pub keep_delivered: Duration,
+    pub keep_dead: Duration,
+    pub max_dead_events: u64,
+    pub unknown_run_reads_per_hour: u32,
     pub poll_interval: Duration,
 }
 
@@ -250,6 +263,13 @@ pub(crate) fn validate(s: &CallbacksSection, p: &mut Vec<String>) -> CallbacksCo
         }
     }
     positive(p, "lease_secs", s.lease_secs);
+    positive(p, "keep_dead_secs", s.keep_dead_secs);
+    positive(p, "max_dead_events", s.max_dead_events);
+    positive(
+        p,
+        "unknown_run_reads_per_hour",
+        u64::from(s.unknown_run_reads_per_hour),
+    );
     positive(p, "poll_interval_ms", s.poll_interval_ms);
     // An attempt is the enrichment read and the POST, each bounded by
     // `attempt_timeout_ms`: a lease shorter than both would let the event
@@ -284,6 +304,9 @@ pub(crate) fn validate(s: &CallbacksSection, p: &mut Vec<String>) -> CallbacksCo
         per_target_concurrency: s.per_target_concurrency.max(1),
         lease: Duration::from_secs(s.lease_secs.max(1)),
         keep_delivered: Duration::from_secs(s.keep_delivered_secs),
+        keep_dead: Duration::from_secs(s.keep_dead_secs),
+        max_dead_events: s.max_dead_events.max(1),
+        unknown_run_reads_per_hour: s.unknown_run_reads_per_hour.max(1),
         poll_interval: Duration::from_millis(s.poll_interval_ms.max(1)),
     }
 }

@@ -33,6 +33,7 @@ use super::schedule::parse_retry_after;
 use super::sign;
 use super::store::Store;
 use super::token::{Claims, Sealer};
+use super::unknown_runs::UnknownRuns;
 use crate::common::request_id::RequestId;
 use crate::ops::run_records::{detail_call, v1_status};
 use crate::ops::Compat;
@@ -79,6 +80,8 @@ pub struct Deliverer {
     /// one of them again (its lease ran out meanwhile) is not a second send.
     in_flight: Mutex<HashSet<String>>,
     targets: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// Each token's V2 reads for runs V2 does not know ([`UnknownRuns`]).
+    unknown_runs: UnknownRuns,
     pub(crate) wake: Notify,
 }
 
@@ -130,6 +133,7 @@ impl Deliverer {
         );
         Ok(Deliverer {
             slots: Arc::new(Semaphore::new(cfg.concurrency)),
+            unknown_runs: UnknownRuns::new(cfg.unknown_run_reads_per_hour),
             owner: format!("{}-{}", hostname(), ulid::Ulid::new()),
             store,
             sealer,
@@ -198,9 +202,20 @@ impl Deliverer {
                 if let Err(e) = self.store.prune(cut).await {
                     tracing::warn!(error = %e, "callback store: prune failed");
                 }
+                self.prune_dead(now).await;
+            }
+            let mut stats = self.store.stats().await;
+            // Dead events over their bound between the minutely prunes (a
+            // burst of callbacks on made-up runs): pruned at once.
+            if stats
+                .as_ref()
+                .is_ok_and(|s| s.dead > self.cfg.max_dead_events)
+            {
+                self.prune_dead(now).await;
+                stats = self.store.stats().await;
             }
             let mut next_due = None;
-            if let Ok(stats) = self.store.stats().await {
+            if let Ok(stats) = stats {
                 metrics::gauge!(m::QUEUE_DEPTH).set(stats.pending as f64);
                 metrics::gauge!(m::DEAD).set(stats.dead as f64);
                 let age = stats.oldest_pending_ms.map_or(0, |t| now.saturating_sub(t));
@@ -214,6 +229,26 @@ impl Deliverer {
                 _ = tokio::time::sleep(wait) => {}
                 _ = stop.wait_for(|s| *s) => break,
             }
+        }
+    }
+
+    /// Prunes dead events older than `callbacks.keep_dead_secs` and the
+    /// oldest beyond `callbacks.max_dead_events`; counted.
+    pub async fn prune_dead(&self, now: u64) {
+        let cut = now.saturating_sub(self.cfg.keep_dead.as_millis() as u64);
+        match self.store.prune_dead(cut, self.cfg.max_dead_events).await {
+            Ok(pruned) => {
+                metrics::counter!(m::DEAD_PRUNED, "reason" => "age").increment(pruned.aged);
+                metrics::counter!(m::DEAD_PRUNED, "reason" => "count").increment(pruned.over_count);
+                if pruned.over_count > 0 {
+                    tracing::warn!(
+                        pruned = pruned.over_count,
+                        kept = self.cfg.max_dead_events,
+                        "callback store: dead events over callbacks.max_dead_events; the oldest were pruned"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "callback store: prune of dead events failed"),
         }
     }
 
@@ -400,6 +435,13 @@ impl Deliverer {
         let mut usage = "0".to_owned();
         if self.cfg.enrich {
             if let Some(key) = claims.key.as_deref().and_then(ApiKey::new) {
+                let now = self.clock.now_ms();
+                if !self.unknown_runs.try_spend(&ev.token, now) {
+                    metrics::counter!(m::UNKNOWN_RUN_READS_LIMITED).increment(1);
+                    return Err(
+                        "this token's callbacks named too many runs V2 does not know within the hour: not read, not notified".into()
+                    );
+                }
                 match self.run_detail(&ev.run_slug, key).await {
                     Detail::Unknown => {
                         metrics::counter!(m::ENRICH_FAILED).increment(1);
@@ -408,6 +450,7 @@ impl Deliverer {
                         );
                     }
                     Detail::Found(detail) => {
+                        self.unknown_runs.found(&ev.token, now);
                         let fresh = string_of(detail.get("status")).unwrap_or_default();
                         // V2's read may lag its own callback; never go back.
                         if !fresh.is_empty() && rank(&fresh) >= rank(&status) {
@@ -416,7 +459,10 @@ impl Deliverer {
                         results = int_of(detail.get("results")).unwrap_or(results);
                         usage = string_of(detail.get("usage")).unwrap_or(usage);
                     }
-                    Detail::Unavailable => metrics::counter!(m::ENRICH_FAILED).increment(1),
+                    Detail::Unavailable => {
+                        self.unknown_runs.found(&ev.token, now);
+                        metrics::counter!(m::ENRICH_FAILED).increment(1);
+                    }
                 }
             }
         }

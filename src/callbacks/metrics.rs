@@ -8,7 +8,7 @@ pub(crate) const MODE: &str = "v1compat_callbacks_mode";
 pub(crate) const RECEIVED: &str = "v1compat_callbacks_received_total";
 /// Stored: `{result="new"|"duplicate"|"superseded"}`.
 pub(crate) const ACCEPTED: &str = "v1compat_callbacks_accepted_total";
-/// Refused: `{reason="token"|"body"|"too_large"|"method"|"store"}`.
+/// Refused: `{reason="token"|"body"|"body_timeout"|"too_large"|"method"|"store"}`.
 pub(crate) const REJECTED: &str = "v1compat_callbacks_rejected_total";
 /// Delivery attempts: `{outcome="delivered"|"http_error"|"gone"|"timeout"|"refused"|"connect"|"token"|"superseded"}`.
 pub(crate) const ATTEMPTS: &str = "v1compat_callbacks_attempts_total";
@@ -22,9 +22,22 @@ pub(crate) const OLDEST_PENDING: &str = "v1compat_callbacks_oldest_pending_secon
 pub(crate) const DEAD: &str = "v1compat_callbacks_dead";
 /// Run-detail reads for enrichment that failed (the event's own data was sent).
 pub(crate) const ENRICH_FAILED: &str = "v1compat_callbacks_enrich_failed_total";
+/// Dead events pruned: `{reason="age"|"count"}`.
+pub(crate) const DEAD_PRUNED: &str = "v1compat_callbacks_dead_pruned_total";
+/// Callbacks on runs V2 does not know that went dead without a V2 read,
+/// their token's hourly budget of such reads used up.
+pub(crate) const UNKNOWN_RUN_READS_LIMITED: &str =
+    "v1compat_callbacks_unknown_run_reads_limited_total";
 
 const ACCEPTED_RESULTS: &[&str] = &["new", "duplicate", "superseded"];
-const REJECTED_REASONS: &[&str] = &["token", "body", "too_large", "method", "store"];
+const REJECTED_REASONS: &[&str] = &[
+    "token",
+    "body",
+    "body_timeout",
+    "too_large",
+    "method",
+    "store",
+];
 const ATTEMPT_OUTCOMES: &[&str] = &[
     "delivered",
     "http_error",
@@ -55,7 +68,7 @@ pub(crate) fn register(relay: bool) {
     );
     describe_counter!(
         REJECTED,
-        "V2 callbacks refused, by reason (token, body, too_large, method, store)"
+        "V2 callbacks refused, by reason (token, body, body_timeout, too_large, method, store)"
     );
     describe_counter!(ATTEMPTS, "V1 notification delivery attempts, by outcome");
     describe_counter!(
@@ -72,6 +85,14 @@ pub(crate) fn register(relay: bool) {
         ENRICH_FAILED,
         "V2 run reads for a notification that failed (the callback's own data was sent)"
     );
+    describe_counter!(
+        DEAD_PRUNED,
+        "Dead events pruned, by reason (age: older than keep_dead_secs; count: beyond max_dead_events, oldest first)"
+    );
+    describe_counter!(
+        UNKNOWN_RUN_READS_LIMITED,
+        "Callbacks on runs V2 does not know that went dead without a V2 read (the token's unknown_run_reads_per_hour used up)"
+    );
     if !relay {
         return;
     }
@@ -87,6 +108,10 @@ pub(crate) fn register(relay: bool) {
     }
     counter!(DEAD_TOTAL).increment(0);
     counter!(ENRICH_FAILED).increment(0);
+    counter!(UNKNOWN_RUN_READS_LIMITED).increment(0);
+    for reason in ["age", "count"] {
+        counter!(DEAD_PRUNED, "reason" => reason).increment(0);
+    }
     for gauge in [QUEUE_DEPTH, OLDEST_PENDING, DEAD] {
         gauge!(gauge).set(0.0);
     }

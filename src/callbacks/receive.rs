@@ -3,7 +3,10 @@
 //! expired one is answered 404 before the body is read or the store touched.
 //! The body (bounded) must be V2's callback object: `run_slug` (or the older
 //! `run_id`) and `run_status`. The event is committed to the store before the
-//! 2xx goes back, so an acknowledged callback is never lost.
+//! 2xx goes back, so an acknowledged callback is never lost. The whole
+//! body must arrive within the connections' body deadline
+//! (`connections.body_read_timeout_ms`), as a V1 request's must: a sender
+//! that stalls or trickles is answered 408 and its slot freed.
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
@@ -72,8 +75,13 @@ pub(crate) fn parse_body(bytes: &[u8]) -> Result<(String, String, i64), String> 
 }
 
 impl Relay {
-    /// Answers one request to [`PATH_PREFIX`]`{token}`.
-    pub async fn receive<B>(&self, req: Request<B>) -> Response<Full<Bytes>>
+    /// Answers one request to [`PATH_PREFIX`]`{token}`, its body read
+    /// within `body_deadline`.
+    pub async fn receive<B>(
+        &self,
+        req: Request<B>,
+        body_deadline: std::time::Duration,
+    ) -> Response<Full<Bytes>>
     where
         B: http_body::Body,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -96,9 +104,18 @@ impl Relay {
             return r;
         }
         let limit = self.cfg.max_body_bytes;
-        let body = match Limited::new(req.into_body(), limit).collect().await {
-            Ok(b) => b.to_bytes(),
+        let read = Limited::new(req.into_body(), limit).collect();
+        let body = match tokio::time::timeout(body_deadline, read).await {
+            Ok(Ok(b)) => b.to_bytes(),
             Err(_) => {
+                return refuse(
+                    StatusCode::REQUEST_TIMEOUT,
+                    4000,
+                    "body_timeout",
+                    &format!("body was not received within {body_deadline:?}"),
+                )
+            }
+            Ok(Err(_)) => {
                 return refuse(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     4000,

@@ -339,6 +339,8 @@ pub(crate) async fn abort(ex: &Exchange<'_>, body: &Body) -> Result<Value, Gatew
     .await
     .map_err(|e| match e {
         GatewayError::Upstream(failure) => GatewayError::AbortUnconfirmed(failure),
+        // An answer that cannot be read confirms nothing either.
+        GatewayError::Garbled(why) => GatewayError::AbortUnreadable(why),
         other => other,
     })?;
     Ok(Value::Null)

@@ -60,6 +60,8 @@ pub enum BodyError {
     Unreadable(String),
     /// Not all of it arrived within `connections.body_read_timeout_ms`.
     Timeout(Duration),
+    /// The memory budget had no room for it (`conn::budget`).
+    OverBudget,
 }
 
 /// A V1 request as it came off the wire. The body is a future so that the
@@ -395,6 +397,7 @@ impl Pipeline {
                         "body could not be read ({e})"
                     ))))
                 }
+                Err(BodyError::OverBudget) => return Err(refuse(GatewayError::Overloaded)),
                 Err(BodyError::Timeout(d)) => {
                     return Err(refuse(GatewayError::BadRequest(format!(
                         "body was not received within {} ms",

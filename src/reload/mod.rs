@@ -21,7 +21,9 @@
 //! changes them applies the rest and warns which ones wait for a restart.
 //!
 //! What triggers a reload lives in [`triggers`]: SIGHUP, and a watch on the
-//! directories of the configuration file and of the files it names.
+//! directories of the configuration file and of the files it names. A file
+//! that looks truncated and would move clients' keys elsewhere is refused
+//! ([`guard`]; `v1compat_config_reloads_total{outcome="truncated"}`).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -36,6 +38,7 @@ use crate::telemetry;
 use crate::upstream::{HttpUpstream, Upstream};
 
 pub mod gateway;
+pub(crate) mod guard;
 pub(crate) mod triggers;
 
 /// The gateway the request path uses now.
@@ -112,9 +115,27 @@ impl Source {
 
     fn text(&self) -> Result<String, String> {
         match &self.path {
-            Some(p) => std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display())),
+            Some(p) => read_whole(p).map_err(|e| format!("{}: {e}", p.display())),
             None => Ok(String::new()),
         }
+    }
+}
+
+/// Reads a file that may be being written: again while its length or time
+/// of change moved during the read (a few times at most), so a reload does
+/// not take half of a write in progress.
+fn read_whole(path: &std::path::Path) -> std::io::Result<String> {
+    let mark = |m: std::fs::Metadata| (m.len(), m.modified().ok());
+    let mut tries = 0;
+    loop {
+        let before = mark(std::fs::metadata(path)?);
+        let text = std::fs::read_to_string(path)?;
+        let after = mark(std::fs::metadata(path)?);
+        tries += 1;
+        if before == after && after.0 == text.len() as u64 || tries == 5 {
+            return Ok(text);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
 
@@ -149,6 +170,8 @@ pub struct Reloader {
     admin_tls: Option<tls::Acceptor>,
     /// The configuration text and CA bytes the live configuration came from.
     stamp: Mutex<Vec<u8>>,
+    /// How many keys the live configuration's file sets ([`guard`]).
+    keys: Mutex<usize>,
     /// What the last rejected attempt read and why it was refused, until an
     /// attempt is not refused: a file event that reads the same again (a
     /// log or a store written in the watched directory, the error line of
@@ -162,8 +185,10 @@ impl Reloader {
     /// Loads the configuration from `source` and builds everything the
     /// gateway starts with; fails with every problem found.
     pub fn start(source: Source, build_upstream: BuildUpstream) -> Result<Arc<Reloader>, String> {
-        let config = source.load()?;
-        let stamp = stamp(&source.text()?, &config);
+        let text = source.text()?;
+        let config = config::load(&text, source.env.clone()).map_err(|e| e.to_string())?;
+        let stamp = stamp(&text, &config);
+        let keys = guard::keys_set(&text).unwrap_or(0);
         let acceptor =
             |files: &Option<tls::TlsFiles>| files.as_ref().map(tls::Acceptor::new).transpose();
         let public_tls = acceptor(&config.public_tls)?;
@@ -177,6 +202,7 @@ impl Reloader {
             public_tls,
             admin_tls,
             stamp: Mutex::new(stamp),
+            keys: Mutex::new(keys),
             rejected: Mutex::new(None),
             outcomes: broadcast::channel(64).0,
         }))
@@ -234,7 +260,8 @@ impl Reloader {
     /// reads the same refused file again.
     pub fn reload(&self, forced: bool) -> Outcome {
         let (certificates, certificate_refused) = self.reload_certificates();
-        let outcome = match self.reload_config(forced) {
+        let (outcome, truncated) = self.reload_config(forced);
+        let outcome = match outcome {
             Outcome::Unchanged if certificates => Outcome::Applied {
                 restart_needed: Vec::new(),
             },
@@ -273,6 +300,10 @@ impl Reloader {
                     );
                 }
                 Some("applied")
+            }
+            Outcome::Rejected(why) if truncated => {
+                tracing::error!(problem = %why, "configuration reload refused; the running configuration stays");
+                Some("truncated")
             }
             Outcome::Rejected(why) => {
                 tracing::error!(problems = %why.replace('\n', "; "), "configuration reload rejected; the running configuration stays");
@@ -323,38 +354,46 @@ impl Reloader {
         (changed, refused)
     }
 
-    fn reload_config(&self, forced: bool) -> Outcome {
+    /// The outcome, and whether it is a refusal of a truncated-looking file.
+    fn reload_config(&self, forced: bool) -> (Outcome, bool) {
         let (text, new) = match self.source.text().and_then(|text| {
             config::load(&text, self.source.env.clone())
                 .map(|c| (text, c))
                 .map_err(|e| e.to_string())
         }) {
             Ok(loaded) => loaded,
-            Err(why) => return Outcome::Rejected(why),
+            Err(why) => return (Outcome::Rejected(why), false),
         };
         let new_stamp = stamp(&text, &new);
         let mut current_stamp = self.stamp.lock().unwrap_or_else(|p| p.into_inner());
         if *current_stamp == new_stamp && !forced {
-            return Outcome::Unchanged;
+            return (Outcome::Unchanged, false);
         }
         let old = self.live.load();
+        let mut running_keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        let new_keys = guard::keys_set(&text).unwrap_or(0);
+        let changes = guard::destination_changes(&old.config, &new);
+        if let Some(why) = guard::refusal(*running_keys, new_keys, &changes) {
+            return (Outcome::Rejected(why), true);
+        }
         let (new, restart_needed) = keep_restart_only(&old.config, new);
         let upstream = if same_upstream(&old.config, &new) {
             old.upstream().clone()
         } else {
             match (self.build_upstream)(&new) {
                 Ok(upstream) => upstream,
-                Err(why) => return Outcome::Rejected(why),
+                Err(why) => return (Outcome::Rejected(why), false),
             }
         };
         if *current_stamp == new_stamp && restart_needed.is_empty() {
-            return Outcome::Unchanged;
+            return (Outcome::Unchanged, false);
         }
         self.live
             .current
             .store(Arc::new(old.reloaded(upstream, new)));
         *current_stamp = new_stamp;
-        Outcome::Applied { restart_needed }
+        *running_keys = new_keys;
+        (Outcome::Applied { restart_needed }, false)
     }
 }
 

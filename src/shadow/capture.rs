@@ -102,20 +102,22 @@ const SECRET_PARAMS: [&str; 6] = [
     "key",
 ];
 
-/// Whether `s` may hold a secret query parameter (cheap pre-check).
-fn may_hold_secret(lower: &str) -> bool {
-    SECRET_PARAMS
-        .iter()
-        .any(|name| lower.contains(&format!("{name}=")))
+/// Whether `s` may hold a secret query parameter (cheap pre-check): a
+/// name may be encoded (`%74oken=`), so any `=` is worth a look.
+fn may_hold_secret(s: &str) -> bool {
+    s.contains('=')
 }
 
-/// Replaces the value of every parameter named in [`SECRET_PARAMS`]
-/// (`token=`, `api-key=`, `key=`, …) as a query parameter (also inside URLs in answers) with [`REDACTED`]. A name
-/// counts only as a whole parameter name: at the start, or after `?`, `&`,
-/// `;`, so `mytoken=` or `monkey=` are left alone.
+/// Replaces the value of every parameter whose name is one of
+/// [`SECRET_PARAMS`] (`token=`, `api-key=`, `key=`, …) as a query parameter
+/// (also inside URLs in answers) with [`REDACTED`]. A name counts only as a
+/// whole parameter name: at the start, or after `?`, `&`, `;`, so `mytoken=`
+/// or `monkey=` are left alone. Names are compared as a server reads them:
+/// percent- and form-decoded (`%74oken`, `api%2Dkey`, `+token`, twice
+/// encoded too), without the surrounding blanks and control characters
+/// (`api-key%00`) or a trailing `[]`, in any case.
 pub(crate) fn redact_text(s: &str) -> String {
-    let lower = s.to_ascii_lowercase();
-    if !may_hold_secret(&lower) {
+    if !may_hold_secret(s) {
         return s.to_owned();
     }
     let bytes = s.as_bytes();
@@ -124,18 +126,13 @@ pub(crate) fn redact_text(s: &str) -> String {
     let mut copied = 0;
     while i < s.len() {
         let at_param_start = i == 0 || matches!(bytes[i - 1], b'?' | b'&' | b';');
-        let name_len = at_param_start
-            .then(|| {
-                SECRET_PARAMS.iter().find_map(|name| {
-                    let rest = lower.get(i..)?;
-                    (rest.starts_with(name) && rest[name.len()..].starts_with('='))
-                        .then_some(name.len() + 1)
-                })
-            })
-            .flatten();
-        match name_len {
+        let secret = at_param_start
+            .then(|| name_end(&s[i..]))
+            .flatten()
+            .filter(|&len| is_secret_name(&s[i..i + len]));
+        match secret {
             Some(len) => {
-                let value_start = i + len;
+                let value_start = i + len + 1;
                 out.push_str(&s[copied..value_start]);
                 let end = s[value_start..]
                     .find(['&', '#', ' ', '"', '\'', ';'])
@@ -151,10 +148,48 @@ pub(crate) fn redact_text(s: &str) -> String {
     out
 }
 
+/// The length of the parameter name `rest` starts with, when an `=`
+/// follows it before anything that cannot be part of a name.
+fn name_end(rest: &str) -> Option<usize> {
+    for (at, c) in rest.char_indices() {
+        match c {
+            '=' => return Some(at),
+            '&' | ';' | '?' | '#' | '/' | ' ' | '"' | '\'' | '<' | '>' => return None,
+            // Longer than any secret's name could be, however encoded.
+            _ if at > 128 => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Whether a raw parameter name reads as one of [`SECRET_PARAMS`] once
+/// decoded.
+fn is_secret_name(raw: &str) -> bool {
+    let mut name = raw.to_owned();
+    // Decoded until it stops changing (three rounds at most): a name
+    // encoded twice is read as the secret's by a server that decodes twice.
+    for _ in 0..3 {
+        let decoded = percent_encoding::percent_decode_str(&name.replace('+', " "))
+            .decode_utf8_lossy()
+            .into_owned();
+        if decoded == name {
+            break;
+        }
+        name = decoded;
+    }
+    let name = name
+        .trim_matches(|c: char| c.is_whitespace() || c.is_control())
+        .to_ascii_lowercase();
+    let name = name.strip_suffix("[]").unwrap_or(&name);
+    let name = name.trim_matches(|c: char| c.is_whitespace() || c.is_control());
+    SECRET_PARAMS.contains(&name)
+}
+
 /// Redacts secret query values in every string of a JSON value.
 pub(crate) fn redact_value(v: &mut Value) {
     match v {
-        Value::String(s) if may_hold_secret(&s.to_ascii_lowercase()) => *s = redact_text(s),
+        Value::String(s) if may_hold_secret(s) => *s = redact_text(s),
         Value::Array(a) => a.iter_mut().for_each(redact_value),
         Value::Object(m) => m.values_mut().for_each(redact_value),
         _ => {}
@@ -298,6 +333,28 @@ mod tests {
         let mut v = json!({"data": {"all_logs_url": "http://h/l?token=zzz", "n": 1}});
         redact_value(&mut v);
         assert_eq!(v["data"]["all_logs_url"], "http://h/l?token=<redacted>");
+    }
+
+    /// Found by a review: names a server decodes to a secret's were
+    /// stored as they came.
+    #[test]
+    fn names_are_compared_after_percent_and_form_decoding() {
+        assert_eq!(
+            redact_text("search=maps&%74oken=S1&api%2Dkey=S2&+token=S3&api-key%00=S4&n=1"),
+            "search=maps&%74oken=<redacted>&api%2Dkey=<redacted>&+token=<redacted>&api-key%00=<redacted>&n=1"
+        );
+        assert_eq!(
+            redact_text("?%2574oken=S&ACCESS%5FTOKEN=S&token[]=S&token%5B%5D=S&%20key%09=S"),
+            "?%2574oken=<redacted>&ACCESS%5FTOKEN=<redacted>&token[]=<redacted>&token%5B%5D=<redacted>&%20key%09=<redacted>"
+        );
+        // Not secrets once decoded either.
+        assert_eq!(
+            redact_text("my%74oken=a&tokens=b&%6Bey2=c"),
+            "my%74oken=a&tokens=b&%6Bey2=c"
+        );
+        let mut v = json!({"u": "http://h/l?%74oken=zzz&x=1"});
+        redact_value(&mut v);
+        assert_eq!(v["u"], "http://h/l?%74oken=<redacted>&x=1");
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod log_batch;
 pub(crate) mod log_filter;
 mod series;
 mod sleeper;
+mod text_fields;
 
 pub use histograms::MetricsHandle;
 use histograms::{Bounds, WithHistograms};
@@ -63,7 +64,8 @@ pub const SHADOW_IN_FLIGHT: &str = "v1compat_shadow_copies_in_flight";
 /// (`upstream.health_check_interval_ms`), `/readyz`, and every V2 attempt
 /// (an answer 1, a connection that could not be opened 0).
 pub const UPSTREAM_REACHABLE: &str = "v1compat_upstream_reachable";
-/// Configuration reloads by `outcome` (`applied`, `rejected`).
+/// Configuration reloads by `outcome` (`applied`, `rejected`, `truncated`:
+/// a smaller file that would move clients' keys elsewhere, refused).
 pub const CONFIG_RELOADS: &str = "v1compat_config_reloads_total";
 /// 1 when the last configuration load (start-up, or a reload: SIGHUP, file
 /// change, certificate files) succeeded, 0 when it was refused: a refused
@@ -102,12 +104,19 @@ pub fn prometheus() -> Option<MetricsHandle> {
             let recorder = WithHistograms::new(PrometheusBuilder::new().build_recorder(), bounds);
             let handle = recorder.handle();
             metrics::set_global_recorder(recorder).ok()?;
-            describe();
-            series::register_all();
-            let process = metrics_process::Collector::default();
-            process.describe();
-            process.collect();
-            spawn_process_reader(process);
+            // From a thread of its own: on a thread with a local recorder
+            // set (a test's, in the integration suite) the descriptions and
+            // the series at zero would go to that one, not to this.
+            let registered = std::thread::spawn(|| {
+                describe();
+                series::register_all();
+                let process = metrics_process::Collector::default();
+                process.describe();
+                process.collect();
+                process
+            })
+            .join();
+            spawn_process_reader(registered.ok()?);
             Some(handle)
         })
         .clone()
@@ -185,7 +194,7 @@ fn describe() {
     );
     describe_counter!(
         CONFIG_RELOADS,
-        "Configuration reloads, by outcome (applied, rejected)"
+        "Configuration reloads, by outcome (applied, rejected, truncated: refused as a half-written file)"
     );
     describe_gauge!(
         CONFIG_LAST_RELOAD_SUCCESSFUL,
@@ -201,6 +210,14 @@ fn describe() {
         "Shadow capture lines dropped because the writer fell behind"
     );
     describe_gauge!(OPEN_CONNECTIONS, "Client connections open, by listener");
+    describe_gauge!(
+        crate::edge::conn::budget::MEMORY_HELD,
+        "Bytes held for request bodies being read and answers not yet taken by their clients (bounded by connections.memory_budget_bytes)"
+    );
+    describe_counter!(
+        crate::edge::conn::budget::MEMORY_REFUSALS,
+        "Requests answered 429 at the memory bound, by reason (budget: the process's budget full; connection: connections.max_held_streams reached; body: no room for the body)"
+    );
     describe_counter!(
         SHED_CONNECTIONS,
         "Connections refused over connections.max_connections, by listener"
@@ -231,7 +248,8 @@ pub fn init_logging(format: &str, level: &str) {
             .event_format(json_lines::JsonLines::with_timer(json_lines::UtcMicros))
             .try_init()
     } else {
-        builder.try_init()
+        // Control characters in field values escaped (`text_fields`).
+        builder.fmt_fields(text_fields::EscapedFields).try_init()
     };
 }
 

@@ -90,10 +90,15 @@ pub(super) fn register_all() {
         metrics::counter!(WRITE_STALLED_CONNECTIONS, "listener" => listener).increment(0);
         metrics::gauge!(OPEN_CONNECTIONS, "listener" => listener).set(0.0);
     }
-    for outcome in ["applied", "rejected"] {
+    for outcome in ["applied", "rejected", "truncated"] {
         metrics::counter!(CONFIG_RELOADS, "outcome" => outcome).increment(0);
     }
     metrics::gauge!(IN_FLIGHT).set(0.0);
+    metrics::gauge!(crate::edge::conn::budget::MEMORY_HELD).set(0.0);
+    for reason in ["budget", "connection", "body"] {
+        metrics::counter!(crate::edge::conn::budget::MEMORY_REFUSALS, "reason" => reason)
+            .increment(0);
+    }
     metrics::gauge!(SHADOW_IN_FLIGHT).set(0.0);
     metrics::counter!(SHADOW_CAPTURE_DROPPED).increment(0);
 }
@@ -127,6 +132,7 @@ mod tests {
             GatewayError::NotFound(Subject::Run),
             GatewayError::Overloaded,
             GatewayError::Garbled("x".into()),
+            GatewayError::AbortUnreadable("x".into()),
             GatewayError::Deadline(Duration::from_secs(1)),
             GatewayError::ShuttingDown,
             GatewayError::Internal("x".into()),
@@ -158,6 +164,7 @@ mod tests {
                 | GatewayError::Upstream(_)
                 | GatewayError::AbortUnconfirmed(_)
                 | GatewayError::Garbled(_)
+                | GatewayError::AbortUnreadable(_)
                 | GatewayError::Deadline(_)
                 | GatewayError::ShuttingDown
                 | GatewayError::Internal(_) => {}

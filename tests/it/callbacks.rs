@@ -407,7 +407,59 @@ async fn v2_posts(relay: &Relay, v2_url: &str, body: Value) -> u16 {
     let req = Request::post(path)
         .body(Full::new(Bytes::from(body.to_string())))
         .unwrap();
-    relay.receive(req).await.status().as_u16()
+    relay
+        .receive(req, Duration::from_secs(30))
+        .await
+        .status()
+        .as_u16()
+}
+
+/// Found by a review: a callback with a valid token and a body that never
+/// came (or came a byte at a time) held its slot for over a minute, while
+/// a V1 request's body had 3 s. The configured body deadline now cuts it
+/// off: 408, counted.
+#[tokio::test]
+async fn a_stalled_callback_body_is_cut_off_by_the_body_deadline() {
+    let (m, _local) = crate::support::local_metrics();
+    let clock = Arc::new(ManualClock::new(T0));
+    let (relay, store) = make_relay("", clock);
+    let url = relay
+        .v2_callback_url("https://client.example/hook", None)
+        .unwrap();
+    let path = url.strip_prefix("https://gw.example").unwrap();
+    let deadline =
+        v1compat::config::load("[connections]\nbody_read_timeout_ms = 250\n", Vec::new())
+            .unwrap()
+            .connections
+            .body_read_timeout;
+    // One byte of the body arrives, then nothing.
+    use futures_util::StreamExt;
+    let first = hyper::body::Frame::data(Bytes::from_static(b"{"));
+    let stalled = futures_util::stream::iter([Ok::<_, std::io::Error>(first)])
+        .chain(futures_util::stream::pending());
+    let req = Request::post(path)
+        .body(http_body_util::StreamBody::new(stalled))
+        .unwrap();
+    let started = std::time::Instant::now();
+    // The outer bound only keeps a regression from hanging the suite.
+    let answer = tokio::time::timeout(Duration::from_secs(20), relay.receive(req, deadline))
+        .await
+        .expect("the body deadline, not the test's, ends the read");
+    assert_eq!(answer.status().as_u16(), 408);
+    assert!(started.elapsed() >= deadline, "{:?}", started.elapsed());
+    let body = answer.into_body().collect().await.unwrap().to_bytes();
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["code"], 4000, "{body}");
+    let stored = store.list(State::Pending, 0, 10).await.unwrap();
+    assert!(stored.is_empty(), "nothing stored: {stored:?}");
+    assert_eq!(
+        crate::support::metric(
+            &m,
+            "v1compat_callbacks_rejected_total",
+            &[("reason", "body_timeout")]
+        ),
+        1.0
+    );
 }
 
 async fn dispatch(relay: &Relay) -> Vec<Outcome> {
@@ -1132,4 +1184,76 @@ async fn gateway_replicas_share_one_postgres_queue_and_take_over_claims() {
     assert_eq!(delivered.body["status"], 4);
     c.kill().unwrap();
     c.wait().unwrap();
+}
+
+/// Found by a review: 3,000 callbacks with made-up run slugs on one valid
+/// token made 3,000 dead events and 3,000 V2 reads; only delivered events
+/// were ever pruned. A token's reads for runs V2 does not know are now
+/// limited an hour, and dead events are bounded in count (oldest first)
+/// and age, both counted.
+#[tokio::test]
+async fn callbacks_on_made_up_runs_cost_bounded_reads_and_bounded_dead_events() {
+    let (m, _local) = crate::support::local_metrics();
+    let now = |c: &Arc<ManualClock>| {
+        use v1compat::callbacks::clock::Clock;
+        c.now_ms()
+    };
+    let v2 = MockV2::start(|_| Reply::error(404, 11004, "run not found")).await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let (relay, store) = make_enriching_relay(
+        &v2.url(),
+        "allow_cidrs = [\"127.0.0.0/8\"]\nunknown_run_reads_per_hour = 3\nmax_dead_events = 4\nkeep_dead_secs = 600\nper_target_concurrency = 16\n",
+        clock.clone(),
+    );
+    let mut hook = hook().await;
+    let key = ApiKey::new("client-key").unwrap();
+    let url = relay
+        .v2_callback_url(&format!("{}/cb", hook.base), Some(&key))
+        .unwrap();
+    for i in 0..10 {
+        let body = json!({"run_slug": format!("MADEUP{i}"), "run_status": "succeeded"});
+        assert_eq!(v2_posts(&relay, &url, body).await, 200);
+        clock.advance(1);
+    }
+    let out = dispatch(&relay).await;
+    assert_eq!(out.len(), 10);
+    assert!(
+        out.iter().all(|o| matches!(o, Outcome::Dead { .. })),
+        "{out:?}"
+    );
+    assert_eq!(v2.total(), 3, "three reads, then none for this token");
+    let limited = crate::support::metric(
+        &m,
+        "v1compat_callbacks_unknown_run_reads_limited_total",
+        &[],
+    );
+    assert_eq!(limited, 7.0);
+    assert!(hook.rx.try_recv().is_err(), "nobody notified");
+
+    // Ten dead, four kept: the oldest six pruned.
+    assert_eq!(store.stats().await.unwrap().dead, 10);
+    relay.deliverer.prune_dead(now(&clock)).await;
+    let dead = store.list(State::Dead, 0, 100).await.unwrap();
+    let runs: Vec<&str> = dead.iter().map(|e| e.run_slug.as_str()).collect();
+    assert_eq!(runs, ["MADEUP6", "MADEUP7", "MADEUP8", "MADEUP9"]);
+    let pruned = |reason| {
+        crate::support::metric(
+            &m,
+            "v1compat_callbacks_dead_pruned_total",
+            &[("reason", reason)],
+        )
+    };
+    assert_eq!(pruned("count"), 6.0);
+    // Past keep_dead_secs, the rest go for their age.
+    clock.advance(601_000);
+    relay.deliverer.prune_dead(now(&clock)).await;
+    assert_eq!(store.stats().await.unwrap().dead, 0);
+    assert_eq!(pruned("age"), 4.0);
+
+    // An hour on, the token's reads are back.
+    clock.advance(3_600_000);
+    let body = json!({"run_slug": "MADEUP99", "run_status": "succeeded"});
+    assert_eq!(v2_posts(&relay, &url, body).await, 200);
+    dispatch(&relay).await;
+    assert_eq!(v2.total(), 4);
 }

@@ -6,6 +6,7 @@
 //! `v1compat sandbox`).
 
 mod architecture;
+mod budget;
 mod callbacks;
 mod cli;
 mod deploy;

@@ -967,3 +967,155 @@ async fn an_http2_stream_without_window_is_closed_on_the_write_timeout() {
         .expect("the stream ends");
     assert!(body.is_err());
 }
+
+/// Found by a review: sixteen keep-alive clients pausing 200–300 ms
+/// between requests lost 5–13 requests a drain, each written into an idle
+/// connection the drain had just closed. Now answers carry
+/// `Connection: close` from the moment the drain begins (through
+/// `shutdown.drain_delay_ms`), and an idle HTTP/1 connection is closed
+/// only after a second of quiet: a client pausing less writes its next
+/// request into a connection that answers it.
+#[tokio::test]
+async fn a_drain_under_keep_alive_pauses_of_200_to_300_ms_loses_no_request() {
+    let (gw, v2) = gateway(
+        Duration::ZERO,
+        "[shutdown]\ngrace_period_secs = 5\ndrain_delay_ms = 400\n",
+    )
+    .await;
+    let addr = gw.addr;
+    let sent = Arc::new(AtomicUsize::new(0));
+    let answered = Arc::new(AtomicUsize::new(0));
+    let told_to_close = Arc::new(AtomicUsize::new(0));
+    let lost = Arc::new(AtomicUsize::new(0));
+    let reset_unaccepted = Arc::new(AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..16 {
+        let (sent, answered, lost) = (sent.clone(), answered.clone(), lost.clone());
+        let (told_to_close, reset_unaccepted) = (told_to_close.clone(), reset_unaccepted.clone());
+        clients.push(tokio::spawn(async move {
+            let mut conn: Option<TcpStream> = None;
+            loop {
+                let fresh = conn.is_none();
+                let mut s = match conn.take() {
+                    Some(s) => s,
+                    // Refused once the listener is gone: nothing was sent.
+                    None => match TcpStream::connect(addr).await {
+                        Ok(s) => s,
+                        Err(_) => return,
+                    },
+                };
+                if s.write_all(&detail_request(false)).await.is_err() {
+                    lost.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+                sent.fetch_add(1, Ordering::SeqCst);
+                // A connection the kernel completed after the listener's
+                // last accept is reset unread (the README's remaining race
+                // at the listener, not this one): counted apart.
+                if fresh {
+                    let mut first = [0u8; 1];
+                    if matches!(s.peek(&mut first).await, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset)
+                    {
+                        reset_unaccepted.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                }
+                match read_answer(&mut s).await {
+                    Some(a) if a.status == 200 => {
+                        answered.fetch_add(1, Ordering::SeqCst);
+                        if a.closes() {
+                            // As common clients do: the next request on a
+                            // new connection.
+                            told_to_close.fetch_add(1, Ordering::SeqCst);
+                        } else {
+                            conn = Some(s);
+                        }
+                    }
+                    _ => {
+                        lost.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                }
+                // The client's own pause between requests (the workload,
+                // not a wait for the gateway).
+                let pause = 200 + rand::random::<u64>() % 101;
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
+        }));
+    }
+    while answered.load(Ordering::SeqCst) < 48 {
+        tokio::task::yield_now().await;
+    }
+    let server = gw.shutdown();
+    tokio::time::timeout(BOUND, server)
+        .await
+        .expect("drained within the grace period")
+        .unwrap()
+        .unwrap();
+    for c in clients {
+        tokio::time::timeout(BOUND, c).await.unwrap().unwrap();
+    }
+    let (sent, answered, lost, reset) = (
+        sent.load(Ordering::SeqCst),
+        answered.load(Ordering::SeqCst),
+        lost.load(Ordering::SeqCst),
+        reset_unaccepted.load(Ordering::SeqCst),
+    );
+    assert_eq!(lost, 0, "{lost} of {sent} requests lost");
+    assert_eq!(sent, answered + reset);
+    assert_eq!(v2.total(), answered);
+    assert!(
+        told_to_close.load(Ordering::SeqCst) >= 16,
+        "every client was told to close"
+    );
+}
+
+/// Found by a review: HTTP/1.1 requests with no `Host` header, or two,
+/// were served; RFC 9112 asks for a 400, which is now the protocol
+/// envelope, before anything reaches V2.
+#[tokio::test]
+async fn an_http11_request_without_exactly_one_host_is_refused() {
+    let (gw, v2) = gateway(Duration::ZERO, "").await;
+    let body = format!("{{\"run_slug\":\"{RUN}\"}}");
+    for hosts in ["", "host: a\r\nhost: b\r\n"] {
+        let mut s = TcpStream::connect(gw.addr).await.unwrap();
+        let req = format!(
+            "POST /api/v1/run/detail HTTP/1.1\r\n{hosts}api-key: {KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let a = tokio::time::timeout(BOUND, read_answer(&mut s))
+            .await
+            .unwrap()
+            .expect("an answer");
+        assert_eq!(a.status, 400, "{hosts:?}: {}", a.head);
+        assert_eq!(a.json()["code"], 4000);
+        assert!(a.json()["message"].as_str().unwrap().contains("Host"));
+    }
+    assert_eq!(v2.total(), 0, "nothing reached V2");
+}
+
+/// Found by a review: an abort whose V2 answer could not be read was
+/// answered 500 / 5000, where V1 answered every unconfirmed abort 70002.
+#[tokio::test]
+async fn an_abort_with_an_unreadable_answer_is_70002() {
+    let v2 = MockV2::new(|_| Reply::Raw(200, "<html>maintenance</html>"));
+    let config = "[upstream]\nbase_url = \"http://127.0.0.1:9\"\n";
+    let gw = TestGateway::start(config, Arc::new(v2.clone())).await;
+    let body = format!("{{\"run_slug\":\"{RUN}\"}}");
+    let (status, _, answer) = crate::support::send(
+        gw.addr,
+        "POST",
+        "/api/v1/scraper/abort",
+        &[("api-key", KEY), ("content-type", "application/json")],
+        Some(Bytes::from(body)),
+    )
+    .await;
+    let answer: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(
+        (status.as_u16(), answer["code"].clone()),
+        (500, json!(70002)),
+        "{answer}"
+    );
+    assert_eq!(v2.total(), 1);
+}

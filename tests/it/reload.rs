@@ -339,3 +339,93 @@ async fn the_same_refused_file_read_again_is_not_a_new_rejection() {
         .count();
     assert_eq!(rejections, 4, "{told:?}");
 }
+
+/// Found by a review: `head -3 v1compat.toml > p; cat p > v1compat.toml`
+/// and `: > v1compat.toml` were applied, the base URL falling back to the
+/// production default and the service key dropped. A file that sets fewer
+/// keys than the running one and would move clients' keys elsewhere is now
+/// refused and counted; the running configuration keeps serving.
+#[tokio::test]
+async fn a_truncated_or_empty_file_leaves_the_running_configuration_in_place() {
+    let (a, b) = (v2("a").await, v2("b").await);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1compat.toml");
+    let whole = config(
+        &a,
+        "service_key = \"staging-key-0123\"\n[compat]\naccount_traffic = 3\n",
+    );
+    std::fs::write(&path, &whole).unwrap();
+    let source = Source {
+        path: Some(path.clone()),
+        env: Vec::new(),
+    };
+    let reloader = Reloader::start(source, reload::http_upstream()).unwrap();
+    let reload = |forced| {
+        let reloader = reloader.clone();
+        tokio::task::spawn_blocking(move || reloader.reload(forced))
+    };
+    let base = |r: &Arc<Reloader>| r.live().load().config.upstream.base_url.to_string();
+    let running = base(&reloader);
+    assert!(running.starts_with(&a.url()), "{running}");
+
+    // The first line only: the base URL stays, the service key would go.
+    let head: String = whole.lines().take(2).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&path, &head).unwrap();
+    let Outcome::Rejected(why) = reload(false).await.unwrap() else {
+        panic!("a truncated file was applied");
+    };
+    assert!(why.contains("upstream.service_key"), "{why}");
+    assert!(!why.contains("staging-key-0123"), "{why}");
+    assert_eq!(base(&reloader), running);
+    let key = reloader.live().load().config.service_key.clone();
+    assert_eq!(
+        key.map(|k| k.expose().to_owned()).as_deref(),
+        Some("staging-key-0123")
+    );
+
+    // Emptied: the base URL would fall back to the default. SIGHUP too.
+    std::fs::write(&path, "").unwrap();
+    let Outcome::Rejected(why) = reload(true).await.unwrap() else {
+        panic!("an empty file was applied");
+    };
+    assert!(why.contains("upstream.base_url"), "{why}");
+    assert_eq!(base(&reloader), running);
+
+    // A smaller file that keeps where keys go applies.
+    std::fs::write(&path, config(&a, "service_key = \"staging-key-0123\"\n")).unwrap();
+    assert!(matches!(
+        reload(false).await.unwrap(),
+        Outcome::Applied { .. }
+    ));
+    // A whole file may move them on purpose.
+    std::fs::write(&path, config(&b, "service_key = \"other-key-4567\"\n")).unwrap();
+    assert!(matches!(
+        reload(false).await.unwrap(),
+        Outcome::Applied { .. }
+    ));
+    assert!(base(&reloader).starts_with(&b.url()));
+}
+
+/// The same refusal through the directory watch, counted on `/metrics`.
+#[tokio::test]
+async fn an_emptied_file_seen_by_the_watch_is_refused_and_counted() {
+    let a = v2("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1compat.toml");
+    std::fs::write(&path, config(&a, "[compat]\naccount_traffic = 3\n")).unwrap();
+    let mut gw = Reloading::start(&path).await;
+    std::fs::write(&path, "").unwrap();
+    let Outcome::Rejected(why) = gw.next().await else {
+        panic!("an empty file was applied");
+    };
+    assert!(why.contains("looks truncated"), "{why}");
+    assert_eq!(gw.regions().await, json!(["a"]));
+    let (_, _, metrics) = send(gw.admin, "GET", "/metrics", &[], None).await;
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(
+        metrics.lines().any(|l| l
+            .starts_with("v1compat_config_reloads_total{outcome=\"truncated\"}")
+            && !l.ends_with(" 0")),
+        "{metrics}"
+    );
+}

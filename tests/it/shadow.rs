@@ -1167,3 +1167,29 @@ async fn an_unwritable_capture_path_stops_start_up() {
     assert_eq!(err.kind(), std::io::ErrorKind::NotFound, "{err}");
     assert!(err.to_string().contains("shadow.capture_path"), "{err}");
 }
+
+/// Found by a review: `%74oken=`, `api%2Dkey=`, `+token=` and `api-key%00=`
+/// (read as `token` and `api-key` by a form decoder) were written to
+/// captures and replay outputs as they came. Both go through the same
+/// redaction, tested here on a replay's output file.
+#[tokio::test]
+async fn encoded_secret_parameter_names_are_redacted_in_replay_output() {
+    let w = World::start().await;
+    let (translated, _) = w.in_process(RULES);
+    let input = w.path("encoded.jsonl");
+    write_lines(
+        &input,
+        &[
+            json!({"path": "/api/store", "query": "search=maps&%74oken=SECRET1&api%2Dkey=SECRET2&+token=SECRET3&api-key%00=SECRET4&%2574oken=SECRET5"}),
+        ],
+    );
+    let opts = w.options(&input, "encoded-out.jsonl", translated);
+    let stats = replay(opts.clone()).await.unwrap();
+    assert_eq!(stats.sent, 1, "{stats:?}");
+    let out = std::fs::read_to_string(&opts.out).unwrap();
+    assert!(!out.contains("SECRET"), "{out}");
+    assert!(
+        out.contains("search=maps&%74oken=<redacted>&api%2Dkey=<redacted>&+token=<redacted>&api-key%00=<redacted>&%2574oken=<redacted>"),
+        "{out}"
+    );
+}

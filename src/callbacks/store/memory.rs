@@ -180,6 +180,17 @@ impl Store for MemoryStore {
             (n - m.len()) as u64
         }))
     }
+
+    fn prune_dead(&self, before_ms: u64, keep: u64) -> StoreFuture<'_, DeadPruned> {
+        ready(self.with(|m| {
+            let dead = m.values().filter(|e| e.state == State::Dead).cloned();
+            let plan = plan_prune_dead(dead.collect(), before_ms, keep);
+            for (e, _) in &plan {
+                m.remove(&e.id);
+            }
+            pruned_of(&plan)
+        }))
+    }
 }
 
 #[cfg(test)]

@@ -117,6 +117,44 @@ pub trait Store: Send + Sync + 'static {
     fn stats(&self) -> StoreFuture<'_, Stats>;
     /// Deletes done events finished before `before_ms`; returns how many.
     fn prune(&self, before_ms: u64) -> StoreFuture<'_, u64>;
+    /// Deletes dead events finished before `before_ms`, then the oldest
+    /// (first finished first) beyond `keep` ([`plan_prune_dead`]).
+    fn prune_dead(&self, before_ms: u64, keep: u64) -> StoreFuture<'_, DeadPruned>;
+}
+
+/// What pruning dead events removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeadPruned {
+    /// Finished before the age cut.
+    pub aged: u64,
+    /// The oldest beyond the count kept.
+    pub over_count: u64,
+}
+
+/// The dead events to delete: those finished before `before_ms`, then the
+/// oldest beyond `keep` (by time finished, then received, then id, so
+/// every backend picks the same ones). Each comes back with whether it went for its age.
+pub fn plan_prune_dead(mut dead: Vec<Event>, before_ms: u64, keep: u64) -> Vec<(Event, bool)> {
+    dead.sort_by(|a, b| {
+        (a.finished_ms, a.received_ms, &a.id).cmp(&(b.finished_ms, b.received_ms, &b.id))
+    });
+    let over = (dead.len() as u64).saturating_sub(keep) as usize;
+    dead.into_iter()
+        .enumerate()
+        .filter_map(|(i, e)| {
+            let aged = e.finished_ms < before_ms;
+            (aged || i < over).then_some((e, aged))
+        })
+        .collect()
+}
+
+/// Counts what [`plan_prune_dead`] chose.
+pub fn pruned_of(plan: &[(Event, bool)]) -> DeadPruned {
+    let aged = plan.iter().filter(|(_, aged)| *aged).count() as u64;
+    DeadPruned {
+        aged,
+        over_count: plan.len() as u64 - aged,
+    }
 }
 
 /// What to write for a received event, given the run's stored events.
@@ -350,6 +388,49 @@ pub mod suite {
         nothing_older_goes_out_after_a_newer_status(store).await;
         another_tokens_callbacks_stay_apart(store).await;
         an_event_stored_under_the_earlier_id_form_is_still_a_duplicate(store).await;
+        dead_events_are_bounded_by_age_and_count(store).await;
+    }
+
+    /// The state of `run`'s `failed` event on `tok`, if it is stored.
+    async fn state_of(store: &dyn Store, run: &str) -> Option<State> {
+        let id = store_id(run, "failed", "tok");
+        store.get(&id).await.unwrap().map(|e| e.state)
+    }
+
+    async fn dead_events_are_bounded_by_age_and_count(store: &dyn Store) {
+        let before = store.list(State::Dead, 0, 1_000).await.unwrap().len();
+        assert_eq!(before, 0, "the suite leaves no dead event before this");
+        for (i, run) in ["X1", "X2", "X3", "X4", "X5"].iter().enumerate() {
+            let now = 50_000 + i as u64;
+            store.insert(ev(run, "failed", now)).await.unwrap();
+            let id = store_id(run, "failed", "tok");
+            store
+                .failed(&id, 1, None, "unknown run", now)
+                .await
+                .unwrap();
+        }
+        // Nothing old enough, room for all: nothing goes.
+        let none = store.prune_dead(0, 5).await.unwrap();
+        assert_eq!(none, DeadPruned::default());
+        // X1 by age; then two more beyond the three kept, oldest first.
+        let pruned = store.prune_dead(50_001, 2).await.unwrap();
+        assert_eq!(pruned.aged, 1, "{pruned:?}");
+        assert_eq!(pruned.over_count, 2, "{pruned:?}");
+        for run in ["X1", "X2", "X3"] {
+            assert_eq!(state_of(store, run).await, None, "{run} pruned");
+        }
+        for run in ["X4", "X5"] {
+            assert_eq!(state_of(store, run).await, Some(State::Dead), "{run} kept");
+        }
+        assert_eq!(store.stats().await.unwrap().dead, 2);
+        // A pruned run's callback is a new event again (its rows are gone
+        // from the run's index too).
+        assert_eq!(
+            store.insert(ev("X1", "failed", 60_000)).await.unwrap(),
+            Inserted::New
+        );
+        // Pending and done events are never touched.
+        assert!(!store.list(State::Pending, 0, 100).await.unwrap().is_empty());
     }
 
     async fn an_event_stored_under_the_earlier_id_form_is_still_a_duplicate(store: &dyn Store) {

@@ -439,4 +439,36 @@ impl Store for PostgresStore {
             client.execute(&sql, &[&ms(before_ms)]).await.map_err(e)
         })
     }
+
+    fn prune_dead(&self, before_ms: u64, keep: u64) -> StoreFuture<'_, DeadPruned> {
+        Box::pin(async move {
+            let mut guard = self.conn().await?;
+            let client = guard.as_mut().ok_or_else(|| e("no connection"))?;
+            let t = &self.table;
+            // One transaction: another replica pruning at once sees the
+            // count after this one's deletions, not before.
+            let tx = client.transaction().await.map_err(e)?;
+            let aged = tx
+                .execute(
+                    &format!("DELETE FROM {t} WHERE state = 'dead' AND finished_ms < $1"),
+                    &[&ms(before_ms)],
+                )
+                .await
+                .map_err(e)?;
+            let over_count = tx
+                .execute(
+                    &format!(
+                        "DELETE FROM {t} WHERE id IN (
+                           SELECT id FROM {t} WHERE state = 'dead'
+                           ORDER BY finished_ms, received_ms, id
+                           LIMIT greatest((SELECT count(*) FROM {t} WHERE state = 'dead') - $1, 0))"
+                    ),
+                    &[&ms(keep)],
+                )
+                .await
+                .map_err(e)?;
+            tx.commit().await.map_err(e)?;
+            Ok(DeadPruned { aged, over_count })
+        })
+    }
 }

@@ -473,6 +473,20 @@ impl Store for RedbStore {
             Ok(n)
         })
     }
+
+    fn prune_dead(&self, before_ms: u64, keep: u64) -> StoreFuture<'_, DeadPruned> {
+        self.write(move |t| {
+            let plan = plan_prune_dead(in_state(t, State::Dead)?, before_ms, keep);
+            for (ev, _) in &plan {
+                t.0.remove(ev.id.as_str()).map_err(e)?;
+                t.2.remove(state_key(State::Dead, &ev.id).as_str())
+                    .map_err(e)?;
+                t.1.remove(format!("{}\n{}", ev.run_slug, ev.id).as_str())
+                    .map_err(e)?;
+            }
+            Ok(pruned_of(&plan))
+        })
+    }
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::activity::Activity;
+use super::budget::{self, ConnLoad, Held};
 use super::settings::ConnSettings;
 
 /// Why a body was not read.
@@ -28,18 +29,24 @@ pub(crate) enum BodyError {
     Timeout(Duration),
     #[error("body could not be read ({0})")]
     Broken(String),
+    #[error("no room in the memory budget for the body")]
+    OverBudget,
 }
 
 /// The connection a request came on, handed to the listener's service for
 /// the connection ([`super::serve_each`]) so a body discard keeps the
 /// connection counted busy.
 #[derive(Clone)]
-pub(crate) struct ConnHandle(pub(crate) Arc<Activity>);
+pub(crate) struct ConnHandle {
+    pub(crate) activity: Arc<Activity>,
+    /// The connection's streams holding bytes, and the process's budget.
+    pub(crate) load: Arc<ConnLoad>,
+}
 
 impl ConnHandle {
     /// The client's address (the TCP peer, which may be a proxy).
     pub(crate) fn peer(&self) -> Option<std::net::SocketAddr> {
-        self.0.peer()
+        self.activity.peer()
     }
 }
 
@@ -108,14 +115,24 @@ impl BodyReader {
                 return Err(BodyError::TooLarge(limit));
             }
             let declared = self.declared;
+            // Counted in the memory budget while it is read (the stream is
+            // counted in its connection's from its head on, `service`).
+            let mut charge = self.conn.load.budget.charge(Held::Body);
             let read = async {
                 let capacity = declared.map_or(0, |n| n as usize);
+                if !charge.try_add_body(capacity) {
+                    return Err(BodyError::OverBudget);
+                }
                 let mut buf = BytesMut::with_capacity(capacity);
                 while let Some(frame) = body.frame().await {
                     let frame = frame.map_err(|e| BodyError::Broken(e.to_string()))?;
                     if let Ok(data) = frame.into_data() {
                         if buf.len() + data.len() > limit {
                             return Err(BodyError::TooLarge(limit));
+                        }
+                        let more = (buf.len() + data.len()).saturating_sub(charge.bytes());
+                        if more > 0 && !charge.try_add_body(more) {
+                            return Err(BodyError::OverBudget);
                         }
                         buf.extend_from_slice(&data);
                     }
@@ -127,6 +144,11 @@ impl BodyReader {
                 Ok(Err(BodyError::TooLarge(limit))) => {
                     self.discard(body);
                     Err(BodyError::TooLarge(limit))
+                }
+                // Not read further: HTTP/1 closes after the refusal.
+                Ok(Err(BodyError::OverBudget)) => {
+                    budget::refused("body");
+                    Err(BodyError::OverBudget)
                 }
                 Ok(result) => result,
                 // Dropping the body makes hyper close the connection after the
@@ -142,7 +164,7 @@ impl BodyReader {
         if self.http2 {
             return;
         }
-        let busy = self.conn.0.begin();
+        let busy = self.conn.activity.begin();
         let (max, deadline) = (self.max_discard_bytes, self.discard_timeout);
         tokio::spawn(async move {
             let _busy = busy;

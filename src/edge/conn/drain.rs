@@ -1,7 +1,10 @@
 //! The shutdown signals of one listener, in the order they fire:
 //!
 //! 1. **draining** — `/readyz` answers 503, so a load balancer stops sending
-//!    new traffic; the listener still accepts (for `shutdown.drain_delay_ms`).
+//!    new traffic; the listener still accepts (for `shutdown.drain_delay_ms`),
+//!    and HTTP/1 answers carry `Connection: close`, so keep-alive clients
+//!    move to new connections (elsewhere, behind a load balancer) while the
+//!    listener still takes them.
 //! 2. **stop** — the listener stops accepting (connections already in the
 //!    kernel's backlog are still taken and served), every connection ends
 //!    after the request it is serving, or at once if it is idle and the
@@ -21,6 +24,8 @@ pub struct Drain {
 
 struct Signals {
     draining: watch::Sender<bool>,
+    /// `draining`'s value, read by every answer without the channel's lock.
+    draining_now: AtomicBool,
     stop: watch::Sender<bool>,
     /// `stop`'s value, read by every answer without the channel's lock.
     stopping: AtomicBool,
@@ -38,6 +43,7 @@ impl Drain {
         Drain {
             inner: Arc::new(Signals {
                 draining: watch::channel(false).0,
+                draining_now: AtomicBool::new(false),
                 stop: watch::channel(false).0,
                 stopping: AtomicBool::new(false),
                 cut: watch::channel(false).0,
@@ -47,6 +53,7 @@ impl Drain {
 
     /// Step 1: readiness goes false.
     pub fn begin(&self) {
+        self.inner.draining_now.store(true, Ordering::Release);
         self.inner.draining.send_replace(true);
     }
 
@@ -64,7 +71,7 @@ impl Drain {
     }
 
     pub fn is_draining(&self) -> bool {
-        *self.inner.draining.borrow()
+        self.inner.draining_now.load(Ordering::Acquire)
     }
 
     pub fn is_stopping(&self) -> bool {

@@ -29,6 +29,7 @@
 
 pub(crate) mod activity;
 pub(crate) mod body;
+pub(crate) mod budget;
 pub(crate) mod drain;
 mod refusal;
 mod service;
@@ -71,8 +72,12 @@ const MAX_SHEDDING: usize = 64;
 /// How long a refusal at the cap may take to write and linger.
 const SHED_TIMEOUT: Duration = Duration::from_secs(1);
 /// While draining, how long an idle HTTP/1 connection must have been quiet
-/// before it is closed.
-const DRAIN_QUIET: Duration = Duration::from_millis(250);
+/// before it is closed: longer than a keep-alive client's usual pause
+/// between requests (a client pausing 200–300 ms lost requests at 250 ms),
+/// so its next request is written into a connection that answers it.
+const DRAIN_QUIET: Duration = Duration::from_secs(1);
+/// The HTTP/2 flow-control window of each stream's request body.
+const STREAM_WINDOW: u32 = 65_535;
 /// After the cut, how long answers already produced get to be written.
 const CUT_WRITE_BOUND: Duration = Duration::from_secs(2);
 
@@ -83,6 +88,8 @@ pub(crate) struct Answers {
     pub cut: CutAnswer,
     /// A connection over the cap (written as raw HTTP/1.1 before closing).
     pub shed: fn() -> Response<Full<Bytes>>,
+    /// A request at the memory bound ([`budget`]), not read.
+    pub over_budget: fn() -> Response<Full<Bytes>>,
     /// In place of hyper's empty 400/414/431 for a head it cannot parse
     /// (written as raw HTTP/1.1; the connection then closes). `None` keeps
     /// hyper's.
@@ -173,6 +180,10 @@ where
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(settings.http2_max_concurrent_streams)
+        // What a stream may send before its request is read: HTTP/2's own
+        // default (hyper's is 1 MiB), so a body is not buffered past it
+        // before the request is routed and its key checked.
+        .initial_stream_window_size(STREAM_WINDOW)
         // A peer that stops answering pings is gone; its streams are freed.
         .keep_alive_interval(Some(settings.idle_timeout.min(Duration::from_secs(30))))
         .keep_alive_timeout(Duration::from_secs(20));
@@ -290,11 +301,17 @@ async fn connection<M, S, B>(
         answers.protocol,
         Some(activity.clone()),
     ));
+    let load = budget::ConnLoad::new(settings.budget.clone(), settings.max_held_streams);
     let service = ConnService {
-        inner: service_of(&ConnHandle(activity.clone())),
+        inner: service_of(&ConnHandle {
+            activity: activity.clone(),
+            load: load.clone(),
+        }),
         activity: activity.clone(),
         drain: drain.clone(),
         cut: answers.cut,
+        load,
+        over_budget: answers.over_budget,
     };
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
@@ -500,6 +517,7 @@ mod tests {
             answers: Answers {
                 cut: refused,
                 shed: refused,
+                over_budget: refused,
                 protocol: None,
             },
         };
@@ -708,11 +726,11 @@ mod tests {
             answer.extend_from_slice(&chunk[..n]);
         }
         // Answered; the discard still reads the rest.
-        assert_eq!(conn.0.active(), 1);
+        assert_eq!(conn.activity.active(), 1);
         // The rest arrives: the discard ends, and the connection is idle.
         stream.write_all(&[b'x'; 90]).await.unwrap();
         let idle = async {
-            while conn.0.active() != 0 {
+            while conn.activity.active() != 0 {
                 tokio::task::yield_now().await;
             }
         };

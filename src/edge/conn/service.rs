@@ -7,6 +7,10 @@
 //! the connection whether hyper has yet to ask it for more ([`Writer`]), and
 //! over HTTP/2 gives hyper at most [`H2_SLICE`] at a time, so an answer the
 //! client gives no window to is seen waiting, not buffered whole in h2.
+//! Each answer's bytes are counted in the memory budget until hyper has
+//! taken them, and a request at the budget's bound (or on a connection
+//! with `max_held_streams` streams holding bytes) is answered 429 at once
+//! ([`super::budget`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -24,6 +28,7 @@ use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
 
 use super::activity::{Activity, Busy, Writer};
+use super::budget::{self, Charge, ConnLoad, Held, Holding};
 use super::drain::Drain;
 use crate::common::coalesce::WhenWoken;
 
@@ -53,6 +58,11 @@ pin_project_lite::pin_project! {
         rest: Bytes,
         // `Some(H2_SLICE)` over HTTP/2.
         slice: Option<usize>,
+        // The answer's bytes not yet handed to hyper, in the memory budget.
+        charge: Charge,
+        // Counted among its connection's streams holding bytes while it
+        // has bytes to give.
+        holding: Option<Holding>,
         // Dropped before `_busy`: the answer stops waiting, then ends.
         writer: Writer,
         _busy: Busy,
@@ -64,17 +74,31 @@ where
     B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
-    fn new(inner: Either<B, Full<Bytes>>, busy: Busy, slice: Option<usize>) -> Self {
+    fn new(
+        inner: Either<B, Full<Bytes>>,
+        busy: Busy,
+        slice: Option<usize>,
+        load: Option<(&Arc<ConnLoad>, Option<Holding>)>,
+    ) -> Self {
         let mut writer = busy.writer();
         // From now on the answer waits only on hyper, and through it on
         // the client: an empty body is never asked for anything.
+        let (mut charge, mut holding) = (Charge::none(), None);
         if !inner.is_end_stream() {
             writer.wait();
+            if let Some((load, held)) = load {
+                // What the answer holds now: all of it for a made answer.
+                charge = load.budget.charge(Held::Answer);
+                charge.add(inner.size_hint().lower() as usize);
+                holding = held;
+            }
         }
         ConnBody {
             inner,
             rest: Bytes::new(),
             slice,
+            charge,
+            holding,
             writer,
             _busy: busy,
         }
@@ -123,12 +147,20 @@ where
                 other => other,
             }
         };
+        // Handed to hyper: no longer held here.
+        if let Poll::Ready(Some(Ok(f))) = &frame {
+            this.charge.release(f.data_ref().map_or(0, Bytes::len));
+        }
         // More to give once hyper can write it. A body still waiting on its
         // own source (pending) is not waiting on the client.
         if matches!(frame, Poll::Ready(Some(Ok(_))))
             && !(this.rest.is_empty() && this.inner.is_end_stream())
         {
             this.writer.wait();
+        } else if !matches!(frame, Poll::Pending) {
+            // Ended (or failed): nothing held any more.
+            this.charge.release(this.charge.bytes());
+            *this.holding = None;
         }
         frame
     }
@@ -158,6 +190,10 @@ pub(super) struct ConnService<S> {
     pub activity: Arc<Activity>,
     pub drain: Drain,
     pub cut: CutAnswer,
+    /// The connection's streams holding bytes, and the memory budget.
+    pub load: Arc<ConnLoad>,
+    /// The answer at the budget's bound.
+    pub over_budget: CutAnswer,
 }
 
 /// The grace deadline's signal, for one request (see [`Rest::is_cut`]).
@@ -190,8 +226,18 @@ where
         // moves into place. A service that is not ready takes tower's
         // general way, on the heap.
         let mut service = self.inner.clone();
+        // At the memory bound: answered at once, nothing of it read (the
+        // service's future is made, never polled, and dropped).
+        let refused = self.load.refusal().map(|reason| {
+            budget::refused(reason);
+            self.over_budget
+        });
+        // Counted among the connection's streams holding bytes from now
+        // until its answer is taken: its body, then its answer.
+        let holding = refused.is_none().then(|| self.load.hold());
         let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
         let answer = match service.poll_ready(&mut cx) {
+            _ if refused.is_some() => Called::Right(Box::pin(service.oneshot(req))),
             Poll::Ready(Ok(())) => Called::Left(service.call(req)),
             Poll::Ready(Err(never)) => match never {},
             Poll::Pending => Called::Right(Box::pin(service.oneshot(req))),
@@ -205,6 +251,9 @@ where
                 head,
                 version,
                 cut_signal: None,
+                refused,
+                load: self.load.clone(),
+                holding,
             }),
         }
     }
@@ -241,6 +290,10 @@ struct Rest {
     version: Version,
     /// HTTP/2 only, made when the service is first not ready.
     cut_signal: Option<CutSignal>,
+    /// The answer at the memory bound, when the request was refused.
+    refused: Option<CutAnswer>,
+    load: Arc<ConnLoad>,
+    holding: Option<Holding>,
 }
 
 impl Rest {
@@ -273,29 +326,38 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let answer = match this.answer.poll(cx) {
-            Poll::Ready(answer) => answer?.map(Either::Left),
-            Poll::Pending => {
-                let rest = this.rest.as_mut().expect("polled after its answer");
-                if !rest.is_cut(cx) {
-                    return Poll::Pending;
+        let refused = this.rest.as_ref().and_then(|r| r.refused);
+        let answer = match refused {
+            Some(refusal) => refusal().map(Either::Right),
+            None => match this.answer.poll(cx) {
+                Poll::Ready(answer) => answer?.map(Either::Left),
+                Poll::Pending => {
+                    let rest = this.rest.as_mut().expect("polled after its answer");
+                    if !rest.is_cut(cx) {
+                        return Poll::Pending;
+                    }
+                    (rest.cut)().map(Either::Right)
                 }
-                (rest.cut)().map(Either::Right)
-            }
+            },
         };
         let Rest {
             busy,
             drain,
             head,
             version,
+            load,
+            holding,
             ..
         } = this.rest.take().expect("polled after its answer");
         let slice = (version == Version::HTTP_2).then_some(H2_SLICE);
-        let mut resp = answer.map(|inner| ConnBody::new(inner, busy, slice));
+        let mut resp =
+            answer.map(|inner| ConnBody::new(inner, busy, slice, Some((&load, holding))));
         if head {
             strip_body(&mut resp);
         }
-        if version < Version::HTTP_2 && drain.is_stopping() {
+        // From the drain's start (its delay included) HTTP/1 clients are
+        // told to close, and a refused request's body was not read.
+        if version < Version::HTTP_2 && (drain.is_draining() || refused.is_some()) {
             resp.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
@@ -316,8 +378,10 @@ where
     }
     let body = resp.body_mut();
     body.inner = Either::Right(Full::new(Bytes::new()));
-    // Nothing left for hyper to ask for.
+    // Nothing left for hyper to ask for, nor held.
     body.writer.asked();
+    body.charge.release(body.charge.bytes());
+    body.holding = None;
 }
 
 #[cfg(test)]
@@ -331,8 +395,12 @@ mod tests {
     async fn an_http2_answer_is_sliced_and_waits_between_slices() {
         let activity = Activity::new();
         let answer = Full::new(Bytes::from(vec![7u8; 2 * H2_SLICE + 100]));
-        let mut body =
-            ConnBody::<Full<Bytes>>::new(Either::Right(answer), activity.begin(), Some(H2_SLICE));
+        let mut body = ConnBody::<Full<Bytes>>::new(
+            Either::Right(answer),
+            activity.begin(),
+            Some(H2_SLICE),
+            None,
+        );
         assert_eq!(body.size_hint().exact(), Some(2 * H2_SLICE as u64 + 100));
         let mut sizes = Vec::new();
         while let Some(frame) = body.frame().await {
@@ -348,7 +416,8 @@ mod tests {
         drop(body);
         assert_eq!(activity.active(), 0);
         let whole = Full::new(Bytes::from(vec![7u8; 2 * H2_SLICE]));
-        let mut body = ConnBody::<Full<Bytes>>::new(Either::Right(whole), activity.begin(), None);
+        let mut body =
+            ConnBody::<Full<Bytes>>::new(Either::Right(whole), activity.begin(), None, None);
         let frame = body.frame().await.unwrap().unwrap();
         assert_eq!(frame.into_data().unwrap().len(), 2 * H2_SLICE);
         assert!(body.is_end_stream());

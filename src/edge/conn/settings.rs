@@ -35,6 +35,14 @@ pub struct ConnectionSection {
     pub max_discard_bytes: usize,
     /// ... and for at most this long.
     pub discard_timeout_ms: u64,
+    /// Bytes the process holds at most for request bodies being read and
+    /// answers their clients have not taken; past it new requests are
+    /// answered 429 (see `conn::budget`).
+    pub memory_budget_bytes: usize,
+    /// Streams of one connection that may at once be in progress (reading
+    /// a body, waiting on V2) or holding an answer not yet taken; one more
+    /// request is answered 429.
+    pub max_held_streams: usize,
 }
 
 impl Default for ConnectionSection {
@@ -48,6 +56,9 @@ impl Default for ConnectionSection {
             http2_max_concurrent_streams: 100,
             max_discard_bytes: 16 << 20,
             discard_timeout_ms: 10_000,
+            // A quarter of a 256 MB sidecar.
+            memory_budget_bytes: 64 << 20,
+            max_held_streams: 32,
         }
     }
 }
@@ -63,6 +74,10 @@ pub struct ConnSettings {
     pub http2_max_concurrent_streams: u32,
     pub max_discard_bytes: usize,
     pub discard_timeout: Duration,
+    /// The process's memory budget: one per configuration loaded, so the
+    /// listeners started with one configuration share it.
+    pub budget: std::sync::Arc<super::budget::MemoryBudget>,
+    pub max_held_streams: usize,
 }
 
 impl Default for ConnSettings {
@@ -91,6 +106,12 @@ pub(crate) fn validate(s: &ConnectionSection, problems: &mut Vec<String>) -> Con
             problems.push(format!("{key}: must be greater than 0"));
         }
     }
+    if s.memory_budget_bytes < 1 << 20 {
+        problems.push("connections.memory_budget_bytes: must be at least 1048576 (1 MiB)".into());
+    }
+    if s.max_held_streams == 0 {
+        problems.push("connections.max_held_streams: must be greater than 0".into());
+    }
     if s.http2_max_concurrent_streams == 0 {
         problems.push("connections.http2_max_concurrent_streams: must be greater than 0".into());
     }
@@ -103,6 +124,8 @@ pub(crate) fn validate(s: &ConnectionSection, problems: &mut Vec<String>) -> Con
         http2_max_concurrent_streams: s.http2_max_concurrent_streams,
         max_discard_bytes: s.max_discard_bytes,
         discard_timeout: Duration::from_millis(s.discard_timeout_ms),
+        budget: super::budget::MemoryBudget::new(s.memory_budget_bytes),
+        max_held_streams: s.max_held_streams.max(1),
     }
 }
 

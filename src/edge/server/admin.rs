@@ -46,6 +46,12 @@ pub async fn serve_admin(
                     "too many connections\n".into(),
                 )
             },
+            over_budget: || {
+                admin_text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "memory budget used up\n".into(),
+                )
+            },
             protocol: None,
         },
     };

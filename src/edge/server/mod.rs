@@ -75,6 +75,17 @@ pub async fn serve_public(
                 );
                 to_http_full(resp)
             },
+            // The memory budget's bound (`conn::budget`): the same 429 /
+            // 4290, its cause named.
+            over_budget: || {
+                let mut resp =
+                    pipeline::error_response(&GatewayError::Overloaded, &Dialect::default());
+                resp.headers.insert(
+                    pipeline::ERROR_CAUSE,
+                    HeaderValue::from_static("memory_budget"),
+                );
+                to_http_full(resp)
+            },
             protocol: Some(protocol_refusal),
         },
     };
@@ -121,13 +132,29 @@ fn route_v1(
     req: Request<Incoming>,
     settled: Settled,
 ) -> impl Future<Output = Response<AnswerBody>> + Send {
+    // RFC 9112 §3.2: an HTTP/1.1 request with no Host, or more than one,
+    // is answered 400.
+    if let Some(problem) = host_problem(&req) {
+        let refused: Detour = Box::pin(async move {
+            let mut resp = pipeline::error_response(
+                &GatewayError::BadRequest(problem.into()),
+                &Dialect::default(),
+            );
+            resp.headers
+                .insert(pipeline::ERROR_CAUSE, HeaderValue::from_static("protocol"));
+            to_http(resp)
+        });
+        return Either::Left(refused);
+    }
     // Callback relay: V2's callbacks arrive on the public listener.
     let gateway = state.pipeline.gateway();
     if let Some(relay) = gateway.callbacks() {
         if crate::callbacks::token_of(req.uri().path()).is_some() {
             let relay = relay.clone();
+            // The same body deadline as a V1 request's.
+            let deadline = gateway.config.connections.body_read_timeout;
             let relayed: Detour = Box::pin(async move {
-                let answer = relay.receive(req).await;
+                let answer = relay.receive(req, deadline).await;
                 // The relay counts its outcomes; this is their log line.
                 tracing::debug!(
                     status = answer.status().as_u16(),
@@ -166,6 +193,20 @@ fn route_v1(
     }
 }
 
+/// What is wrong with an HTTP/1.1 request's `Host` header, if anything:
+/// exactly one is required (HTTP/1.0 may omit it; HTTP/2 has `:authority`).
+fn host_problem<B>(req: &Request<B>) -> Option<&'static str> {
+    if req.version() != http::Version::HTTP_11 {
+        return None;
+    }
+    let mut hosts = req.headers().get_all(http::header::HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (None, _) => Some("the request has no Host header"),
+        (Some(_), Some(_)) => Some("the request has more than one Host header"),
+        _ => None,
+    }
+}
+
 /// Reads the request body from the socket, at most `limits.max_body_bytes`, within
 /// `connections.body_read_timeout_ms`. The reader's future is mapped where
 /// it is, not awaited in a future of its own that would hold it a second
@@ -179,6 +220,7 @@ fn read_body(
             conn::BodyError::TooLarge(_) => BodyError::TooLarge,
             conn::BodyError::Timeout(d) => BodyError::Timeout(d),
             conn::BodyError::Broken(e) => BodyError::Unreadable(e),
+            conn::BodyError::OverBudget => BodyError::OverBudget,
         })
     })
 }

@@ -1,0 +1,191 @@
+//! The memory budget under hostile clients (`conn::budget`): HTTP/2
+//! clients that give no flow-control window and hold their answers, and
+//! HTTP/1 clients that upload bodies they never finish, at once. The bytes
+//! held stay within the budget and each connection within its streams,
+//! the rest are refused 429 / 4290 before anything of them is read, and a
+//! well-behaved client's requests keep succeeding meanwhile.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use v1compat::upstream::HttpUpstream;
+
+use crate::support::{local_metrics, metric, send, MockV2, Reply, TestGateway};
+
+const BUDGET: usize = 8 << 20;
+const STREAMS: usize = 4;
+const BOUND: Duration = Duration::from_secs(20);
+
+/// `count` requests for the regions on one HTTP/2 connection whose client
+/// gives every stream a window of 0 and never reads: the statuses, with
+/// the connection kept open (its answers held) until the sender is dropped.
+async fn zero_window_client(
+    addr: SocketAddr,
+    count: usize,
+) -> (
+    Vec<u16>,
+    Vec<http::Response<hyper::body::Incoming>>,
+    hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
+) {
+    let io = TokioIo::new(TcpStream::connect(addr).await.unwrap());
+    let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(0)
+        .handshake::<_, Empty<Bytes>>(io)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut waiting = Vec::new();
+    for _ in 0..count {
+        let mut sender = sender.clone();
+        let req = http::Request::get(format!("http://{addr}/api/proxy/region"))
+            .body(Empty::new())
+            .unwrap();
+        waiting.push(tokio::spawn(async move {
+            sender.ready().await.unwrap();
+            sender.send_request(req).await.unwrap()
+        }));
+    }
+    let mut statuses = Vec::new();
+    let mut held = Vec::new();
+    for w in waiting {
+        let resp = tokio::time::timeout(BOUND, w).await.unwrap().unwrap();
+        statuses.push(resp.status().as_u16());
+        held.push(resp);
+    }
+    statuses.sort_unstable();
+    (statuses, held, sender)
+}
+
+/// An HTTP/1 upload of `declared` bytes of which only a part is sent: the
+/// socket, and `Some(status)` if the gateway answered before it took the
+/// body's bytes from the budget (`held` over `held_before`), else `None`.
+async fn slow_upload(
+    addr: SocketAddr,
+    declared: usize,
+    held: impl Fn() -> f64,
+) -> (TcpStream, Option<u16>) {
+    let before = held();
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /api/v1/run/detail HTTP/1.1\r\nhost: t\r\napi-key: some-key\r\ncontent-type: application/json\r\ncontent-length: {declared}\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&vec![b' '; 64 << 10]).await.unwrap();
+    let mut buf = [0u8; 256];
+    let outcome = tokio::time::timeout(BOUND, async {
+        loop {
+            tokio::select! {
+                read = s.read(&mut buf) => {
+                    let n = read.unwrap();
+                    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    return text
+                        .strip_prefix("HTTP/1.1 ")
+                        .and_then(|t| t.get(..3))
+                        .and_then(|c| c.parse::<u16>().ok());
+                }
+                () = tokio::task::yield_now() => {
+                    if held() >= before + declared as f64 {
+                        return None;
+                    }
+                }
+            }
+        }
+    })
+    .await
+    .expect("refused, or taken into the budget");
+    (s, outcome)
+}
+
+#[tokio::test]
+async fn zero_window_and_slow_upload_clients_stay_within_the_budget() {
+    let (m, _local) = local_metrics();
+    // About 100 KB of V1 answer a request.
+    let regions: Vec<String> = (0..1500).map(|i| format!("region-{i:058}")).collect();
+    let v2 = MockV2::start(move |_| Reply::ok(json!(regions.clone()))).await;
+    let config = format!(
+        "[upstream]\nbase_url = \"{}\"\n[connections]\nmemory_budget_bytes = {BUDGET}\nmax_held_streams = {STREAMS}\nwrite_timeout_ms = 60000\nbody_read_timeout_ms = 60000\n",
+        v2.url()
+    );
+    let cfg = v1compat::config::load(&config, Vec::new()).unwrap();
+    let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());
+    let gw = TestGateway::start(&config, upstream).await;
+    let held = || metric(&m, "v1compat_memory_held_bytes", &[]);
+    let refusals = |reason| metric(&m, "v1compat_memory_refusals_total", &[("reason", reason)]);
+
+    // Three zero-window HTTP/2 clients, ten streams each: four answered
+    // per connection (held, never taken), the rest refused at once.
+    let mut attackers = Vec::new();
+    for _ in 0..3 {
+        let (statuses, answers, sender) = zero_window_client(gw.addr, 10).await;
+        assert_eq!(statuses, [200, 200, 200, 200, 429, 429, 429, 429, 429, 429]);
+        attackers.push((answers, sender));
+    }
+    assert_eq!(refusals("connection"), 18.0);
+    let answers_held = held();
+    assert!(
+        answers_held > 1_000_000.0 && answers_held < 1_500_000.0,
+        "twelve answers of about 100 KB held: {answers_held}"
+    );
+
+    // Nine uploads of 1 MB that never finish: six fit the bodies' share of
+    // the budget (three quarters), three are refused before being read.
+    let mut uploads = Vec::new();
+    let mut refused = 0;
+    for _ in 0..9 {
+        let (s, status) = slow_upload(gw.addr, 1_000_000, held).await;
+        if let Some(status) = status {
+            assert_eq!(status, 429);
+            refused += 1;
+        }
+        uploads.push(s);
+    }
+    assert_eq!(refused, 3);
+    assert_eq!(refusals("body"), 3.0);
+    let now = held();
+    assert!(
+        now <= BUDGET as f64,
+        "{now} held over the budget of {BUDGET}"
+    );
+    assert!(now > 6_000_000.0, "six bodies and twelve answers: {now}");
+
+    // A well-behaved client is served meanwhile, over both protocols.
+    for _ in 0..5 {
+        let (status, _, body) = send(gw.addr, "GET", "/api/proxy/region", &[], None).await;
+        assert_eq!(status, 200);
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["data"].as_array().map(Vec::len), Some(1500));
+    }
+    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Empty<Bytes>>();
+    let resp = client
+        .get(
+            format!("http://{}/api/proxy/region", gw.addr)
+                .parse()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert!(body.len() > 90_000);
+    assert!(held() <= BUDGET as f64);
+
+    // The attackers gone, everything they held is given back.
+    drop((attackers, uploads));
+    tokio::time::timeout(BOUND, async {
+        while held() > 0.0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the budget emptied once the clients left");
+}
