@@ -22,6 +22,12 @@ pub use histograms::MetricsHandle;
 use histograms::{Bounds, WithHistograms};
 pub use series::BUILD_INFO;
 
+/// Bytes held now for request bodies being read and answers not yet taken
+/// (`connections.memory_budget_bytes` bounds them).
+pub(crate) const MEMORY_HELD: &str = "v1compat_memory_held_bytes";
+/// Requests refused at the memory bound: `{reason="budget"|"connection"|"body"}`.
+pub(crate) const MEMORY_REFUSALS: &str = "v1compat_memory_refusals_total";
+
 /// V1 requests by `operation` and V1 `status`.
 pub const REQUESTS: &str = "v1compat_requests_total";
 /// V1 request latency by `operation`.
@@ -211,11 +217,11 @@ fn describe() {
     );
     describe_gauge!(OPEN_CONNECTIONS, "Client connections open, by listener");
     describe_gauge!(
-        crate::edge::conn::budget::MEMORY_HELD,
+        MEMORY_HELD,
         "Bytes held for request bodies being read and answers not yet taken by their clients (bounded by connections.memory_budget_bytes)"
     );
     describe_counter!(
-        crate::edge::conn::budget::MEMORY_REFUSALS,
+        MEMORY_REFUSALS,
         "Requests answered 429 at the memory bound, by reason (budget: the process's budget full; connection: connections.max_held_streams reached; body: no room for the body)"
     );
     describe_counter!(

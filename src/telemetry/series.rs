@@ -94,10 +94,9 @@ pub(super) fn register_all() {
         metrics::counter!(CONFIG_RELOADS, "outcome" => outcome).increment(0);
     }
     metrics::gauge!(IN_FLIGHT).set(0.0);
-    metrics::gauge!(crate::edge::conn::budget::MEMORY_HELD).set(0.0);
+    metrics::gauge!(super::MEMORY_HELD).set(0.0);
     for reason in ["budget", "connection", "body"] {
-        metrics::counter!(crate::edge::conn::budget::MEMORY_REFUSALS, "reason" => reason)
-            .increment(0);
+        metrics::counter!(super::MEMORY_REFUSALS, "reason" => reason).increment(0);
     }
     metrics::gauge!(SHADOW_IN_FLIGHT).set(0.0);
     metrics::counter!(SHADOW_CAPTURE_DROPPED).increment(0);

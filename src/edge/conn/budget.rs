@@ -25,10 +25,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// Bytes held now for bodies being read and answers not yet taken.
-pub(crate) const MEMORY_HELD: &str = "v1compat_memory_held_bytes";
-/// Requests refused at the bound: `{reason="budget"|"connection"|"body"}`.
-pub(crate) const MEMORY_REFUSALS: &str = "v1compat_memory_refusals_total";
+pub(crate) use crate::telemetry::{MEMORY_HELD, MEMORY_REFUSALS};
 
 /// The first bytes of every body are counted but never refused: a V1
 /// request is a small JSON object, and one of that size always gets in.
