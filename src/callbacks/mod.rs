@@ -37,7 +37,7 @@ pub(crate) mod schedule;
 pub(crate) mod sign;
 pub mod store;
 pub mod token;
-pub mod unknown_runs;
+pub(crate) mod unknown_runs;
 
 pub use config::{CallbacksConfig, CallbacksSection, StoreKind};
 pub use receive::token_of;

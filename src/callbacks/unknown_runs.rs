@@ -15,14 +15,14 @@ use std::hash::BuildHasher;
 use std::sync::Mutex;
 
 /// The window each token's budget is counted over.
-pub const WINDOW_MS: u64 = 3_600_000;
+pub(crate) const WINDOW_MS: u64 = 3_600_000;
 
 /// Tokens tracked at most; past it, windows that are over are forgotten,
 /// and if that is not enough, all are (a reset, not a refusal).
 const MAX_TOKENS: usize = 10_000;
 
 /// Unknown-run reads per token in the current window.
-pub struct UnknownRuns {
+pub(crate) struct UnknownRuns {
     per_window: u32,
     /// Tokens are kept by a keyed hash, not by their text (long, and
     /// secret-bearing).
@@ -31,7 +31,7 @@ pub struct UnknownRuns {
 }
 
 impl UnknownRuns {
-    pub fn new(per_window: u32) -> UnknownRuns {
+    pub(crate) fn new(per_window: u32) -> UnknownRuns {
         UnknownRuns {
             per_window,
             hasher: RandomState::new(),
@@ -47,7 +47,7 @@ impl UnknownRuns {
     /// taken before the read, so attempts under way at once cannot all
     /// spend the last one. A read that finds the run gives it back
     /// ([`UnknownRuns::found`]).
-    pub fn try_spend(&self, token: &str, now_ms: u64) -> bool {
+    pub(crate) fn try_spend(&self, token: &str, now_ms: u64) -> bool {
         let key = self.hasher.hash_one(token);
         self.with(|seen| {
             if seen.len() >= MAX_TOKENS && !seen.contains_key(&key) {
@@ -70,7 +70,7 @@ impl UnknownRuns {
 
     /// The read spent at `now_ms` did not find a run V2 does not know
     /// (it found the run, or V2 gave no answer): given back.
-    pub fn found(&self, token: &str, now_ms: u64) {
+    pub(crate) fn found(&self, token: &str, now_ms: u64) {
         let key = self.hasher.hash_one(token);
         self.with(|seen| {
             if let Some(entry) = seen.get_mut(&key) {

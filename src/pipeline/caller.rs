@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use http::{header, HeaderMap, HeaderValue};
 
 /// The most of a user-agent an access line shows.
-pub const MAX_USER_AGENT: usize = 256;
+pub(crate) const MAX_USER_AGENT: usize = 256;
 
 /// Who sent one request.
 #[derive(Debug, Clone, Default)]
@@ -63,7 +63,7 @@ impl Caller {
 /// the client. A value that is not an address (`unknown`, an obfuscated
 /// name, garbage) ends the walk with no answer: what lies left of it is
 /// not vouched for. Every address trusted: the leftmost.
-pub fn forwarded_for(
+pub(crate) fn forwarded_for(
     peer: IpAddr,
     headers: &HeaderMap,
     is_trusted: &dyn Fn(IpAddr) -> bool,

@@ -28,7 +28,7 @@ use http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 mod access;
-pub mod caller;
+pub(crate) mod caller;
 pub use access::TARGET as ACCESS_LOG_TARGET;
 pub use caller::Caller;
 

@@ -27,7 +27,7 @@ use v1compat_contract::dialect::Dialect;
 
 pub(crate) mod admin;
 mod front;
-pub mod operator;
+pub(crate) mod operator;
 mod reachability;
 pub use admin::serve_admin;
 

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 /// The shortest token accepted: a guessable token is no guard.
-pub const MIN_TOKEN_LEN: usize = 16;
+pub(crate) const MIN_TOKEN_LEN: usize = 16;
 /// The longest token accepted (it travels in a header).
 const MAX_TOKEN_LEN: usize = 512;
 
@@ -236,7 +236,7 @@ fn unauthorized(challenge: &'static str, error: &str) -> Response<Full<Bytes>> {
 }
 
 /// Checks `[admin]`, reading the token file; problems go to `p`.
-pub fn validate(s: &AdminSection, p: &mut Vec<String>) -> OperatorAccess {
+pub(crate) fn validate(s: &AdminSection, p: &mut Vec<String>) -> OperatorAccess {
     let token = match (s.operator_token.as_str(), s.operator_token_file.as_str()) {
         ("", "") => None,
         (t, "") => check_token("admin.operator_token", t, p).map(str::to_owned),

@@ -20,9 +20,9 @@ use super::super::diff::normalise;
 
 /// Panes of up to this many lines are shown whole; longer ones keep their
 /// first lines and the context of marked lines, the rest folded.
-pub const WHOLE_LINES: usize = 40;
+pub(crate) const WHOLE_LINES: usize = 40;
 /// Lines of one pane kept at most, however many are marked.
-pub const MAX_LINES: usize = 200;
+pub(crate) const MAX_LINES: usize = 200;
 /// Lines kept around each marked line when a pane is shortened.
 const CONTEXT: usize = 3;
 /// Characters of one line shown.
@@ -140,7 +140,7 @@ fn pane(side: &Side, paths: &BTreeSet<String>) -> Pane {
 
 /// Blanks members named like keys, then redacts key query values in
 /// every string, as captures do.
-pub fn redacted(v: &Value) -> Value {
+pub(crate) fn redacted(v: &Value) -> Value {
     fn members(v: &mut Value) {
         match v {
             Value::Object(m) => {
@@ -179,7 +179,7 @@ fn marked(path: &str, paths: &BTreeSet<String>) -> bool {
 /// both sides line up — the diff ignores member order), each line marked
 /// when its field differs. Paths are those of the diff engine:
 /// `data.list[3].status`.
-pub fn lines(v: &Value, paths: &BTreeSet<String>) -> Vec<Line> {
+pub(crate) fn lines(v: &Value, paths: &BTreeSet<String>) -> Vec<Line> {
     let v = redacted(v);
     let mut out = Vec::new();
     if let Value::Object(_) = v {
@@ -260,7 +260,7 @@ fn emit(
 /// A pane of at most [`MAX_LINES`] lines (and fold marks): up to
 /// [`WHOLE_LINES`] whole; longer ones keep the first lines and those around
 /// marked lines, the rest folded.
-pub fn shorten(all: Vec<Line>) -> Vec<Line> {
+pub(crate) fn shorten(all: Vec<Line>) -> Vec<Line> {
     if all.len() <= WHOLE_LINES {
         return all;
     }

@@ -15,12 +15,12 @@ use serde_json::Value;
 
 use super::super::capture::{CapturedRequest, SECRET_HEADERS};
 use super::super::diff::{normalise, Finding, Reply};
-use crate::differences::{self, Difference};
+use crate::differences;
 use crate::ops::Compat;
 
 /// One compared request, as the checks read it.
 #[derive(Debug, Clone, Copy)]
-pub struct Context<'a> {
+pub(crate) struct Context<'a> {
     pub op: &'a str,
     pub request: &'a CapturedRequest,
     pub legacy: Reply<'a>,
@@ -58,7 +58,7 @@ impl Explanation {
 }
 
 /// The explanations of `finding` on this request, checked ones first.
-pub fn explain(finding: &Finding, cx: &Context<'_>, compat: &Compat) -> Vec<Explanation> {
+pub(crate) fn explain(finding: &Finding, cx: &Context<'_>, compat: &Compat) -> Vec<Explanation> {
     let paths: Vec<String> = finding.paths().map(normalise).collect();
     let mut out: Vec<Explanation> = differences::ALL
         .iter()
@@ -90,7 +90,7 @@ pub fn explain(finding: &Finding, cx: &Context<'_>, compat: &Compat) -> Vec<Expl
 
 /// Keeps in `acc` only what `next` (the same finding on another request)
 /// also offers; an entry stays checked only if it was checked on both.
-pub fn intersect(acc: &mut Vec<Explanation>, next: &[Explanation]) {
+pub(crate) fn intersect(acc: &mut Vec<Explanation>, next: &[Explanation]) {
     acc.retain_mut(|e| match next.iter().find(|n| n.id == e.id) {
         Some(n) => {
             e.checked &= n.checked;
@@ -270,8 +270,9 @@ fn check(id: &str, f: &Finding, cx: &Context<'_>, c: &Compat) -> Option<bool> {
     })
 }
 
-/// The registry entry of an id.
-pub fn entry(id: &str) -> Option<&'static Difference> {
+/// The registry entry of an id (the tests check ids against the registry).
+#[cfg(test)]
+fn entry(id: &str) -> Option<&'static differences::Difference> {
     differences::ALL.iter().find(|d| d.id == id)
 }
 

@@ -8,11 +8,11 @@ use std::fmt;
 use super::quantile;
 
 /// Answers an operation's side needs before its percentiles are shown.
-pub const MIN_SAMPLES: usize = 20;
+pub(crate) const MIN_SAMPLES: usize = 20;
 
 /// A percentile as a report shows it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Pct {
+pub(crate) enum Pct {
     /// Fewer than [`MIN_SAMPLES`] answers: `n` of them.
     TooFew(usize),
     /// The rank is the largest answer: this is the maximum of `n`.
@@ -22,7 +22,7 @@ pub enum Pct {
 }
 
 /// The `q`-percentile (0–1) of `v`, nearest rank, marked per [`Pct`].
-pub fn percentile(v: &[f64], q: f64) -> Pct {
+pub(crate) fn percentile(v: &[f64], q: f64) -> Pct {
     let n = v.len();
     if n < MIN_SAMPLES {
         return Pct::TooFew(n);
@@ -38,7 +38,7 @@ pub fn percentile(v: &[f64], q: f64) -> Pct {
 
 impl Pct {
     /// The figure when it means something.
-    pub fn value(&self) -> Option<f64> {
+    pub(crate) fn value(&self) -> Option<f64> {
         match self {
             Pct::Value(x) => Some(*x),
             _ => None,
@@ -46,7 +46,8 @@ impl Pct {
     }
 
     /// Whether this is a percentile in the ordinary sense.
-    pub fn meaningful(&self) -> bool {
+    #[cfg(test)]
+    fn meaningful(&self) -> bool {
         matches!(self, Pct::Value(_))
     }
 }
@@ -64,7 +65,7 @@ impl fmt::Display for Pct {
 
 /// `p50 / p99` of one side for the operation tables: both figures, or
 /// one note when there are too few answers for either.
-pub fn p50_p99(v: &[f64]) -> String {
+pub(crate) fn p50_p99(v: &[f64]) -> String {
     match (percentile(v, 0.5), percentile(v, 0.99)) {
         (Pct::TooFew(n), _) => format!("n={n}, too few"),
         (a, b) => format!("{a} / {b}"),

@@ -25,11 +25,11 @@ use super::capture::{Record, Side};
 use super::diff::{Compare, IgnoreRule, Reply, Rules, Tally, Thresholds};
 use crate::ops::Compat;
 
-pub mod exhibit;
-pub mod explain;
+pub(crate) mod exhibit;
+pub(crate) mod explain;
 mod html;
-pub mod latency;
-pub mod svg;
+pub(crate) mod latency;
+pub(crate) mod svg;
 mod text;
 
 use exhibit::Exhibit;

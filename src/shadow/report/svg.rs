@@ -13,7 +13,7 @@ use super::latency::{percentile, Pct, MIN_SAMPLES};
 use super::quantile;
 
 /// Dots drawn per side at most.
-pub const MAX_DOTS: usize = 200;
+pub(crate) const MAX_DOTS: usize = 200;
 
 const WIDTH: f64 = 560.0;
 const LEFT: f64 = 92.0;
@@ -21,8 +21,8 @@ const RIGHT: f64 = 16.0;
 const TOP: f64 = 8.0;
 const ROW: f64 = 36.0;
 const AXIS: f64 = 26.0;
-pub const LEGACY_COLOUR: &str = "#b26a00";
-pub const TRANSLATED_COLOUR: &str = "#1565c0";
+pub(crate) const LEGACY_COLOUR: &str = "#b26a00";
+pub(crate) const TRANSLATED_COLOUR: &str = "#1565c0";
 
 /// A step of 1, 2 or 5 × 10ⁿ giving about five ticks up to `max`, and the
 /// axis end (a whole number of steps at or above `max`).
@@ -66,7 +66,7 @@ fn dots(v: &[f64]) -> Vec<f64> {
 }
 
 /// The chart of one operation's latencies (milliseconds).
-pub fn latency_chart(op: &str, legacy: &[f64], translated: &[f64]) -> String {
+pub(crate) fn latency_chart(op: &str, legacy: &[f64], translated: &[f64]) -> String {
     let max = legacy
         .iter()
         .chain(translated)
