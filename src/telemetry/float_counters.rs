@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use metrics::{Gauge, GaugeFn, Key, SharedString};
-use metrics_exporter_prometheus::formatting::{
-    key_to_parts, write_help_line, write_metric_line, write_type_line,
-};
+use metrics_exporter_prometheus::formatting::write_metric_line;
+
+use super::exposition::write_families;
 
 /// The gauges written out as counters: running totals set as floats.
 pub(super) const NAMES: &[&str] = &["process_cpu_seconds_total"];
@@ -96,24 +96,15 @@ impl FloatCounters {
             .descriptions
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let mut current: Option<String> = None;
-        for (key, value) in series {
-            let (name, labels) = key_to_parts(&key, None);
-            if current.as_deref() != Some(name.as_str()) {
-                if current.is_some() {
-                    out.push('\n');
-                }
-                if let Some(description) = descriptions.get(&name) {
-                    write_help_line(out, &name, description);
-                }
-                write_type_line(out, &name, "counter");
-                current = Some(name.clone());
-            }
-            write_metric_line::<&str, f64>(out, &name, None, &labels, None, value, None);
-        }
-        if current.is_some() {
-            out.push('\n');
-        }
+        write_families(
+            out,
+            series,
+            &descriptions,
+            "counter",
+            |out, name, labels, value| {
+                write_metric_line::<&str, f64>(out, name, None, labels, None, value, None);
+            },
+        );
     }
 }
 

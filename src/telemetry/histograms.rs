@@ -19,11 +19,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use metrics::{
     Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit,
 };
-use metrics_exporter_prometheus::formatting::{
-    key_to_parts, write_help_line, write_metric_line, write_type_line,
-};
+use metrics_exporter_prometheus::formatting::write_metric_line;
 use metrics_exporter_prometheus::{PrometheusHandle, PrometheusRecorder};
 
+use super::exposition::write_families;
 use super::float_counters::FloatCounters;
 
 /// Upper bounds of a histogram's buckets, ascending; the `+Inf` bucket
@@ -124,39 +123,30 @@ impl Registry {
             .descriptions
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let mut current: Option<String> = None;
-        for (key, buckets) in series {
-            let (name, labels) = key_to_parts(&key, None);
-            if current.as_deref() != Some(name.as_str()) {
-                if current.is_some() {
-                    out.push('\n');
+        write_families(
+            out,
+            series,
+            &descriptions,
+            "histogram",
+            |out, name, labels, buckets| {
+                let (cumulative, sum) = buckets.read();
+                let les = buckets.bounds.iter().map(|b| b.to_string());
+                for (le, count) in les.chain(["+Inf".to_owned()]).zip(&cumulative) {
+                    write_metric_line(
+                        out,
+                        name,
+                        Some("bucket"),
+                        labels,
+                        Some(("le", le)),
+                        count,
+                        None,
+                    );
                 }
-                if let Some(description) = descriptions.get(&name) {
-                    write_help_line(out, &name, description);
-                }
-                write_type_line(out, &name, "histogram");
-                current = Some(name.clone());
-            }
-            let (cumulative, sum) = buckets.read();
-            let les = buckets.bounds.iter().map(|b| b.to_string());
-            for (le, count) in les.chain(["+Inf".to_owned()]).zip(&cumulative) {
-                write_metric_line(
-                    out,
-                    &name,
-                    Some("bucket"),
-                    &labels,
-                    Some(("le", le)),
-                    count,
-                    None,
-                );
-            }
-            write_metric_line::<&str, f64>(out, &name, Some("sum"), &labels, None, sum, None);
-            let count = cumulative.last().copied().unwrap_or(0);
-            write_metric_line::<&str, u64>(out, &name, Some("count"), &labels, None, count, None);
-        }
-        if current.is_some() {
-            out.push('\n');
-        }
+                write_metric_line::<&str, f64>(out, name, Some("sum"), labels, None, sum, None);
+                let count = cumulative.last().copied().unwrap_or(0);
+                write_metric_line::<&str, u64>(out, name, Some("count"), labels, None, count, None);
+            },
+        );
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
 
+mod exposition;
 mod float_counters;
 pub mod handles;
 mod histograms;
