@@ -291,6 +291,28 @@ mod tests {
         }
     }
 
+    /// The context of one compared request: its operation, the request
+    /// and the two answers' statuses and bodies.
+    fn context<'a>(
+        op: &'a str,
+        request: &'a CapturedRequest,
+        (legacy_status, legacy): (u16, &'a Value),
+        (translated_status, translated): (u16, &'a Value),
+    ) -> Context<'a> {
+        Context {
+            op,
+            request,
+            legacy: Reply {
+                status: legacy_status,
+                body: legacy,
+            },
+            translated: Reply {
+                status: translated_status,
+                body: translated,
+            },
+        }
+    }
+
     fn keyed() -> CapturedRequest {
         CapturedRequest {
             headers: [("api-key".to_owned(), "<redacted>".to_owned())].into(),
@@ -308,18 +330,7 @@ mod tests {
         c.dialect.business_error_status = BusinessErrorStatus::Always200;
         let (lb, tb) = (json!({"code": 50002}), json!({"code": 50002}));
         let req = keyed();
-        let cx = Context {
-            op: "run_detail",
-            request: &req,
-            legacy: Reply {
-                status: 404,
-                body: &lb,
-            },
-            translated: Reply {
-                status: 200,
-                body: &tb,
-            },
-        };
+        let cx = context("run_detail", &req, (404, &lb), (200, &tb));
         let f = finding("http_status", None, Some(json!(404)), Some(json!(200)));
         let e = explain(&f, &cx, &c);
         assert_eq!(ids(&e), vec![("business_error_status", true)]);
@@ -355,18 +366,7 @@ mod tests {
         };
         let (lb, tb) = (json!({"code": 0}), json!({"code": 0}));
         let req = keyed();
-        let cx = Context {
-            op: "worker_detail",
-            request: &req,
-            legacy: Reply {
-                status: 200,
-                body: &lb,
-            },
-            translated: Reply {
-                status: 200,
-                body: &tb,
-            },
-        };
+        let cx = context("worker_detail", &req, (200, &lb), (200, &tb));
         let rename = finding(
             "data.parameters.system.memory_bytes",
             Some("data.parameters.system.memory"),
@@ -398,18 +398,7 @@ mod tests {
         let c = Compat::default();
         let (lb, tb) = (json!({"code": 0}), json!({"code": 0}));
         let req = keyed();
-        let cx = Context {
-            op: "run_detail",
-            request: &req,
-            legacy: Reply {
-                status: 200,
-                body: &lb,
-            },
-            translated: Reply {
-                status: 200,
-                body: &tb,
-            },
-        };
+        let cx = context("run_detail", &req, (200, &lb), (200, &tb));
         let f = finding("data.status", None, Some(json!(3)), Some(json!(2)));
         let mut e = explain(&f, &cx, &c);
         assert_eq!(
@@ -437,18 +426,7 @@ mod tests {
             query: Some("search=&limit=5".into()),
             ..keyed()
         };
-        let cx = Context {
-            op: "store_search",
-            request: &req,
-            legacy: Reply {
-                status: 400,
-                body: &lb,
-            },
-            translated: Reply {
-                status: 200,
-                body: &tb,
-            },
-        };
+        let cx = context("store_search", &req, (400, &lb), (200, &tb));
         // The gateway refuses `search=` by default: legacy listing
         // everything would be `all`; here legacy refused and the
         // translation did not, which `refuse` does not explain.
