@@ -521,6 +521,71 @@ async fn head_over_http2_sends_no_body() {
     assert!(body.is_empty());
 }
 
+/// What the load clients of the drain tests count, across all of them.
+#[derive(Default)]
+struct LoadCounts {
+    sent: AtomicUsize,
+    answered: AtomicUsize,
+    lost: AtomicUsize,
+    /// New connections the kernel completed after the listener's last
+    /// accept, reset before their request was read (the race at the
+    /// listener the drain delay keeps a load balancer out of): counted
+    /// apart, and V2's count shows nothing was answered that did not arrive.
+    reset_unaccepted: AtomicUsize,
+}
+
+impl LoadCounts {
+    fn load(&self) -> (usize, usize, usize, usize) {
+        (
+            self.sent.load(Ordering::SeqCst),
+            self.answered.load(Ordering::SeqCst),
+            self.lost.load(Ordering::SeqCst),
+            self.reset_unaccepted.load(Ordering::SeqCst),
+        )
+    }
+}
+
+/// One run-detail request of a load client, on its kept connection `conn`
+/// or a new one (`Connection: close` asked for when `close`), counted in
+/// `counts`. The answer and its connection when it was a 200; `None` when
+/// the client stops: refused a connection (nothing sent), its request lost
+/// (written into a closed connection, or no answer), or reset unread.
+async fn one_detail(
+    addr: SocketAddr,
+    conn: Option<TcpStream>,
+    close: bool,
+    counts: &LoadCounts,
+) -> Option<(Answer, TcpStream)> {
+    let fresh = conn.is_none();
+    let mut s = match conn {
+        Some(s) => s,
+        None => TcpStream::connect(addr).await.ok()?,
+    };
+    if s.write_all(&detail_request(close)).await.is_err() {
+        counts.lost.fetch_add(1, Ordering::SeqCst);
+        return None;
+    }
+    counts.sent.fetch_add(1, Ordering::SeqCst);
+    if fresh {
+        let mut first = [0u8; 1];
+        if matches!(s.peek(&mut first).await, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset)
+        {
+            counts.reset_unaccepted.fetch_add(1, Ordering::SeqCst);
+            return None;
+        }
+    }
+    match read_answer(&mut s).await {
+        Some(a) if a.status == 200 => {
+            counts.answered.fetch_add(1, Ordering::SeqCst);
+            Some((a, s))
+        }
+        _ => {
+            counts.lost.fetch_add(1, Ordering::SeqCst);
+            None
+        }
+    }
+}
+
 /// Shutdown during a burst of keep-alive and `Connection: close` requests:
 /// every request a client wrote is answered; readiness went false first.
 #[tokio::test]
@@ -532,64 +597,26 @@ async fn shutdown_during_a_burst_loses_no_request() {
     .await;
     let addr = gw.addr;
     let admin = gw.admin;
-    let sent = Arc::new(AtomicUsize::new(0));
-    let answered = Arc::new(AtomicUsize::new(0));
-    let lost = Arc::new(AtomicUsize::new(0));
-    let reset_unaccepted = Arc::new(AtomicUsize::new(0));
+    let counts = Arc::new(LoadCounts::default());
     let mut clients = Vec::new();
     for i in 0..24 {
-        let (sent, answered, lost) = (sent.clone(), answered.clone(), lost.clone());
-        let reset_unaccepted = reset_unaccepted.clone();
+        let counts = counts.clone();
         let keep_alive = i % 2 == 0;
         clients.push(tokio::spawn(async move {
             let started = Instant::now();
             let mut conn: Option<TcpStream> = None;
             while started.elapsed() < Duration::from_secs(4) {
-                let fresh = conn.is_none();
-                let mut s = match conn.take() {
-                    Some(s) => s,
-                    // Refused once the listener is gone: nothing was sent.
-                    None => match TcpStream::connect(addr).await {
-                        Ok(s) => s,
-                        Err(_) => return,
-                    },
-                };
-                if s.write_all(&detail_request(!keep_alive)).await.is_err() {
-                    // Written into a closed connection: lost.
-                    lost.fetch_add(1, Ordering::SeqCst);
+                let Some((a, s)) = one_detail(addr, conn.take(), !keep_alive, &counts).await else {
                     return;
-                }
-                sent.fetch_add(1, Ordering::SeqCst);
-                // A new connection the kernel completed after the last accept
-                // is reset when the listener closes, its request never read
-                // (as in `cli::sigterm_during_a_burst_loses_no_request`):
-                // counted apart, and V2's count below shows nothing was
-                // answered that did not arrive.
-                if fresh {
-                    let mut first = [0u8; 1];
-                    if matches!(s.peek(&mut first).await, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset)
-                    {
-                        reset_unaccepted.fetch_add(1, Ordering::SeqCst);
-                        return;
-                    }
-                }
-                match read_answer(&mut s).await {
-                    Some(a) if a.status == 200 => {
-                        answered.fetch_add(1, Ordering::SeqCst);
-                        if keep_alive && !a.closes() {
-                            conn = Some(s);
-                        }
-                    }
-                    _ => {
-                        lost.fetch_add(1, Ordering::SeqCst);
-                        return;
-                    }
+                };
+                if keep_alive && !a.closes() {
+                    conn = Some(s);
                 }
             }
         }));
     }
     // Let the burst get going, then stop as SIGTERM would.
-    while answered.load(Ordering::SeqCst) < 100 {
+    while counts.answered.load(Ordering::SeqCst) < 100 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let server = gw.shutdown();
@@ -604,12 +631,7 @@ async fn shutdown_during_a_burst_loses_no_request() {
     for c in clients {
         c.await.unwrap();
     }
-    let (sent, answered, lost, reset) = (
-        sent.load(Ordering::SeqCst),
-        answered.load(Ordering::SeqCst),
-        lost.load(Ordering::SeqCst),
-        reset_unaccepted.load(Ordering::SeqCst),
-    );
+    let (sent, answered, lost, reset) = counts.load();
     assert_eq!(lost, 0, "{lost} of {sent} requests lost");
     assert_eq!(sent, answered + reset);
     // Each answered request made one V2 call, and no other request did.
@@ -983,58 +1005,23 @@ async fn a_drain_under_keep_alive_pauses_of_200_to_300_ms_loses_no_request() {
     )
     .await;
     let addr = gw.addr;
-    let sent = Arc::new(AtomicUsize::new(0));
-    let answered = Arc::new(AtomicUsize::new(0));
+    let counts = Arc::new(LoadCounts::default());
     let told_to_close = Arc::new(AtomicUsize::new(0));
-    let lost = Arc::new(AtomicUsize::new(0));
-    let reset_unaccepted = Arc::new(AtomicUsize::new(0));
     let mut clients = Vec::new();
     for _ in 0..16 {
-        let (sent, answered, lost) = (sent.clone(), answered.clone(), lost.clone());
-        let (told_to_close, reset_unaccepted) = (told_to_close.clone(), reset_unaccepted.clone());
+        let (counts, told_to_close) = (counts.clone(), told_to_close.clone());
         clients.push(tokio::spawn(async move {
             let mut conn: Option<TcpStream> = None;
             loop {
-                let fresh = conn.is_none();
-                let mut s = match conn.take() {
-                    Some(s) => s,
-                    // Refused once the listener is gone: nothing was sent.
-                    None => match TcpStream::connect(addr).await {
-                        Ok(s) => s,
-                        Err(_) => return,
-                    },
-                };
-                if s.write_all(&detail_request(false)).await.is_err() {
-                    lost.fetch_add(1, Ordering::SeqCst);
+                let Some((a, s)) = one_detail(addr, conn.take(), false, &counts).await else {
                     return;
-                }
-                sent.fetch_add(1, Ordering::SeqCst);
-                // A connection the kernel completed after the listener's
-                // last accept is reset unread (the README's remaining race
-                // at the listener, not this one): counted apart.
-                if fresh {
-                    let mut first = [0u8; 1];
-                    if matches!(s.peek(&mut first).await, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset)
-                    {
-                        reset_unaccepted.fetch_add(1, Ordering::SeqCst);
-                        return;
-                    }
-                }
-                match read_answer(&mut s).await {
-                    Some(a) if a.status == 200 => {
-                        answered.fetch_add(1, Ordering::SeqCst);
-                        if a.closes() {
-                            // As common clients do: the next request on a
-                            // new connection.
-                            told_to_close.fetch_add(1, Ordering::SeqCst);
-                        } else {
-                            conn = Some(s);
-                        }
-                    }
-                    _ => {
-                        lost.fetch_add(1, Ordering::SeqCst);
-                        return;
-                    }
+                };
+                if a.closes() {
+                    // As common clients do: the next request on a new
+                    // connection.
+                    told_to_close.fetch_add(1, Ordering::SeqCst);
+                } else {
+                    conn = Some(s);
                 }
                 // The client's own pause between requests (the workload,
                 // not a wait for the gateway).
@@ -1043,7 +1030,7 @@ async fn a_drain_under_keep_alive_pauses_of_200_to_300_ms_loses_no_request() {
             }
         }));
     }
-    while answered.load(Ordering::SeqCst) < 48 {
+    while counts.answered.load(Ordering::SeqCst) < 48 {
         tokio::task::yield_now().await;
     }
     let server = gw.shutdown();
@@ -1055,12 +1042,7 @@ async fn a_drain_under_keep_alive_pauses_of_200_to_300_ms_loses_no_request() {
     for c in clients {
         tokio::time::timeout(BOUND, c).await.unwrap().unwrap();
     }
-    let (sent, answered, lost, reset) = (
-        sent.load(Ordering::SeqCst),
-        answered.load(Ordering::SeqCst),
-        lost.load(Ordering::SeqCst),
-        reset_unaccepted.load(Ordering::SeqCst),
-    );
+    let (sent, answered, lost, reset) = counts.load();
     assert_eq!(lost, 0, "{lost} of {sent} requests lost");
     assert_eq!(sent, answered + reset);
     assert_eq!(v2.total(), answered);
