@@ -41,6 +41,9 @@ pub struct MemoryBudget {
     held: AtomicUsize,
     /// What bodies hold of `held`.
     bodies: AtomicUsize,
+    /// `v1compat_memory_held_bytes`, looked up once: every body and answer
+    /// sets it, and a lookup by name is a hash and a lock in the recorder.
+    gauge: metrics::Gauge,
 }
 
 impl fmt::Debug for MemoryBudget {
@@ -66,6 +69,7 @@ impl MemoryBudget {
             limit,
             held: AtomicUsize::new(0),
             bodies: AtomicUsize::new(0),
+            gauge: metrics::gauge!(MEMORY_HELD),
         })
     }
 
@@ -88,7 +92,7 @@ impl MemoryBudget {
         if what == Held::Body {
             self.bodies.fetch_add(n, Ordering::AcqRel);
         }
-        metrics::gauge!(MEMORY_HELD).set(now as f64);
+        self.gauge.set(now as f64);
     }
 
     fn sub(&self, what: Held, n: usize) {
@@ -96,7 +100,7 @@ impl MemoryBudget {
         if what == Held::Body {
             self.bodies.fetch_sub(n, Ordering::AcqRel);
         }
-        metrics::gauge!(MEMORY_HELD).set(now as f64);
+        self.gauge.set(now as f64);
     }
 
     /// Takes `n` bytes for a body if bodies hold less than their share of
@@ -119,7 +123,7 @@ impl MemoryBudget {
             }
         }
         let now = self.held.fetch_add(n, Ordering::AcqRel) + n;
-        metrics::gauge!(MEMORY_HELD).set(now as f64);
+        self.gauge.set(now as f64);
         true
     }
 
