@@ -7,13 +7,12 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use serde_json::{json, Value};
 
 use v1compat::ops::logs::V2Log;
-use v1compat::ops::result_scan;
-use v1compat::ops::results::ResultPage;
-use v1compat::ops::run_records::Texts;
-use v1compat::ops::wire::{Object, OrDefault};
 use v1compat::ops::{logs, results, run_records, Compat, Read};
 use v1compat::paging::Window;
-use v1compat::v2;
+use v1compat_json::escape::Texts;
+use v1compat_json::scan;
+use v1compat_json::v2::{DataEnvelope, ResultPage};
+use v1compat_json::wire::{Object, OrDefault};
 
 fn envelope(data: Value) -> Bytes {
     Bytes::from(
@@ -71,7 +70,7 @@ fn log_page() -> Bytes {
 /// UTF-8 once, then read from the text).
 fn typed<'a, T: serde::Deserialize<'a>>(body: &'a [u8]) -> Read<T> {
     let text = std::str::from_utf8(body).expect("UTF-8");
-    let env: v2::DataEnvelope<T> = serde_json::from_str(text).expect("a V2 envelope");
+    let env: DataEnvelope<T> = serde_json::from_str(text).expect("a V2 envelope");
     Read::Typed(env.data)
 }
 
@@ -83,7 +82,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("run_record", |b| {
         b.iter(|| {
             let body = black_box(&record);
-            let (texts, read) = match result_scan::run_answer(body) {
+            let (texts, read) = match scan::run_answer(body) {
                 Some(answer) => (
                     Texts::scanned(&answer),
                     Read::Typed(Some(Object(answer.data))),
@@ -115,8 +114,8 @@ fn bench(c: &mut Criterion) {
                     .iter()
                     .enumerate()
                     .map(|(k, p)| {
-                        let scan = result_scan::scan(p, plan.part_of(k))
-                            .expect("a page the scanner reads");
+                        let scan =
+                            scan::scan(p, plan.part_of(k)).expect("a page the scanner reads");
                         let head = scan.head.expect("a head the scanner reads");
                         ResultPage::scanned(head.page, scan.rows)
                     })

@@ -1,5 +1,5 @@
 //! Fuzz target: arbitrary bytes as a V2 result-page answer. Whatever the
-//! one-pass scanner (`ops::result_scan`) accepts, serde_json must read the
+//! one-pass scanner (`scan::scan`) accepts, serde_json must read the
 //! same way: valid JSON, the same rows, the same skeleton, the same head
 //! (code, request id, count, headers), the same column formats. A body it
 //! refuses goes to serde anyway, so refusing is allowed; accepting
@@ -9,10 +9,9 @@
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
-use v1compat::ops::result_scan::scan;
-use v1compat::ops::results::V2ResultPage;
-use v1compat::ops::wire::OrDefault;
-use v1compat::v2::DataEnvelope;
+use v1compat_json::scan::scan;
+use v1compat_json::v2::{DataEnvelope, V2ResultPage};
+use v1compat_json::wire::OrDefault;
 
 fuzz_target!(|input: &[u8]| {
     // The first byte picks the rows the columns are summed up over.

@@ -1,7 +1,7 @@
 //! Fuzz target: arbitrary bytes as a V2 run-list page. Whatever the
-//! one-pass reader (`ops::result_scan::run_list_answer`) reads, the general
+//! one-pass reader (`scan::run_list_answer`) reads, the general
 //! reading (the envelope with its `data` as a `Value`, the records read out
-//! of it by `ops::run_records::run_page_of`) must read the same way: the
+//! of it by `RunPage::of_value`) must read the same way: the
 //! same code, request id, count and records. A body it refuses goes to the
 //! general reading anyway, so refusing is allowed; reading something the
 //! general reading reads differently, or refuses, is the failure.
@@ -9,9 +9,8 @@
 
 use libfuzzer_sys::fuzz_target;
 
-use v1compat::ops::result_scan::run_list_answer;
-use v1compat::ops::run_records::run_page_of;
-use v1compat::v2::Envelope;
+use v1compat_json::scan::run_list_answer;
+use v1compat_json::v2::{Envelope, RunPage};
 
 fuzz_target!(|body: &[u8]| {
     let Some(read) = run_list_answer(body) else {
@@ -22,5 +21,5 @@ fuzz_target!(|body: &[u8]| {
     let data = envelope.data.unwrap_or(serde_json::Value::Null);
     assert_eq!(read.code, envelope.code);
     assert_eq!(read.request_id.map(str::to_owned), envelope.request_id);
-    assert_eq!(read.data, run_page_of(&data));
+    assert_eq!(read.data, RunPage::of_value(&data));
 });

@@ -1,5 +1,5 @@
 //! Fuzz target: arbitrary bytes as a V2 run-detail answer. Whatever the
-//! one-pass reader (`ops::result_scan::run_answer`) reads, serde's typed
+//! one-pass reader (`scan::run_answer`) reads, serde's typed
 //! reading (`DataEnvelope<Object<V2Run>>`) must read the same way: the
 //! same code, request id and record. A body it refuses goes to serde
 //! anyway, so refusing is allowed; reading something serde reads
@@ -8,10 +8,9 @@
 
 use libfuzzer_sys::fuzz_target;
 
-use v1compat::ops::result_scan::run_answer;
-use v1compat::ops::run_records::V2Run;
-use v1compat::ops::wire::Object;
-use v1compat::v2::DataEnvelope;
+use v1compat_json::scan::run_answer;
+use v1compat_json::v2::{DataEnvelope, V2Run};
+use v1compat_json::wire::Object;
 
 fuzz_target!(|body: &[u8]| {
     let Some(read) = run_answer(body) else {

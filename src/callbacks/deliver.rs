@@ -491,7 +491,7 @@ impl Deliverer {
         if reply.status == StatusCode::NOT_FOUND {
             return Detail::Unknown;
         }
-        let Ok(env) = serde_json::from_slice::<crate::v2::Envelope>(&reply.body) else {
+        let Ok(env) = serde_json::from_slice::<v1compat_json::v2::Envelope>(&reply.body) else {
             return Detail::Unavailable;
         };
         match (reply.status.is_success(), env.code, env.data) {

@@ -527,7 +527,7 @@ mod tests {
             data in store_data(),
             seed in proptest::prelude::any::<u64>(),
         ) {
-            use crate::ops::result_scan::gen::{render, Ws};
+            use v1compat_json::scan::gen::{render, Ws};
             let mut text = String::new();
             render(&data, &mut Ws::seeded(seed), &mut text);
             if serde_json::from_str::<Value>(&text).is_ok() {
@@ -538,9 +538,9 @@ mod tests {
         }
     }
 
-    fn store_data() -> impl proptest::strategy::Strategy<Value = crate::ops::result_scan::gen::J> {
-        use crate::ops::result_scan::gen::{scalar, value, J};
+    fn store_data() -> impl proptest::strategy::Strategy<Value = v1compat_json::scan::gen::J> {
         use proptest::prelude::*;
+        use v1compat_json::scan::gen::{scalar, value, J};
         // Each key once an item; spelled with escapes, two of them name a
         // field given plainly too (a field twice, left to `Value`).
         const KEYS: [&str; 7] = [

@@ -16,7 +16,7 @@ use super::{Settings, Translator};
 use crate::common::request_id::RequestId;
 use crate::error::{GatewayError, Subject};
 use crate::upstream::{ApiKey, V2Call};
-use crate::v2::{DataEnvelope, Envelope};
+use v1compat_json::v2::{DataEnvelope, Envelope};
 
 /// One V1 request's conversation with V2: the key to use, the request id to
 /// propagate, and a record of V2 request ids and call counts.
@@ -173,7 +173,7 @@ impl<'a> Exchange<'a> {
 
     /// [`Exchange::read`] with the typed reading done on `text`: the body,
     /// or a copy of it without a part the caller has read itself (a result
-    /// page's rows, see [`result_scan`](super::result_scan)). The general
+    /// page's rows, see the JSON kernel's `scan`). The general
     /// reading, when needed, reads the whole body, so the answer is the same.
     pub fn read_text<'f, T: Deserialize<'f>>(
         &self,
@@ -194,8 +194,8 @@ impl<'a> Exchange<'a> {
     }
 
     /// [`Exchange::read`] with the envelope's `code`, `request_id` and
-    /// `data` read by the caller (a result page's, by
-    /// [`result_scan`](super::result_scan)): a success is typed; anything
+    /// `data` read by the caller (a result page's, by the JSON kernel's
+    /// `scan`): a success is typed; anything
     /// else is an error, read in full (details and all) by the general path.
     pub fn read_parts<T>(
         &self,

@@ -1,7 +1,9 @@
 //! The operations: one module per V1 operation family, each holding the pure
 //! request and response mappings side by side plus a thin async handler that
 //! only calls [`Exchange`] (one request's V2 conversation, in `exchange.rs`)
-//! and those mappings, with the lenient V2 readers of `json.rs`. [`handle`]
+//! and those mappings. V2's answers are read, and V1's large answers
+//! written, by the JSON kernel (`v1compat_json`): its entry points, one per
+//! answer kind, through [`Exchange::read_with`]. [`handle`]
 //! dispatches a routed V1 request to its handler. The operations read only
 //! their own [`Settings`] (built from the configuration by the gateway), never
 //! the application's configuration.
@@ -18,22 +20,21 @@ use crate::v1::route::Operation;
 use crate::v1::Json;
 
 mod exchange;
-mod json;
 mod settings;
 
 pub use exchange::{Exchange, Fetched, Read};
-pub(crate) use json::{int_of, list_of, string_of};
 pub use settings::{Compat, Settings, WorkerIdSettings};
+// The kernel's lenient readers, as the operations name them.
+pub(crate) use v1compat_json::value::{int_of, list_of, string_of};
+pub(crate) use v1compat_json::wire;
 
 pub(crate) mod account;
 pub(crate) mod catalog;
 pub mod input;
 pub mod logs;
-pub mod result_scan;
 pub mod results;
 pub(crate) mod run_actions;
 pub mod run_records;
-pub mod wire;
 pub(crate) mod worker_ids;
 
 /// What the operations of one configuration snapshot share: the V2 client,

@@ -12,8 +12,8 @@
 //! | export `filter_keys` (array) | `filter_keys` (comma-joined, URL-encoded) | omitted when empty; keys with a comma are refused |
 //! | `data.download_url` | `data.download_url` | untouched |
 //!
-//! Each V2 page is read in one pass by [`result_scan`] (rows found and
-//! checked, column kinds summed up), the rest of the answer by the typed
+//! Each V2 page is read in one pass by the JSON kernel's scanner (rows found
+//! and checked, column kinds summed up), the rest of the answer by the typed
 //! readers; an answer the scanner declines is read by serde as a whole, with
 //! the same result. The V1 page is written once, rows copied as V2 sent them
 //! (rows V2 sent with only a comma between them a run of up to 2 KB at a time).
@@ -24,23 +24,22 @@ use std::borrow::Cow;
 use std::fmt;
 use std::ops::Range;
 
-use bytes::Bytes;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
+use v1compat_json::scan::{self, Column, Scan, ScannedRows};
+use v1compat_json::v1::{V1Header, V1ResultPage};
+use v1compat_json::v2::{PageRows, ResultPage, V2Header, V2ResultPage};
 
 use crate::error::{GatewayError, Subject};
 use crate::ops::input::Body;
-use crate::ops::result_scan::{self, Column, Scan, ScannedRows};
-pub use crate::ops::result_scan::{V2Header, V2ResultPage};
 use crate::ops::wire::{self, Kind, OrDefault, StrOnly};
 use crate::ops::{Exchange, Fetched, Read};
 use crate::paging::{Plan, Window};
 use crate::upstream::V2Call;
 use crate::v1::Json;
 use crate::v2::{Part, Segment, V2Path};
-use v1compat_json::escape::json_string;
 
 /// V1 `result/list` default page size.
 pub const DEFAULT_PAGE_SIZE: u64 = 10;
@@ -55,234 +54,6 @@ pub fn result_call(run: &Segment, offset: u64, limit: u64) -> V2Call {
             .query("offset", offset)
             .query("limit", limit),
     )
-}
-
-/// The rows of one V2 result page: found by the scanner with the kinds of
-/// their fields, or read as raw values by serde (the general path).
-#[derive(Debug)]
-pub enum PageRows<'a> {
-    Scanned(ScannedRows<'a>),
-    Raw(Vec<&'a RawValue>),
-}
-
-impl<'a> PageRows<'a> {
-    pub fn len(&self) -> usize {
-        match self {
-            PageRows::Scanned(rows) => rows.len(),
-            PageRows::Raw(rows) => rows.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Row `i`'s JSON text, as V2 sent it.
-    pub fn row(&self, i: usize) -> &'a [u8] {
-        match self {
-            PageRows::Scanned(rows) => rows.row(i),
-            PageRows::Raw(rows) => rows[i].get().as_bytes(),
-        }
-    }
-
-    /// The text of the rows `range` (within the page, not empty) as one
-    /// part of the answer, when a scanned page holds them with only commas
-    /// between them (see [`ScannedRows::text_of`]).
-    pub fn text_of(&self, range: Range<usize>) -> Option<&'a [u8]> {
-        match self {
-            PageRows::Scanned(rows) => rows.text_of(range),
-            PageRows::Raw(_) => None,
-        }
-    }
-
-    /// The texts of the rows `range` (within the page) added to `out` in
-    /// runs (see [`V1ResultPage::runs`]): a scanned page's rows next to each
-    /// other in a few, a raw page's one a row.
-    pub fn runs_into(&self, range: Range<usize>, out: &mut Vec<&'a [u8]>) {
-        match self {
-            PageRows::Scanned(rows) => rows.runs_into(range, out),
-            PageRows::Raw(rows) => out.extend(rows[range].iter().map(|r| r.get().as_bytes())),
-        }
-    }
-}
-
-/// One V2 result page, ready to map.
-#[derive(Debug)]
-pub struct ResultPage<'a> {
-    pub count: Option<i64>,
-    pub headers: Vec<OrDefault<V2Header<'a>>>,
-    pub rows: PageRows<'a>,
-}
-
-impl<'a> ResultPage<'a> {
-    /// A page read by serde, rows and all.
-    pub fn raw(page: V2ResultPage<'a>) -> ResultPage<'a> {
-        ResultPage {
-            count: page.count.0,
-            headers: page.headers.0,
-            rows: PageRows::Raw(page.list.0),
-        }
-    }
-
-    /// A page whose rows the scanner found, the rest read by serde from the
-    /// skeleton (whose `list` is empty).
-    pub fn scanned(page: V2ResultPage<'a>, rows: ScannedRows<'a>) -> ResultPage<'a> {
-        ResultPage {
-            count: page.count.0,
-            headers: page.headers.0,
-            rows: PageRows::Scanned(rows),
-        }
-    }
-}
-
-/// The V1 result page (`data`): V1's fields, the rows as V2 sent them
-/// (valid JSON text, as bytes).
-#[derive(Debug)]
-pub struct V1ResultPage<'a> {
-    pub count: i64,
-    pub headers: Vec<V1Header<'a>>,
-    /// The rows of `list` in runs: one row, or rows V2 sent with only a
-    /// comma between them, that text with the commas (all of a window within
-    /// one V2 page, which is then shared rather than copied; else up to
-    /// [`RUN_BYTES`](result_scan::RUN_BYTES), copied a run at a time).
-    /// Joined by commas, the runs are the list's content; none when the page
-    /// has no rows.
-    pub runs: Vec<&'a [u8]>,
-    pub page_index: u64,
-    pub page_size: u64,
-}
-
-impl V1ResultPage<'_> {
-    /// Written once, in V1's field order, into a buffer sized for it: the
-    /// rows (valid JSON, checked by whoever read them) are copied as they
-    /// are, a run at a time; the rest is written as serde would write it.
-    pub fn to_json(&self) -> Json {
-        let rows: usize = self.runs.iter().map(|r| r.len() + 1).sum();
-        Json::write_direct(rows + self.around_len(), |out| {
-            self.write_head(out);
-            for (i, run) in self.runs.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(run);
-            }
-            self.write_tail(out);
-        })
-    }
-
-    /// [`V1ResultPage::to_json`], the rows not copied when they stand in
-    /// one of `bodies` (the V2 answers they were read from) as they are in
-    /// the list, with only commas between them: a window within one V2
-    /// page, as V2 writes pages. The list is then that part of the V2
-    /// answer, shared.
-    pub fn to_json_sharing<'b>(&self, bodies: impl IntoIterator<Item = &'b Bytes>) -> Json {
-        match bodies
-            .into_iter()
-            .find_map(|body| list_in(&self.runs, body))
-        {
-            Some(list) => Json::write_around(
-                self.around_len(),
-                |out| self.write_head(out),
-                list,
-                |out| self.write_tail(out),
-            ),
-            None => self.to_json(),
-        }
-    }
-
-    /// Room for all but the rows: the headers, punctuation, keys and three
-    /// integers of up to 20 digits.
-    fn around_len(&self) -> usize {
-        self.headers.iter().map(V1Header::json_len).sum::<usize>() + 128
-    }
-
-    /// The page up to its rows.
-    fn write_head(&self, out: &mut Vec<u8>) {
-        let mut int = itoa::Buffer::new();
-        out.extend_from_slice(b"{\"count\":");
-        out.extend_from_slice(int.format(self.count).as_bytes());
-        out.extend_from_slice(b",\"headers\":[");
-        for (i, header) in self.headers.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            header.write_json(out);
-        }
-        out.extend_from_slice(b"],\"list\":[");
-    }
-
-    /// The page after its rows.
-    fn write_tail(&self, out: &mut Vec<u8>) {
-        let mut int = itoa::Buffer::new();
-        out.extend_from_slice(b"],\"page_index\":");
-        out.extend_from_slice(int.format(self.page_index).as_bytes());
-        out.extend_from_slice(b",\"page_size\":");
-        out.extend_from_slice(int.format(self.page_size).as_bytes());
-        out.push(b'}');
-    }
-}
-
-/// The list's text as a part of `body`, when `runs` (slices of the V2
-/// answers) all stand in it in order with one comma between each and the
-/// next: their text joined by commas, shared rather than copied.
-fn list_in(runs: &[&[u8]], body: &Bytes) -> Option<Bytes> {
-    let (first, last) = (runs.first()?, runs.last()?);
-    // Where each run starts in `body`, if it is in it (addresses compared,
-    // nothing read).
-    let at = |run: &[u8]| {
-        let start = (run.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
-        (start + run.len() <= body.len()).then_some(start)
-    };
-    let start = at(first)?;
-    let mut end = start + first.len();
-    for run in &runs[1..] {
-        if at(run)? != end + 1 || body[end] != b',' {
-            return None;
-        }
-        end += 1 + run.len();
-    }
-    debug_assert_eq!(end, at(last)? + last.len());
-    Some(body.slice(start..end))
-}
-
-/// A V1 column header.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct V1Header<'a> {
-    pub label: Cow<'a, str>,
-    pub key: Cow<'a, str>,
-    pub format: Cow<'a, str>,
-}
-
-impl V1Header<'_> {
-    /// The header as serde writes it (a test compares the two), keys
-    /// written already quoted.
-    fn write_json(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(b"{\"label\":");
-        json_string(out, &self.label);
-        out.extend_from_slice(b",\"key\":");
-        json_string(out, &self.key);
-        out.extend_from_slice(b",\"format\":");
-        // Mostly one of the two a page infers, which need no escape.
-        match &*self.format {
-            "text" => out.extend_from_slice(b"\"text\""),
-            "number" => out.extend_from_slice(b"\"number\""),
-            format => json_string(out, format),
-        }
-        out.push(b'}');
-    }
-
-    /// Room [`V1Header::write_json`] needs, give or take escapes.
-    fn json_len(&self) -> usize {
-        40 + self.label.len() + self.key.len() + self.format.len()
-    }
-
-    fn into_owned(self) -> V1Header<'static> {
-        V1Header {
-            label: Cow::Owned(self.label.into_owned()),
-            key: Cow::Owned(self.key.into_owned()),
-            format: Cow::Owned(self.format.into_owned()),
-        }
-    }
 }
 
 /// V1 headers: V2's `key`/`label` plus a `format`, V2's or else `infer`'s
@@ -493,16 +264,12 @@ fn page_from<'a>(
             rows,
         )),
         (Read::Typed(page), None) => Ok(ResultPage::raw(page.map(|p| p.0).unwrap_or_default())),
-        (Read::Untyped(data), _) => {
-            let text = spare.insert(data.to_string());
-            serde_json::from_str::<OrDefault<V2ResultPage>>(text)
-                .map(|p| ResultPage::raw(p.0))
-                .map_err(|e| GatewayError::Garbled(format!("unreadable result page ({e})")))
-        }
+        (Read::Untyped(data), _) => ResultPage::of_value(&data, spare)
+            .map_err(|e| GatewayError::Garbled(format!("unreadable result page ({e})"))),
     }
 }
 
-/// Scans each V2 answer (see [`result_scan`]), summing up the columns of
+/// Scans each V2 answer (see the JSON kernel's `scan`), summing up the columns of
 /// the rows `part(k)` of the `k`-th: the scans, and the skeletons serde
 /// reads the rest of an answer from when the scanner did not (kept while
 /// the pages borrow from them).
@@ -514,7 +281,7 @@ fn scan_all(
         .iter()
         .enumerate()
         .map(|(k, f)| {
-            let scan = result_scan::scan(f.body(), part(k));
+            let scan = scan::scan(f.body(), part(k));
             let skeleton = scan
                 .as_ref()
                 .filter(|s| s.head.is_none())
@@ -689,6 +456,8 @@ pub async fn export(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayErro
 mod tests {
     use super::*;
     use crate::ops::wire::{IntLike, List};
+    use bytes::Bytes;
+    use v1compat_json::scan::gen;
 
     fn headers_of(v2_headers: &str, rows: &str) -> Vec<V1Header<'static>> {
         let headers: List<OrDefault<V2Header>> = serde_json::from_str(v2_headers).unwrap();
@@ -709,12 +478,12 @@ mod tests {
     fn both_ways(body: &'static str) -> (Option<ResultPage<'static>>, ResultPage<'static>) {
         // As `Exchange::read_text`: typed from `text`, else the whole body's `data`.
         let read = |text: &'static str| match serde_json::from_str::<
-            crate::v2::DataEnvelope<OrDefault<V2ResultPage>>,
+            v1compat_json::v2::DataEnvelope<OrDefault<V2ResultPage>>,
         >(text)
         {
             Ok(e) => Read::Typed(e.data),
             Err(_) => {
-                let e: crate::v2::Envelope = serde_json::from_str(body).unwrap();
+                let e: v1compat_json::v2::Envelope = serde_json::from_str(body).unwrap();
                 Read::Untyped(e.data.unwrap_or(Value::Null))
             }
         };
@@ -722,7 +491,7 @@ mod tests {
         // pages borrow from what it keeps.
         let spare = || Box::leak(Box::new(None));
         // As `read_page`: the head the scanner read, else the skeleton's.
-        let scanned = result_scan::scan(body.as_bytes(), 0..usize::MAX).map(|s| {
+        let scanned = scan::scan(body.as_bytes(), 0..usize::MAX).map(|s| {
             let head = match s.head {
                 Some(head) if head.code == Some(0) => Read::Typed(Some(OrDefault(head.page))),
                 Some(_) => read(body),
@@ -788,48 +557,6 @@ mod tests {
         }
     }
 
-    /// Headers are written as serde writes them, escapes and all.
-    #[test]
-    fn headers_are_written_as_serde_writes_them() {
-        let texts = [
-            "",
-            "plain",
-            "é ✓ 😀",
-            "q\"b\\s/",
-            "nl\n tab\t \u{1} \u{1f} \u{7f}",
-            "</script>",
-        ];
-        let headers: Vec<V1Header> = texts
-            .iter()
-            .flat_map(|a| texts.iter().map(move |b| (a, b)))
-            .map(|(a, b)| V1Header {
-                label: Cow::Borrowed(a),
-                key: Cow::Borrowed(b),
-                format: Cow::Borrowed(a),
-            })
-            .collect();
-        let page = V1ResultPage {
-            count: -3,
-            headers: headers.clone(),
-            runs: vec![br#"{"a":1},{"a":2}"#, b"[]"],
-            page_index: u64::MAX,
-            page_size: 0,
-        };
-        let expect = serde_json::to_string(&json!({
-            "count": -3,
-            "headers": headers,
-            "list": [{"a": 1}, {"a": 2}, []],
-            "page_index": u64::MAX,
-            "page_size": 0,
-        }))
-        .unwrap();
-        // In V1's field order (serde_json keeps `json!`'s, `preserve_order`).
-        assert_eq!(
-            std::str::from_utf8(&page.to_json().data_bytes()).unwrap(),
-            expect
-        );
-    }
-
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 384, ..Default::default() })]
 
@@ -837,13 +564,13 @@ mod tests {
         /// the raw rows, over any window of the rows, for any header keys.
         #[test]
         fn scanned_formats_are_serdes(
-            (body, n) in result_scan::gen::answer(),
+            (body, n) in gen::answer(),
             keys in proptest::collection::vec(
-                proptest::sample::select(result_scan::gen::HEADER_KEYS), 0..5),
+                proptest::sample::select(gen::HEADER_KEYS), 0..5),
             skip in 0..8usize,
         ) {
-            if let Some(scan) = result_scan::scan(body.as_bytes(), skip.min(n)..n) {
-                let answer: result_scan::gen::Answer = serde_json::from_str(&body).unwrap();
+            if let Some(scan) = scan::scan(body.as_bytes(), skip.min(n)..n) {
+                let answer: gen::Answer = serde_json::from_str(&body).unwrap();
                 let list = serde_json::from_str(answer.data.list.get()).unwrap();
                 let raw = ResultPage::raw(V2ResultPage { list, ..Default::default() });
                 let scanned = ResultPage::scanned(V2ResultPage::default(), scan.rows);

@@ -18,22 +18,22 @@
 //!
 //! V1↔V2 differences here (see `COMPATIBILITY.md`): [`aborted_status`](crate::differences::ABORTED_STATUS), [`unknown_status`](crate::differences::UNKNOWN_STATUS), [`origin_rename`](crate::differences::ORIGIN_RENAME), [`run_list_month`](crate::differences::RUN_LIST_MONTH).
 
-use serde::Serialize;
 use serde_json::Value;
+use v1compat_json::escape::Texts;
+use v1compat_json::scan;
+use v1compat_json::v1::V1Run;
+use v1compat_json::v2::{RunPage, StatusField, V2Run};
+use v1compat_json::wire::Object;
 
 use crate::error::{GatewayError, Subject};
 use crate::ops::input::{Body, Ident};
-use crate::ops::result_scan::{self, RunPage};
-pub use crate::ops::result_scan::{StatusField, V2Run};
-use crate::ops::wire::Object;
 use crate::ops::Compat;
-use crate::ops::{int_of, list_of, Exchange, Fetched, Read};
+use crate::ops::{Exchange, Fetched, Read};
 use crate::paging::Plan;
 use crate::upstream::V2Call;
 use crate::v1::status;
 use crate::v1::Json;
 use crate::v2::{Part, RunStatus, Segment, V2Path};
-use v1compat_json::escape::json_string;
 
 /// V1 status integer for a V2 status value.
 pub fn v1_status(v2: Option<&Value>, compat: &Compat) -> i64 {
@@ -82,109 +82,6 @@ pub fn v2_status_filter(v1: i64) -> Result<Option<RunStatus>, GatewayError> {
             ))
         }
     })
-}
-
-/// The 13-field V1 run record, in V1's field order.
-#[derive(Debug, Serialize)]
-pub struct V1Run<'a> {
-    pub status: i64,
-    pub err_msg: &'a str,
-    pub slug: &'a str,
-    pub scraper_title: &'a str,
-    pub scraper_slug: &'a str,
-    pub results: i64,
-    pub usage: &'a str,
-    pub started_at: i64,
-    pub finished_at: i64,
-    pub duration: i64,
-    pub origin: &'a str,
-    pub traffic: i64,
-    pub version: &'a str,
-}
-
-/// What is known of the text fields a V1 record takes from V2. That they
-/// need no escaping is a promise only the one-pass reader's answer makes
-/// ([`Texts::scanned`]): a release build copies such texts unlooked-at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Texts {
-    plain: bool,
-}
-
-impl Texts {
-    /// From anywhere else (a `Value`, serde's unescaped strings): each is
-    /// looked at, and escaped where it must be.
-    pub const UNCHECKED: Texts = Texts { plain: false };
-
-    /// The texts of `answer`, read by the one-pass reader
-    /// (`result_scan::run_answer`, `result_scan::run_list_answer`), which
-    /// takes only strings without escapes, quotes or control characters:
-    /// nothing in them needs escaping again.
-    pub fn scanned<T>(_answer: &result_scan::Answer<'_, T>) -> Texts {
-        Texts { plain: true }
-    }
-}
-
-impl V1Run<'_> {
-    /// The record as V1's JSON object, appended to `out`: the bytes serde
-    /// writes for it (a test compares the two), in a fraction of the
-    /// instructions, since the keys are written already quoted and a value
-    /// that needs no escaping is copied as it is. `origin` is always looked
-    /// at: `compat.origin_rename` may have put a configured name there.
-    pub fn write_json(&self, out: &mut Vec<u8>, texts: Texts) {
-        // Inlined at each field, so its key is copied as a constant of known
-        // length rather than by a call.
-        #[inline(always)]
-        fn int(out: &mut Vec<u8>, key: &[u8], n: i64) {
-            out.extend_from_slice(key);
-            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-        }
-        #[inline(always)]
-        fn text(out: &mut Vec<u8>, key: &[u8], s: &str, texts: Texts) {
-            out.extend_from_slice(key);
-            if texts.plain {
-                debug_assert!(v1compat_json::escape::first_special(s.as_bytes()).is_none());
-                out.push(b'"');
-                out.extend_from_slice(s.as_bytes());
-                out.push(b'"');
-            } else {
-                json_string(out, s);
-            }
-        }
-        int(out, b"{\"status\":", self.status);
-        text(out, b",\"err_msg\":", self.err_msg, texts);
-        text(out, b",\"slug\":", self.slug, texts);
-        text(out, b",\"scraper_title\":", self.scraper_title, texts);
-        text(out, b",\"scraper_slug\":", self.scraper_slug, texts);
-        int(out, b",\"results\":", self.results);
-        text(out, b",\"usage\":", self.usage, texts);
-        int(out, b",\"started_at\":", self.started_at);
-        int(out, b",\"finished_at\":", self.finished_at);
-        int(out, b",\"duration\":", self.duration);
-        out.extend_from_slice(b",\"origin\":");
-        json_string(out, self.origin);
-        int(out, b",\"traffic\":", self.traffic);
-        text(out, b",\"version\":", self.version, texts);
-        out.push(b'}');
-    }
-
-    /// Room [`V1Run::write_json`] needs, give or take escapes.
-    fn json_len(&self) -> usize {
-        // Keys, punctuation and five integers of up to 20 digits.
-        const FIXED: usize = 160 + 5 * 20;
-        FIXED
-            + [
-                self.err_msg,
-                self.slug,
-                self.scraper_title,
-                self.scraper_slug,
-                self.usage,
-                self.origin,
-                self.version,
-            ]
-            .iter()
-            .map(|s| s.len())
-            .sum::<usize>()
-    }
 }
 
 /// The V1 record of a V2 record.
@@ -252,7 +149,7 @@ pub async fn run_detail(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayE
         )
         .await?;
     // Read in one pass where the answer is plain; serde reads the rest.
-    let (read, texts) = match result_scan::run_answer(fetched.body()) {
+    let (read, texts) = match scan::run_answer(fetched.body()) {
         Some(answer) => {
             let texts = Texts::scanned(&answer);
             let read = ex.read_parts(
@@ -318,27 +215,17 @@ pub fn v1_run_list(
     }))
 }
 
-/// A run-list page's `data` given as a `Value`, as the general reading
-/// takes it: `count` read leniently, `list`'s records (none if it is absent
-/// or not an array).
-pub fn run_page_of(data: &Value) -> RunPage<'_> {
-    RunPage {
-        count: int_of(data.get("count")),
-        runs: list_of(data, "list").iter().map(V2Run::of_value).collect(),
-    }
-}
-
 /// A V2 run-list page as [`read_page`] read it.
 enum PageRead<'f> {
     /// In one pass: its records borrow from the answer's body.
     Scanned(RunPage<'f>, Texts),
-    /// By the general reading: its `data`, for [`run_page_of`].
+    /// By the general reading: its `data`, for [`RunPage::of_value`].
     General(Value),
 }
 
 /// One V2 run-list page, read in one pass where it is plain.
 fn read_page<'f>(ex: &Exchange<'_>, page: &'f Fetched) -> Result<PageRead<'f>, GatewayError> {
-    let Some(answer) = result_scan::run_list_answer(page.body()) else {
+    let Some(answer) = scan::run_list_answer(page.body()) else {
         return ex
             .envelope_data(page, Subject::Other)
             .map(PageRead::General);
@@ -394,7 +281,7 @@ pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayErr
     let pages = scanned
         .into_iter()
         .zip(&general)
-        .map(|(read, data)| read.unwrap_or_else(|| (run_page_of(data), Texts::UNCHECKED)))
+        .map(|(read, data)| read.unwrap_or_else(|| (RunPage::of_value(data), Texts::UNCHECKED)))
         .collect();
     v1_run_list(&plan, pages, &ex.settings().compat)
 }
@@ -402,54 +289,7 @@ pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
     use serde_json::json;
-
-    fn text() -> impl Strategy<Value = String> {
-        // Plain text, and text with every kind of character serde escapes.
-        prop_oneof![
-            "[a-zA-Z0-9 .:/_-]{0,24}",
-            "[\\x00-\\x1f\"\\\\a-z\u{e9}\u{4e2d}\u{1F600}\u{7f}]{0,24}",
-        ]
-    }
-
-    proptest! {
-        /// The record written directly is byte for byte what serde writes.
-        #[test]
-        fn a_record_is_written_as_serde_writes_it(
-            s in proptest::collection::vec(text(), 7),
-            n in proptest::collection::vec(any::<i64>(), 6),
-        ) {
-            let run = V1Run {
-                status: n[0],
-                err_msg: &s[0],
-                slug: &s[1],
-                scraper_title: &s[2],
-                scraper_slug: &s[3],
-                results: n[1],
-                usage: &s[4],
-                started_at: n[2],
-                finished_at: n[3],
-                duration: n[4],
-                origin: &s[5],
-                traffic: n[5],
-                version: &s[6],
-            };
-            let mut direct = Vec::new();
-            run.write_json(&mut direct, Texts::UNCHECKED);
-            let serde = serde_json::to_string(&run).unwrap();
-            prop_assert_eq!(String::from_utf8(direct).unwrap(), serde.as_str());
-            // Texts known plain are copied as they are, to the same bytes
-            // when they are (the origin, which may be a configured name, is
-            // looked at either way).
-            let needs_escape = |t: &str| v1compat_json::escape::first_special(t.as_bytes()).is_some();
-            if s.iter().enumerate().all(|(i, t)| i == 5 || !needs_escape(t)) {
-                let mut plain = Vec::new();
-                run.write_json(&mut plain, Texts { plain: true });
-                prop_assert_eq!(String::from_utf8(plain).unwrap(), serde);
-            }
-        }
-    }
 
     /// A page read in one pass is written as the same page read as a
     /// `Value` is, its plain texts copied as they are.
@@ -465,11 +305,11 @@ mod tests {
         }
         .plan();
         let compat = Compat::default();
-        let answer = result_scan::run_list_answer(body.as_bytes()).expect("plain");
+        let answer = scan::run_list_answer(body.as_bytes()).expect("plain");
         let texts = Texts::scanned(&answer);
         let scanned = v1_run_list(&plan, vec![(answer.data, texts)], &compat).unwrap();
         let value: Value = serde_json::from_str(body).unwrap();
-        let pages = vec![(run_page_of(&value["data"]), Texts::UNCHECKED)];
+        let pages = vec![(RunPage::of_value(&value["data"]), Texts::UNCHECKED)];
         let general = v1_run_list(&plan, pages, &compat).unwrap();
         assert_eq!(scanned.data_bytes(), general.data_bytes());
         let written: Value = serde_json::from_slice(&scanned.data_bytes()).unwrap();
@@ -491,10 +331,10 @@ mod tests {
             page_size: 20,
         }
         .plan();
-        let pages = vec![(run_page_of(&page), Texts::UNCHECKED)];
+        let pages = vec![(RunPage::of_value(&page), Texts::UNCHECKED)];
         let written = v1_run_list(&plan, pages, &Compat::default()).unwrap();
         let compat = Compat::default();
-        let rows = list_of(&page, "list");
+        let rows = crate::ops::list_of(&page, "list");
         let records: Vec<V2Run> = rows.iter().map(V2Run::of_value).collect();
         let expected = json!({
             "count": 42,

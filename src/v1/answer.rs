@@ -3,69 +3,18 @@
 //! its rows; the rows as V2 sent them, a part of V2's answer shared rather
 //! than copied; the rest), written to the client in order without being
 //! joined. A 100-row page is about 18 KB of rows, which the page no longer
-//! copies (deploy/bench/RESULTS.md has the figures).
+//! copies (deploy/bench/RESULTS.md has the figures). The bytes are written
+//! by the JSON kernel (`v1compat_json::v1::AnswerBytes`); this is their body.
 
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 
-/// An answer's bytes: its parts, in order (the last two empty when it is
-/// one buffer).
-#[derive(Debug, Clone, Default)]
-pub struct AnswerBytes {
-    parts: [Bytes; 3],
-}
-
-impl AnswerBytes {
-    /// The answer `head`, then `shared` (a part of another buffer), then
-    /// `tail`.
-    pub fn parts(head: Bytes, shared: Bytes, tail: Bytes) -> AnswerBytes {
-        AnswerBytes {
-            parts: [head, shared, tail],
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.parts.iter().map(Bytes::len).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The answer as one buffer: its own when it is one, else its parts
-    /// joined (for the shadow mirror and tests, never on the way to the
-    /// client).
-    pub fn to_bytes(&self) -> Bytes {
-        match &self.parts {
-            [one, rest @ ..] if rest.iter().all(Bytes::is_empty) => one.clone(),
-            parts => {
-                let mut joined = BytesMut::with_capacity(self.len());
-                for part in parts {
-                    joined.extend_from_slice(part);
-                }
-                joined.freeze()
-            }
-        }
-    }
-}
-
-impl From<Bytes> for AnswerBytes {
-    fn from(one: Bytes) -> AnswerBytes {
-        AnswerBytes::parts(one, Bytes::new(), Bytes::new())
-    }
-}
-
-/// Equal when the bytes are, however they are split.
-impl PartialEq for AnswerBytes {
-    fn eq(&self, other: &AnswerBytes) -> bool {
-        self.len() == other.len() && self.to_bytes() == other.to_bytes()
-    }
-}
+pub(crate) use v1compat_json::v1::AnswerBytes;
 
 /// An answer's body for hyper: an answer's parts as one frame each, of a
 /// known length (hyper writes them together, in one call, as it does the
@@ -80,7 +29,7 @@ pub(crate) enum AnswerBody {
 impl From<AnswerBytes> for AnswerBody {
     fn from(answer: AnswerBytes) -> AnswerBody {
         AnswerBody::Parts {
-            parts: answer.parts,
+            parts: answer.into_parts(),
             next: 0,
         }
     }
@@ -173,19 +122,6 @@ mod tests {
             assert_eq!(seen, joined);
             assert_eq!(count, frames);
         }
-    }
-
-    #[test]
-    fn answers_are_equal_by_their_bytes_however_split() {
-        assert_eq!(answer("ab", "c", ""), answer("a", "", "bc"));
-        assert_eq!(answer("ab", "c", ""), AnswerBytes::from(Bytes::from("abc")));
-        assert_ne!(answer("ab", "c", ""), answer("ab", "", ""));
-        // One buffer is handed back as it is, not copied.
-        let one = Bytes::from(vec![1, 2, 3]);
-        assert_eq!(
-            AnswerBytes::from(one.clone()).to_bytes().as_ptr(),
-            one.as_ptr()
-        );
     }
 
     #[tokio::test]

@@ -1,16 +1,15 @@
 //! V1 wire types: the envelope every V1 client receives (exactly `code`,
 //! `message`, `data`), the integer run statuses and the application codes and
-//! messages of the retired V1 service.
+//! messages of the retired V1 service. A success's `data` is written by the
+//! JSON kernel ([`Json`]).
 
 pub(crate) mod answer;
 pub mod route;
 
-use bytes::Bytes;
 use serde::Serialize;
-use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::v1::answer::AnswerBytes;
+pub use v1compat_json::v1::Json;
 
 /// The V1 envelope. `data` is always present, `null` on errors and on abort.
 /// Successful answers carry their `data` already written as JSON.
@@ -43,103 +42,6 @@ impl Envelope {
     pub fn to_bytes(&self) -> bytes::Bytes {
         // Serialising a struct of strings, integers and a Value cannot fail.
         serde_json::to_vec(self).map(Into::into).unwrap_or_default()
-    }
-}
-
-/// The head of every successful V1 envelope, up to its `data`.
-const SUCCESS_HEAD: &[u8] = b"{\"code\":0,\"message\":\"success\",\"data\":";
-
-/// A V1 `data` value already written as JSON text (valid JSON: by serde_json,
-/// or from parts that are), to be put in an envelope without being parsed
-/// again. It is written straight into the success envelope around it, so
-/// the common answer is never copied a second time (see
-/// [`Json::into_envelope`]); a part of it already in another buffer (a
-/// result page's rows, in V2's answer) is not copied at all.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Json {
-    /// `{"code":0,"message":"success","data":` + data + `}`.
-    envelope: AnswerBytes,
-}
-
-impl Json {
-    /// Writes `data` into a buffer of `capacity` bytes (grown if too small).
-    pub fn write<T: Serialize + ?Sized>(data: &T, capacity: usize) -> serde_json::Result<Json> {
-        Json::write_with(capacity, |out| serde_json::to_writer(out, data))
-    }
-
-    /// The `data` that `write` appends to the buffer it is given (room for
-    /// `capacity` bytes): exactly one valid JSON value, which the caller
-    /// vouches for (written by serde_json, or from already checked JSON).
-    pub fn write_with<E>(
-        capacity: usize,
-        write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
-    ) -> Result<Json, E> {
-        let mut out = Vec::with_capacity(SUCCESS_HEAD.len() + capacity + 1);
-        out.extend_from_slice(SUCCESS_HEAD);
-        write(&mut out)?;
-        out.push(b'}');
-        Ok(Json {
-            envelope: Bytes::from(out).into(),
-        })
-    }
-
-    /// The data written by `head`, then `shared` (JSON text a caller has
-    /// checked, in a buffer of its own), then what `tail` writes: one
-    /// buffer holds the envelope around `shared`, which is not copied.
-    pub fn write_around(
-        capacity: usize,
-        head: impl FnOnce(&mut Vec<u8>),
-        shared: Bytes,
-        tail: impl FnOnce(&mut Vec<u8>),
-    ) -> Json {
-        let mut out = Vec::with_capacity(SUCCESS_HEAD.len() + capacity + 1);
-        out.extend_from_slice(SUCCESS_HEAD);
-        head(&mut out);
-        let split = out.len();
-        tail(&mut out);
-        out.push(b'}');
-        let mut around = Bytes::from(out);
-        let end = around.split_off(split);
-        Json {
-            envelope: AnswerBytes::parts(around, shared, end),
-        }
-    }
-
-    /// [`Json::write_with`] for a writer that cannot fail.
-    pub fn write_direct(capacity: usize, write: impl FnOnce(&mut Vec<u8>)) -> Json {
-        let written = Json::write_with(capacity, |out| {
-            write(out);
-            Ok::<_, std::convert::Infallible>(())
-        });
-        match written {
-            Ok(json) => json,
-            Err(never) => match never {},
-        }
-    }
-
-    /// The data, as one buffer (joined when it is in parts: for tests and
-    /// diffs, not the request path).
-    pub fn data_bytes(&self) -> Bytes {
-        let whole = self.envelope.to_bytes();
-        whole.slice(SUCCESS_HEAD.len()..whole.len() - 1)
-    }
-
-    /// The success envelope around the data, whole: the buffer it was
-    /// written in, or its parts (the bytes serde writes for
-    /// [`Envelope::success`] of the same data, without building the
-    /// envelope).
-    pub fn into_envelope(self) -> AnswerBytes {
-        self.envelope
-    }
-}
-
-impl Serialize for Json {
-    /// As the JSON it holds (for tests and diffs; the request path copies
-    /// the text instead).
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let data = self.data_bytes();
-        let raw: &RawValue = serde_json::from_slice(&data).map_err(serde::ser::Error::custom)?;
-        raw.serialize(s)
     }
 }
 
@@ -197,6 +99,7 @@ mod tests {
 
     #[test]
     fn an_envelope_around_a_shared_part_is_the_one_serde_writes() {
+        use bytes::Bytes;
         use http_body_util::BodyExt;
         let rows = Bytes::from_static(br#"{"a":1},{"a":"x"}"#);
         let json = Json::write_around(

@@ -1,7 +1,9 @@
 //! The house's rules, checked on the sources (`ARCHITECTURE.md`, "Invariants"):
 //! the gateway's top modules import one way, down the table below; the
-//! sandbox and the shared contract never depend on the gateway. A new
-//! import that runs up the table fails here, with the file that makes it.
+//! sandbox, the shared contract and the JSON kernel never depend on the
+//! gateway, and the kernel on nothing but what reading and writing JSON
+//! needs. A new import that runs up the table fails here, with the file that
+//! makes it.
 //!
 //! Read as text, like a reviewer would: `crate::x` paths in code (comments,
 //! strings and `#[cfg(test)]` modules left out; a test may reach anywhere).
@@ -255,24 +257,37 @@ fn the_reader_sees_grouped_imports_and_skips_comments_strings_and_tests() {
     assert_eq!(used, ["ops", "upstream", "v1"]);
 }
 
+/// A manifest of the repository, parsed.
+fn manifest(path: &Path) -> toml::Table {
+    std::fs::read_to_string(path).unwrap().parse().unwrap()
+}
+
+/// The names `manifest` lists in its `table` of dependencies, in order.
+fn dependencies<'m>(manifest: &'m toml::Table, table: &str) -> Vec<&'m String> {
+    manifest
+        .get(table)
+        .and_then(|d| d.as_table())
+        .map(|deps| deps.keys().collect())
+        .unwrap_or_default()
+}
+
 /// The members' manifests: the sandbox and the contract stay independent of
-/// the gateway, so the differential test compares two implementations.
+/// the gateway, so the differential test compares two implementations; the
+/// JSON kernel too, so that it is tested, fuzzed and benchmarked on its own.
 #[test]
 fn the_sandbox_and_the_contract_do_not_depend_on_the_gateway() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for member in ["sandbox", "contract", "json"] {
-        let dir = root.join("crates").join(member);
-        let manifest: toml::Table = std::fs::read_to_string(dir.join("Cargo.toml"))
-            .unwrap()
-            .parse()
-            .unwrap();
+    let manifests = ["crates/sandbox", "crates/contract", "crates/json"];
+    for member in manifests {
+        let dir = root.join(member);
+        let manifest = manifest(&dir.join("Cargo.toml"));
         for table in ["dependencies", "dev-dependencies", "build-dependencies"] {
-            if let Some(deps) = manifest.get(table).and_then(|d| d.as_table()) {
-                assert!(
-                    !deps.contains_key("v1compat"),
-                    "crates/{member} must not depend on the gateway ({table})"
-                );
-            }
+            assert!(
+                !dependencies(&manifest, table)
+                    .iter()
+                    .any(|d| *d == "v1compat"),
+                "{member} must not depend on the gateway ({table})"
+            );
         }
         let mut files = Vec::new();
         rust_files(&dir, &mut files);
@@ -286,14 +301,43 @@ fn the_sandbox_and_the_contract_do_not_depend_on_the_gateway() {
         }
     }
     // The contract is serde types and nothing else of ours.
-    let contract: toml::Table = std::fs::read_to_string(root.join("crates/contract/Cargo.toml"))
-        .unwrap()
-        .parse()
-        .unwrap();
-    let deps: Vec<&String> = contract["dependencies"]
-        .as_table()
-        .unwrap()
-        .keys()
-        .collect();
+    let contract = manifest(&root.join("crates/contract/Cargo.toml"));
+    let deps = dependencies(&contract, "dependencies");
     assert_eq!(deps, ["http", "serde"], "the contract's dependencies");
+}
+
+/// The JSON kernel needs serde and serde_json to read, bytes and itoa to
+/// write, and nothing else; proptest only for the generators its `gen`
+/// feature lends the gateway's property tests, never in what ships.
+#[test]
+fn the_json_kernel_depends_only_on_what_json_needs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let kernel = manifest(&root.join("crates/json/Cargo.toml"));
+    let mut deps = dependencies(&kernel, "dependencies");
+    deps.sort();
+    assert_eq!(
+        deps,
+        ["bytes", "itoa", "proptest", "serde", "serde_json"],
+        "the JSON kernel's dependencies"
+    );
+    let optional = |name: &str| {
+        kernel["dependencies"][name]
+            .get("optional")
+            .and_then(toml::Value::as_bool)
+            == Some(true)
+    };
+    assert!(optional("proptest"), "proptest is the `gen` feature's only");
+    assert!(dependencies(&kernel, "build-dependencies").is_empty());
+    // The gateway takes the generators for its tests only.
+    let gateway = manifest(&root.join("Cargo.toml"));
+    let features = |table: &str| gateway[table]["v1compat-json"].get("features").cloned();
+    assert_eq!(
+        features("dependencies"),
+        None,
+        "the gateway's build of the kernel"
+    );
+    assert_eq!(
+        features("dev-dependencies"),
+        Some(toml::Value::Array(vec!["gen".into()]))
+    );
 }

@@ -1,9 +1,9 @@
 //! Finding the bytes a JSON string must escape, sixteen at a time: shared by
 //! the places the request path writes JSON text itself rather than through
-//! serde_json, the V1 records of `ops::run_records`, the headers of a V1
-//! result page (`ops::results`) and the log lines of `telemetry::json_lines`.
-//! Each copies a string that needs no escape as it is, and almost every
-//! string needs none.
+//! serde_json, the V1 records and result pages of [`crate::v1`] and the
+//! gateway's log lines (`telemetry::json_lines`). Each copies a string that
+//! needs no escape as it is, and almost every string needs none; what the
+//! one-pass readers read is known to need none ([`Texts`]).
 
 /// Whether a byte must be escaped in a JSON string.
 fn special(b: u8) -> bool {
@@ -60,6 +60,28 @@ pub fn json_string(out: &mut Vec<u8>, s: &str) {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
+    }
+}
+
+/// What is known of the texts a V1 answer takes from a V2 answer. That they
+/// need no escaping is a promise only the one-pass readers' answer makes
+/// ([`Texts::scanned`]): a release build copies such texts unlooked-at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Texts {
+    pub(crate) plain: bool,
+}
+
+impl Texts {
+    /// From anywhere else (a `Value`, serde's unescaped strings): each is
+    /// looked at, and escaped where it must be.
+    pub const UNCHECKED: Texts = Texts { plain: false };
+
+    /// The texts of `answer`, read by the one-pass readers
+    /// (`scan::run_answer`, `scan::run_list_answer`), which take only
+    /// strings without escapes, quotes or control characters: nothing in
+    /// them needs escaping again.
+    pub fn scanned<T>(_answer: &crate::scan::Answer<'_, T>) -> Texts {
+        Texts { plain: true }
     }
 }
 

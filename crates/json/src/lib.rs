@@ -1,6 +1,28 @@
-//! The JSON kernel: the code on the request path that writes JSON text by
-//! hand, where serde_json's general writer costs more than the answer is
-//! worth. Pure functions over bytes, with no I/O and no gateway types, so it
-//! can be tested, fuzzed and benchmarked on its own.
+//! The JSON kernel of the v1compat gateway: the V2 answers read and the V1
+//! answers written on the request path, between the gateway's V2 calls and
+//! its mappings (`ops`). Pure functions and types over bytes, with no I/O
+//! and no gateway types, so that they are tested, fuzzed and benchmarked on
+//! their own. The crate boundary costs nothing in what ships: the `dist`
+//! profile builds every crate as one unit.
+//!
+//! In the order a request uses them:
+//!
+//! - [`scan`]: the one-pass readers; [`wire`]: the lenient typed readers
+//!   (serde), which read what the one-pass readers leave; [`value`]: the
+//!   same leniency over a `Value`, the general reading's.
+//! - [`v2`]: what the readers give: the V2 envelope, run records, pages.
+//! - [`v1`]: the V1 writers (a run record, a result page, the success
+//!   envelope around a `data`); [`escape`]: JSON strings, sixteen bytes at
+//!   a time.
+//!
+//! The small accessors the gateway calls a row or a field at a time are
+//! `#[inline]`: a build without link-time optimisation (`release`, the
+//! benches) then inlines them across the crate boundary as it did within
+//! one crate.
 
 pub mod escape;
+pub mod scan;
+pub mod v1;
+pub mod v2;
+pub mod value;
+pub mod wire;

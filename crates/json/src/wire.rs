@@ -1,13 +1,14 @@
-//! Typed, borrowing readers of V2 `data`, for the operations whose answers
-//! are large or frequent (run records, result pages). They read straight
-//! from the V2 body, without a `serde_json::Value` tree in between: strings
-//! borrow from the body where they can, and rows that pass through unchanged
-//! stay raw JSON slices.
+//! Typed, borrowing readers of V2 `data`, for the answers that are large or
+//! frequent (run records, result pages) and the readers built on them
+//! (`v2`, `read`): between the upstream call's bytes and the gateway's
+//! mappings. They read straight from the V2 body, without a
+//! `serde_json::Value` tree in between: strings borrow from the body where
+//! they can, and rows that pass through unchanged stay raw JSON slices.
 //!
 //! Each reader is as lenient as the `Value` helpers it stands in for
-//! (`string_of`, `int_of`, `list_of`): a value of an unexpected type reads
-//! as absent, never as an error, so the typed path and the `Value` path map
-//! the same V2 data to the same V1 answer.
+//! ([`crate::value`]: `string_of`, `int_of`, `list_of`): a value of an
+//! unexpected type reads as absent, never as an error, so the typed path and
+//! the `Value` path map the same V2 data to the same V1 answer.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -16,13 +17,13 @@ use std::marker::PhantomData;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-/// The key serde_json (built with `raw_value`, as the gateway is) reads
+/// The key serde_json (built with `raw_value`, as this crate asks) reads
 /// specially when it opens an object: `{"$serde_json::private::RawValue":
 /// "<text>"}` is read as the JSON in `<text>`, not as an object. Readers that
 /// stand in for a `Value` (the V1 body's members, the result scanner, the
 /// readers here) leave such an object to `Value` itself, so both read it
 /// the same way.
-pub(crate) const RAW_VALUE_KEY: &str = "$serde_json::private::RawValue";
+pub const RAW_VALUE_KEY: &str = "$serde_json::private::RawValue";
 
 /// An object's members, its first key checked: one that opens with
 /// [`RAW_VALUE_KEY`] is refused (see there), so that the reading falls back
@@ -110,13 +111,14 @@ pub(crate) fn checked<'de, A: MapAccess<'de>>(map: A) -> impl MapAccess<'de, Err
 /// Consumes whatever a `visit_map`/`visit_seq` was given, so a reader that
 /// does not want it can still leave the parser past it; an object `Value`
 /// would read as raw JSON text is refused (see [`RAW_VALUE_KEY`]).
-pub(crate) fn drain_map<'de, A: MapAccess<'de>>(map: A) -> Result<(), A::Error> {
+pub fn drain_map<'de, A: MapAccess<'de>>(map: A) -> Result<(), A::Error> {
     let mut map = checked(map);
     while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
     Ok(())
 }
 
-pub(crate) fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
+/// [`drain_map`] for a sequence.
+pub fn drain_seq<'de, A: SeqAccess<'de>>(mut seq: A) -> Result<(), A::Error> {
     while seq.next_element::<IgnoredAny>()?.is_some() {}
     Ok(())
 }
@@ -135,11 +137,11 @@ macro_rules! anything_else_is {
             Ok($none)
         }
         fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-            $crate::ops::wire::drain_map(map)?;
+            $crate::wire::drain_map(map)?;
             Ok($none)
         }
         fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-            $crate::ops::wire::drain_seq(seq)?;
+            $crate::wire::drain_seq(seq)?;
             Ok($none)
         }
     };
@@ -151,6 +153,7 @@ pub(crate) use anything_else_is;
 pub struct StrOrNum<'a>(pub Option<Cow<'a, str>>);
 
 impl<'a> StrOrNum<'a> {
+    #[inline]
     pub fn or_default(&self) -> &str {
         self.0.as_deref().unwrap_or_default()
     }
@@ -434,7 +437,7 @@ impl<'de> Deserialize<'de> for Kind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::{int_of, string_of};
+    use crate::value::{int_of, string_of};
     use serde_json::Value;
 
     const SAMPLES: &[&str] = &[

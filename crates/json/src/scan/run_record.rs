@@ -1,9 +1,9 @@
 //! A V2 run-detail answer, and a page of the run list, read in one pass by
 //! the readers the result scanner is built on ([`super::values`]), between
-//! the upstream call and `run_records.rs`. serde's typed reading of the
-//! envelope and its run record (`v2::DataEnvelope` of `wire::Object<V2Run>`)
-//! was about a tenth of a translated run detail's instructions: 25 short
-//! strings, each searched for escapes and visited through serde's layers.
+//! the upstream call and the gateway's `ops::run_records`. serde's typed reading of the envelope and its run
+//! record (`v2::DataEnvelope` of `wire::Object<V2Run>`) was about a tenth
+//! of a translated run detail's instructions: 25 short strings, each
+//! searched for escapes and visited through serde's layers.
 //! A run-list page was read as a `Value` tree (a map a record, every key
 //! hashed and every string copied), then each record out of it: most of
 //! what a run list cost.
@@ -22,12 +22,12 @@
 use std::borrow::Cow;
 
 use super::head::HeadReader;
-use super::v2_run::{StatusField, V2Run};
 use super::values::{
     byte, literal, object, object_with, short_integer, string, value, ws, Key, Token,
 };
 use super::ENVELOPE_KEYS;
-use crate::ops::wire::{IntLike, StrOrNum};
+use crate::v2::{RunPage, StatusField, V2Run};
+use crate::wire::{IntLike, StrOrNum};
 
 /// What the typed reading keeps of a V2 answer read in one pass: its
 /// envelope's `code` and `request_id`, and its `data` (a run record, or a
@@ -88,15 +88,6 @@ fn envelope<'a, T>(
         request_id: head.request_id,
         data: read?,
     })
-}
-
-/// A run-list page's `data` as the general reading takes it (`ops::int_of`
-/// of `count`, `ops::list_of` of `list`): `count` is `None` when absent or
-/// null, and `runs` is empty when `list` is.
-#[derive(Debug, Default, PartialEq)]
-pub struct RunPage<'a> {
-    pub count: Option<i64>,
-    pub runs: Vec<V2Run<'a>>,
 }
 
 /// The envelope and records of a V2 run-list page, when every part of it
@@ -338,8 +329,8 @@ enum Slot<'r, 'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::wire::Object;
     use crate::v2::DataEnvelope;
+    use crate::wire::Object;
     use proptest::prelude::*;
 
     /// The typed reading this one stands in for.
@@ -511,7 +502,7 @@ mod tests {
         let data = envelope.data.unwrap_or(serde_json::Value::Null);
         prop_assert_eq!(read.code, envelope.code);
         prop_assert_eq!(read.request_id.map(str::to_owned), envelope.request_id);
-        prop_assert_eq!(read.data, crate::ops::run_records::run_page_of(&data));
+        prop_assert_eq!(read.data, RunPage::of_value(&data));
         Ok(true)
     }
 

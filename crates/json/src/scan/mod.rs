@@ -1,13 +1,18 @@
+//! The one-pass readers of V2 answers, each reading what it can be sure of
+//! and leaving the rest to serde: a result page here, a run and a run-list
+//! page in `run_record.rs`, on the value readers of `values.rs`.
+//!
 //! One pass over a V2 result-page answer (`GET /api/v2/worker-runs/{runId}/result`),
-//! between the upstream call and the V1 page `results.rs` writes. The rows
-//! are passed to V1 unchanged, so they must be valid JSON, and V1's header
+//! between the upstream call and the V1 page the gateway's `ops::results`
+//! writes. The rows are passed to V1
+//! unchanged, so they must be valid JSON, and V1's header
 //! `format` is inferred from them; serde_json took two passes for that (the
 //! rows as raw slices, then each row again for the kinds of its values) at
 //! 10–15 instructions a byte. This scanner validates the whole body, finds
 //! each row's bytes and, in the same pass, sums up by column what the
 //! top-level fields of the rows in the page's part of the V1 window hold
 //! (number, null, anything else). A row with a key twice is noticed: a
-//! parser keeps the last value, so `results.rs` then reads the rows' kinds
+//! parser keeps the last value, so `ops::results` then reads the rows' kinds
 //! with serde. Rows with only a comma between them (a page V2 wrote
 //! compact) are handed to the V1 page as runs of up to 2 KB, each copied
 //! in one call.
@@ -54,22 +59,18 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
 
-use crate::ops::wire::Kind;
+use crate::wire::Kind;
 
 mod head;
 mod run_record;
-mod v2_page;
-mod v2_run;
 mod values;
 pub use head::Head;
 use head::HeadReader;
-pub use run_record::{run_answer, run_list_answer, Answer, RunAnswer, RunListAnswer, RunPage};
-pub use v2_page::{V2Header, V2ResultPage};
-pub use v2_run::{StatusField, V2Run};
+pub use run_record::{run_answer, run_list_answer, Answer, RunAnswer, RunListAnswer};
 use values::{byte, field, plain_key, value, ws, Token};
 
-#[cfg(test)]
-pub(crate) mod gen;
+#[cfg(any(test, feature = "gen"))]
+pub mod gen;
 
 /// What one pass over a V2 result-page answer found.
 #[derive(Debug)]
@@ -112,16 +113,19 @@ impl Column {
     };
 
     /// Noted without a branch: it is done for every field of the window.
+    #[inline]
     pub fn note(&mut self, kind: Kind) {
         self.seen |= kind != Kind::Null;
         self.numbers_only &= kind != Kind::Other;
     }
 
+    #[inline]
     pub fn merge(&mut self, other: Column) {
         self.seen |= other.seen;
         self.numbers_only &= other.numbers_only;
     }
 
+    #[inline]
     pub fn format(self) -> &'static str {
         if self.seen && self.numbers_only {
             "number"
@@ -171,15 +175,18 @@ pub struct ScannedRows<'a> {
 }
 
 impl<'a> ScannedRows<'a> {
+    #[inline]
     pub fn len(&self) -> usize {
         self.rows.len()
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
 
     /// Row `i`'s JSON text.
+    #[inline]
     pub fn row(&self, i: usize) -> &'a [u8] {
         let Span { start, end } = self.rows[i];
         &self.body[start..end]
@@ -240,6 +247,7 @@ impl<'a> ScannedRows<'a> {
 
     /// What the values of `key` held in the rows of
     /// [`ScannedRows::summarised`]; meaningless when a row [repeats](ScannedRows::repeats) a key.
+    #[inline]
     pub fn summary(&self, key: &str) -> Column {
         match self.find(key.as_bytes()) {
             Some(c) => self.columns[c as usize].summary,
@@ -249,11 +257,13 @@ impl<'a> ScannedRows<'a> {
 
     /// Whether some row has a key more than once (a parser keeps the last
     /// value, which the summaries do not know).
+    #[inline]
     pub fn repeats(&self) -> bool {
         self.repeats
     }
 
     /// The rows the summaries are of: the range asked for, within the page.
+    #[inline]
     pub fn summarised(&self) -> Range<usize> {
         self.summarised.clone()
     }
@@ -800,9 +810,9 @@ impl Key {
 #[cfg(test)]
 mod tests {
     use super::gen::{self, *};
-    use super::v2_page::V2ResultPage;
     use super::*;
-    use crate::ops::wire::{IntLike, OrDefault};
+    use crate::v2::V2ResultPage;
+    use crate::wire::{IntLike, OrDefault};
     use proptest::prelude::*;
     use serde::Deserialize;
     use serde_json::value::RawValue;

@@ -1,7 +1,7 @@
 //! The parts of a V2 result-page answer around its rows (`code`,
 //! `message`, `request_id`, `details`, and the page's `count` and
 //! `headers`) read in the scanner's one pass (`super`), between the
-//! upstream call and `results.rs`. serde's typed reading of these few
+//! upstream call and the gateway's `ops::results`. serde's typed reading of these few
 //! hundred bytes (`v2::DataEnvelope` of `wire::OrDefault<V2ResultPage>`,
 //! from a copy of the body without its rows) cost more than a tenth of a
 //! 100-row page; here each value is read where the scanner already stands.
@@ -18,10 +18,10 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use super::v2_page::{V2Header, V2ResultPage};
 use super::values::{byte, object, short_integer, string, value, ws, Token};
 use super::At;
-use crate::ops::wire::{IntLike, List, OrDefault, StrOnly};
+use crate::v2::{V2Header, V2ResultPage};
+use crate::wire::{IntLike, List, OrDefault, StrOnly};
 
 /// What the typed reading keeps of the answer but its rows.
 #[derive(Debug, Default)]

@@ -1,7 +1,8 @@
-//! The V2 run record's shape, as the typed readers see it: what the one-pass
-//! reader fills and what serde reads when the reader declines. Here, below
-//! both, so the scanner does not reach up into `ops::run_records` for its
-//! callers' types.
+//! The V2 run record (`GET /api/v2/worker-runs/{runId}`, and each record of
+//! a run-list page) as the readers give it to the gateway's
+//! `ops::run_records`: what the one-pass reader fills and what serde reads
+//! when the reader declines, and a run-list page's `data` ([`RunPage`]),
+//! read in one pass or out of its `Value`.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -11,7 +12,8 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::ops::wire::{self, IntLike, Object, StrOrNum};
+use crate::value::{int_of, list_of};
+use crate::wire::{self, IntLike, Object, StrOrNum};
 
 /// A V2 run status as sent: text, a number (its integer value if it has
 /// one), or anything else (absent, null, other types).
@@ -97,5 +99,26 @@ impl<'a> V2Run<'a> {
         Object::<V2Run>::deserialize(v)
             .map(|o| o.0)
             .unwrap_or_default()
+    }
+}
+
+/// A run-list page's `data` as the general reading takes it (`int_of` of
+/// `count`, `list_of` of `list`): `count` is `None` when absent or null,
+/// and `runs` is empty when `list` is.
+#[derive(Debug, Default, PartialEq)]
+pub struct RunPage<'a> {
+    pub count: Option<i64>,
+    pub runs: Vec<V2Run<'a>>,
+}
+
+impl<'a> RunPage<'a> {
+    /// A run-list page's `data` given as a `Value`, as the general reading
+    /// takes it: `count` read leniently, `list`'s records (none if it is
+    /// absent or not an array).
+    pub fn of_value(data: &'a Value) -> RunPage<'a> {
+        RunPage {
+            count: int_of(data.get("count")),
+            runs: list_of(data, "list").iter().map(V2Run::of_value).collect(),
+        }
     }
 }

@@ -6,7 +6,7 @@
 //! kind.
 
 use super::{At, Notes, NULL, NUMBER, OTHER};
-use crate::ops::wire::{self, Kind};
+use crate::wire::{self, Kind};
 
 /// Skips JSON whitespace (the four characters serde_json accepts). Compact
 /// JSON has none: one comparison tells, inlined.

@@ -1,4 +1,6 @@
-//! Lenient readers of V2 JSON shared by the mappers: V2 documents some
+//! Lenient readers of V2 JSON held as a `Value`: the general reading of an
+//! answer the typed readers ([`crate::wire`]) do not take, and of the
+//! answers the gateway's operations read as a whole. V2 documents some
 //! numbers as strings and its examples vary, so amounts and counts are read
 //! either way, and absent lists read as empty.
 
@@ -6,7 +8,8 @@ use serde_json::Value;
 
 /// Reads an object field of V2 data as a string, accepting numbers too (V2
 /// documents some amounts as strings but examples vary).
-pub(crate) fn string_of(v: Option<&Value>) -> Option<String> {
+#[inline]
+pub fn string_of(v: Option<&Value>) -> Option<String> {
     match v? {
         Value::String(s) => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),
@@ -15,7 +18,8 @@ pub(crate) fn string_of(v: Option<&Value>) -> Option<String> {
 }
 
 /// Reads an integer field, accepting integral floats and numeric strings.
-pub(crate) fn int_of(v: Option<&Value>) -> Option<i64> {
+#[inline]
+pub fn int_of(v: Option<&Value>) -> Option<i64> {
     match v? {
         Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
         Value::String(s) => s.trim().parse().ok(),
@@ -24,7 +28,8 @@ pub(crate) fn int_of(v: Option<&Value>) -> Option<i64> {
 }
 
 /// The items of a V2 list field, or an empty list if absent.
-pub(crate) fn list_of<'v>(data: &'v Value, field: &str) -> &'v [Value] {
+#[inline]
+pub fn list_of<'v>(data: &'v Value, field: &str) -> &'v [Value] {
     data.get(field)
         .and_then(Value::as_array)
         .map(Vec::as_slice)

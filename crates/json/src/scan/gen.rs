@@ -1,7 +1,9 @@
 //! Generators of V2 result-page answers for the scanner's property tests
-//! and those of `results.rs` (test builds only): valid JSON of every shape
-//! the scanner meets (escapes, surrogates, numbers out of range, repeated
-//! keys, any whitespace, odd rows, rows alike), rendered as text.
+//! and those of the gateway's mappings (`ops::results`, `ops::catalog`):
+//! valid JSON of every shape the scanner meets (escapes, surrogates,
+//! numbers out of range, repeated keys, any whitespace, odd rows, rows
+//! alike), rendered as text. Test builds only: the kernel's own tests, and
+//! the gateway's through the `gen` feature of its dev-dependency.
 
 use proptest::prelude::*;
 use serde::Deserialize;
@@ -11,20 +13,20 @@ use serde_json::value::RawValue;
 /// else (the generated answers may repeat other members, which the
 /// typed reader of a page refuses).
 #[derive(Deserialize)]
-pub(crate) struct Answer<'a> {
+pub struct Answer<'a> {
     #[serde(borrow)]
     pub data: Page<'a>,
 }
 
 #[derive(Deserialize)]
-pub(crate) struct Page<'a> {
+pub struct Page<'a> {
     #[serde(borrow)]
     pub list: &'a RawValue,
 }
 
 /// A JSON value to render.
 #[derive(Debug, Clone)]
-pub(crate) enum J {
+pub enum J {
     /// A scalar, as its JSON text.
     Lit(String),
     Arr(Vec<J>),
@@ -33,7 +35,7 @@ pub(crate) enum J {
 }
 
 /// Keys as written: plain, empty, escaped (some spelling plain ones).
-pub(crate) const KEYS: &[&str] = &[
+pub const KEYS: &[&str] = &[
     r#""title""#,
     r#""rating""#,
     r#""n""#,
@@ -46,7 +48,7 @@ pub(crate) const KEYS: &[&str] = &[
 ];
 
 /// Plain column keys, as header keys (unescaped).
-pub(crate) const HEADER_KEYS: &[&str] = &["title", "rating", "n", "", "list", "x"];
+pub const HEADER_KEYS: &[&str] = &["title", "rating", "n", "", "list", "x"];
 
 fn number() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -81,7 +83,7 @@ fn string() -> impl Strategy<Value = String> {
     prop::collection::vec(piece, 0..4).prop_map(|p| format!("\"{}\"", p.concat()))
 }
 
-pub(crate) fn scalar() -> impl Strategy<Value = J> {
+pub fn scalar() -> impl Strategy<Value = J> {
     prop_oneof![
         Just("null".to_owned()),
         Just("true".to_owned()),
@@ -99,7 +101,7 @@ fn key() -> impl Strategy<Value = String> {
     ]
 }
 
-pub(crate) fn value() -> impl Strategy<Value = J> {
+pub fn value() -> impl Strategy<Value = J> {
     scalar().prop_recursive(4, 24, 5, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..5).prop_map(J::Arr),
@@ -109,7 +111,7 @@ pub(crate) fn value() -> impl Strategy<Value = J> {
 }
 
 /// A result row: mostly an object of column keys, sometimes anything.
-pub(crate) fn row() -> impl Strategy<Value = J> {
+pub fn row() -> impl Strategy<Value = J> {
     prop_oneof![
         6 => prop::collection::vec((key(), value()), 0..6).prop_map(J::Obj),
         1 => value(),
@@ -118,7 +120,7 @@ pub(crate) fn row() -> impl Strategy<Value = J> {
 
 /// A row's value where rows are alike: anything, or a string of one of a
 /// few lengths (as rows repeat them), plain or not.
-pub(crate) fn alike_value() -> impl Strategy<Value = J> {
+pub fn alike_value() -> impl Strategy<Value = J> {
     let piece = prop::sample::select(&["a", "é", "😀", r#"\""#, r"\\", r"\u00e9", "/"][..]);
     prop_oneof![
         2 => value(),
@@ -130,14 +132,14 @@ pub(crate) fn alike_value() -> impl Strategy<Value = J> {
 
 /// Whitespace between tokens: chosen by a small generator from a seed, or
 /// none at all (compact, as V2 writes it).
-pub(crate) struct Ws(Option<u64>);
+pub struct Ws(Option<u64>);
 
 impl Ws {
-    pub(crate) fn seeded(seed: u64) -> Ws {
+    pub fn seeded(seed: u64) -> Ws {
         Ws(Some(seed))
     }
 
-    pub(crate) fn none() -> Ws {
+    pub fn none() -> Ws {
         Ws(None)
     }
 
@@ -159,7 +161,7 @@ impl Ws {
 }
 
 /// `j` as JSON text, with `ws`'s whitespace between its tokens.
-pub(crate) fn render(j: &J, ws: &mut Ws, out: &mut String) {
+pub fn render(j: &J, ws: &mut Ws, out: &mut String) {
     match j {
         J::Lit(t) => out.push_str(t),
         J::Arr(items) => {
@@ -232,7 +234,7 @@ fn header() -> impl Strategy<Value = J> {
 
 /// A whole V2 answer around `rows`: the envelope's and the page's
 /// members in any order, sometimes with a repeated or odd member.
-pub(crate) fn answer() -> impl Strategy<Value = (String, usize)> {
+pub fn answer() -> impl Strategy<Value = (String, usize)> {
     let headers = prop_oneof![
         6 => prop::collection::vec(header(), 0..4).prop_map(J::Arr),
         1 => value(),
