@@ -10,8 +10,8 @@ use v1compat::ops::logs::V2Log;
 use v1compat::ops::{logs, results, run_records, Compat, Read};
 use v1compat::paging::Window;
 use v1compat_json::escape::Texts;
-use v1compat_json::scan;
-use v1compat_json::v2::{DataEnvelope, ResultPage};
+use v1compat_json::read;
+use v1compat_json::v2::{PageRows, ResultPage, V2Run};
 use v1compat_json::wire::{Object, OrDefault};
 
 fn envelope(data: Value) -> Bytes {
@@ -69,36 +69,28 @@ fn log_page() -> Bytes {
 /// The typed reading of a V2 body, as `Exchange::read` does it (checked as
 /// UTF-8 once, then read from the text).
 fn typed<'a, T: serde::Deserialize<'a>>(body: &'a [u8]) -> Read<T> {
-    let text = std::str::from_utf8(body).expect("UTF-8");
-    let env: DataEnvelope<T> = serde_json::from_str(text).expect("a V2 envelope");
-    Read::Typed(env.data)
+    Read::Typed(read::typed(body).expect("a V2 envelope").data)
 }
 
 fn bench(c: &mut Criterion) {
     let compat = Compat::default();
     let record = run_record();
-    // As `run_records::run_detail` reads it: in one pass where the answer is
-    // plain, by serde otherwise.
+    // As `run_records::run_detail` reads it: the kernel's reader of a run
+    // (in one pass where the answer is plain, by serde otherwise).
     c.bench_function("run_record", |b| {
         b.iter(|| {
-            let body = black_box(&record);
-            let (texts, read) = match scan::run_answer(body) {
-                Some(answer) => (
-                    Texts::scanned(&answer),
-                    Read::Typed(Some(Object(answer.data))),
-                ),
-                None => (Texts::UNCHECKED, typed(body)),
-            };
-            let v1 = run_records::detail_answer(read, texts, &compat).unwrap();
+            let answer = read::run(black_box(&record)).expect("a run");
+            let v1 = run_records::detail_answer(Read::Typed(answer.data), answer.texts, &compat)
+                .unwrap();
             v1.into_envelope()
         })
     });
     // serde's typed reading alone, as before the one-pass reader.
     c.bench_function("run_record_serde", |b| {
         b.iter(|| {
-            let v1 =
-                run_records::detail_answer(typed(black_box(&record)), Texts::UNCHECKED, &compat)
-                    .unwrap();
+            let typed = read::typed::<Object<V2Run>>(black_box(&record)).expect("a V2 envelope");
+            let read = Read::Typed(typed.data.map(|o| o.0));
+            let v1 = run_records::detail_answer(read, Texts::UNCHECKED, &compat).unwrap();
             v1.into_envelope()
         })
     });
@@ -108,16 +100,18 @@ fn bench(c: &mut Criterion) {
         let plan = window.plan();
         c.bench_function(&format!("result_page_{rows}_rows"), |b| {
             b.iter(|| {
-                // As `results::result_list`: one pass of the scanner over each
-                // answer, which reads the rest of the page too.
+                // As `results::result_list`: the kernel's reader of a result
+                // page over each answer, one pass of its scanner reading the
+                // rest of the page too.
                 let pages: Vec<ResultPage> = black_box(&pages)
                     .iter()
                     .enumerate()
                     .map(|(k, p)| {
-                        let scan =
-                            scan::scan(p, plan.part_of(k)).expect("a page the scanner reads");
-                        let head = scan.head.expect("a head the scanner reads");
-                        ResultPage::scanned(head.page, scan.rows)
+                        let page = read::result_page(p, plan.part_of(k))
+                            .and_then(|read| read.data)
+                            .expect("a page the scanner reads");
+                        debug_assert!(matches!(page.rows, PageRows::Scanned(_)));
+                        page
                     })
                     .collect();
                 let v1 = results::v1_result_page(window, &plan, &pages).to_json();

@@ -4,7 +4,7 @@
 //! (`POST /api/v1/run/detail`, `{"run_slug":"…"}`, `api-key`), asks V2 for
 //! the run (`GET /api/v2/worker-runs/{slug}`, `Authorization: Bearer`) and
 //! answers V1's envelope, with the gateway's own readers and writer of the
-//! run record (the JSON kernel's `scan::run_answer`, `V1Run::write_json`) and its
+//! run record (the JSON kernel's `read::run`, `V1Run::write_json`) and its
 //! allocator. Nothing else: no routing but this one path, no checks of the
 //! slug or the key, no limits, deadlines, retries, pool, request ids, logs
 //! or metrics, one kept-alive V2 connection, and any failure a bare 502.
@@ -46,8 +46,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;
 use v1compat::ops::run_records::v1_run;
 use v1compat::ops::Compat;
-use v1compat_json::escape::Texts;
-use v1compat_json::scan;
+use v1compat_json::read;
 
 #[path = "bare_translation/features.rs"]
 mod features;
@@ -227,14 +226,15 @@ async fn answer(target: &Target, conn: &Upstream, req: Request<Incoming>) -> Res
 }
 
 /// The V1 envelope of a V2 run-detail answer, as the gateway writes it;
-/// `None` for an answer its one-pass reader leaves to serde.
+/// `None` for an answer without a record, or one its reader of a run leaves
+/// to the general reading.
 fn v1_envelope(v2_body: &[u8]) -> Option<Vec<u8>> {
-    let read = scan::run_answer(v2_body)?;
+    let read = read::run(v2_body)?;
     static COMPAT: OnceLock<Compat> = OnceLock::new();
-    let run = v1_run(&read.data, COMPAT.get_or_init(Compat::default));
+    let run = v1_run(read.data.as_ref()?, COMPAT.get_or_init(Compat::default));
     let mut envelope = Vec::with_capacity(512);
     envelope.extend_from_slice(b"{\"code\":0,\"message\":\"success\",\"data\":");
-    run.write_json(&mut envelope, Texts::scanned(&read));
+    run.write_json(&mut envelope, read.texts);
     envelope.push(b'}');
     Some(envelope)
 }

@@ -1,8 +1,9 @@
 //! One V1 request's conversation with V2: every upstream call an operation
 //! makes goes through [`Exchange::fetch`] (or [`Exchange::call`]), which picks
-//! the key, reads the V2 envelope into data or a [`GatewayError`] (typed
-//! with [`Exchange::read`], or as a `Value`), and records V2 request ids and
-//! the call count for the diagnostics headers.
+//! the key, reads the V2 envelope into data or a [`GatewayError`] (typed by
+//! the JSON kernel's reader of its kind, [`Exchange::read_with`], or as a
+//! `Value`), and records V2 request ids and the call count for the
+//! diagnostics headers.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -16,7 +17,9 @@ use super::{Settings, Translator};
 use crate::common::request_id::RequestId;
 use crate::error::{GatewayError, Subject};
 use crate::upstream::{ApiKey, V2Call};
-use v1compat_json::v2::{DataEnvelope, Envelope};
+use v1compat_json::escape::Texts;
+use v1compat_json::read::{self, Typed};
+use v1compat_json::v2::Envelope;
 
 /// One V1 request's conversation with V2: the key to use, the request id to
 /// propagate, and a record of V2 request ids and call counts.
@@ -166,50 +169,31 @@ impl<'a> Exchange<'a> {
         fetched: &'f Fetched,
         subject: Subject,
     ) -> Result<Read<T>, GatewayError> {
-        // Checked as UTF-8 once, so strings and raw rows are not checked again
-        // one by one; a body that is not UTF-8 takes the general path.
-        self.read_text(fetched, std::str::from_utf8(&fetched.body).ok(), subject)
+        self.read_with(fetched, subject, read::typed)
+            .map(|(read, _)| read)
     }
 
-    /// [`Exchange::read`] with the typed reading done on `text`: the body,
-    /// or a copy of it without a part the caller has read itself (a result
-    /// page's rows, see the JSON kernel's `scan`). The general
-    /// reading, when needed, reads the whole body, so the answer is the same.
-    pub fn read_text<'f, T: Deserialize<'f>>(
+    /// Reads a V2 answer with `reader`, the JSON kernel's entry point for
+    /// its kind (`read::run`, `read::run_page`, `read::result_page`, or
+    /// `read::typed` for any other), which reads it in one pass where it can
+    /// and by serde's typed reading otherwise: a success is its typed `data`,
+    /// with what is known of its texts. Anything else (an error, an answer
+    /// the reader declines) is read in full (details and all) by the general
+    /// reading, so the answer never depends on which reading it took.
+    pub fn read_with<'f, T>(
         &self,
-        fetched: &Fetched,
-        text: Option<&'f str>,
+        fetched: &'f Fetched,
         subject: Subject,
-    ) -> Result<Read<T>, GatewayError> {
-        match text.and_then(|text| serde_json::from_str::<DataEnvelope<'f, T>>(text).ok()) {
-            Some(envelope) => self.read_parts(
-                fetched,
-                envelope.code,
-                envelope.request_id.as_ref().map(|id| &*id.0),
-                envelope.data,
-                subject,
-            ),
-            None => self.envelope_data(fetched, subject).map(Read::Untyped),
-        }
-    }
-
-    /// [`Exchange::read`] with the envelope's `code`, `request_id` and
-    /// `data` read by the caller (a result page's, by the JSON kernel's
-    /// `scan`): a success is typed; anything
-    /// else is an error, read in full (details and all) by the general path.
-    pub fn read_parts<T>(
-        &self,
-        fetched: &Fetched,
-        code: Option<i64>,
-        request_id: Option<&str>,
-        data: Option<T>,
-        subject: Subject,
-    ) -> Result<Read<T>, GatewayError> {
-        if code == Some(0) && fetched.status.is_success() {
-            self.record_request_id(request_id);
-            Ok(Read::Typed(data))
-        } else {
-            self.envelope_data(fetched, subject).map(Read::Untyped)
+        reader: impl FnOnce(&'f [u8]) -> Option<Typed<'f, T>>,
+    ) -> Result<(Read<T>, Texts), GatewayError> {
+        match reader(&fetched.body) {
+            Some(typed) if typed.code == Some(0) && fetched.status.is_success() => {
+                self.record_request_id(typed.request_id.as_deref());
+                Ok((Read::Typed(typed.data), typed.texts))
+            }
+            _ => self
+                .envelope_data(fetched, subject)
+                .map(|data| (Read::Untyped(data), Texts::UNCHECKED)),
         }
     }
 
@@ -353,8 +337,9 @@ impl Fetched {
     }
 }
 
-/// What [`Exchange::read`] made of a V2 answer's `data`: typed (`None` when
-/// V2 sent no data), or a `Value` when it did not have the expected shape.
+/// What [`Exchange::read_with`] made of a V2 answer's `data`: typed (`None`
+/// when V2 sent no data), or a `Value` when it did not have the expected
+/// shape.
 pub enum Read<T> {
     Typed(Option<T>),
     Untyped(Value),

@@ -12,10 +12,10 @@
 //! | export `filter_keys` (array) | `filter_keys` (comma-joined, URL-encoded) | omitted when empty; keys with a comma are refused |
 //! | `data.download_url` | `data.download_url` | untouched |
 //!
-//! Each V2 page is read in one pass by the JSON kernel's scanner (rows found
-//! and checked, column kinds summed up), the rest of the answer by the typed
-//! readers; an answer the scanner declines is read by serde as a whole, with
-//! the same result. The V1 page is written once, rows copied as V2 sent them
+//! Each V2 page is read by the JSON kernel's `read::result_page`: in one
+//! pass by its scanner (rows found and checked, column kinds summed up), the
+//! rest of the answer by the typed readers; an answer the scanner declines
+//! is read by serde as a whole, with the same result. The V1 page is written once, rows copied as V2 sent them
 //! (rows V2 sent with only a comma between them a run of up to 2 KB at a time).
 //!
 //! V1↔V2 differences here (see `COMPATIBILITY.md`): [`result_header_format`](crate::differences::RESULT_HEADER_FORMAT), [`extra_export_formats`](crate::differences::EXTRA_EXPORT_FORMATS), [`export_download_url`](crate::differences::EXPORT_DOWNLOAD_URL).
@@ -28,9 +28,10 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
-use v1compat_json::scan::{self, Column, Scan, ScannedRows};
+use v1compat_json::read;
+use v1compat_json::scan::Column;
 use v1compat_json::v1::{V1Header, V1ResultPage};
-use v1compat_json::v2::{PageRows, ResultPage, V2Header, V2ResultPage};
+use v1compat_json::v2::{PageRows, ResultPage, V2Header};
 
 use crate::error::{GatewayError, Subject};
 use crate::ops::input::Body;
@@ -212,83 +213,26 @@ impl<'de> Visitor<'de> for RowScan<'_, '_> {
     }
 }
 
-/// Reads one V2 result page. The scanner finds the rows and the kinds of
-/// their fields in one pass, and reads the rest (or serde reads it from
-/// the skeleton, when its reading was not plain: `skeleton`);
-/// when the scanner declines, or the typed reading does, the page is read
-/// as before (data the typed reading refused, repeated keys say, is written
-/// back out from its `Value` into `spare` and read from there, so it maps
-/// exactly as the `Value` said).
+/// Reads one V2 result page (the kernel's `read::result_page`): the
+/// scanner finds the rows and the kinds of their fields in the rows
+/// `summarise` in one pass, and reads the rest (or serde reads it from the
+/// skeleton); when the scanner declines, serde reads the page whole, and
+/// when the typed reading declines too, the page is read as before (data
+/// the typed reading refused, repeated keys say, is written back out from
+/// its `Value` into `spare` and read from there, so it maps exactly as the
+/// `Value` said).
 fn read_page<'a>(
     ex: &Exchange<'_>,
     fetched: &'a Fetched,
-    skeleton: Option<&'a str>,
-    scan: Option<Scan<'a>>,
+    summarise: Range<usize>,
     spare: &'a mut Option<String>,
 ) -> Result<ResultPage<'a>, GatewayError> {
-    match scan {
-        Some(Scan {
-            head: Some(head),
-            rows,
-            ..
-        }) => page_from(
-            ex.read_parts(
-                fetched,
-                head.code,
-                head.request_id,
-                Some(OrDefault(head.page)),
-                Subject::Run,
-            )?,
-            Some(rows),
-            spare,
-        ),
-        Some(scan) => page_from(
-            ex.read_text(fetched, skeleton, Subject::Run)?,
-            Some(scan.rows),
-            spare,
-        ),
-        None => page_from(ex.read(fetched, Subject::Run)?, None, spare),
-    }
-}
-
-/// [`read_page`] once the answer is read: typed (rows from the scanner when
-/// it read the skeleton), or a `Value`.
-fn page_from<'a>(
-    read: Read<OrDefault<V2ResultPage<'a>>>,
-    rows: Option<ScannedRows<'a>>,
-    spare: &'a mut Option<String>,
-) -> Result<ResultPage<'a>, GatewayError> {
-    match (read, rows) {
-        (Read::Typed(page), Some(rows)) => Ok(ResultPage::scanned(
-            page.map(|p| p.0).unwrap_or_default(),
-            rows,
-        )),
-        (Read::Typed(page), None) => Ok(ResultPage::raw(page.map(|p| p.0).unwrap_or_default())),
-        (Read::Untyped(data), _) => ResultPage::of_value(&data, spare)
+    let reader = |body| read::result_page(body, summarise);
+    match ex.read_with(fetched, Subject::Run, reader)?.0 {
+        Read::Typed(page) => Ok(page.unwrap_or_default()),
+        Read::Untyped(data) => ResultPage::of_value(&data, spare)
             .map_err(|e| GatewayError::Garbled(format!("unreadable result page ({e})"))),
     }
-}
-
-/// Scans each V2 answer (see the JSON kernel's `scan`), summing up the columns of
-/// the rows `part(k)` of the `k`-th: the scans, and the skeletons serde
-/// reads the rest of an answer from when the scanner did not (kept while
-/// the pages borrow from them).
-fn scan_all(
-    fetched: &[Fetched],
-    part: impl Fn(usize) -> Range<usize>,
-) -> (Vec<Option<String>>, Vec<Option<Scan<'_>>>) {
-    fetched
-        .iter()
-        .enumerate()
-        .map(|(k, f)| {
-            let scan = scan::scan(f.body(), part(k));
-            let skeleton = scan
-                .as_ref()
-                .filter(|s| s.head.is_none())
-                .and_then(Scan::skeleton);
-            (skeleton, scan)
-        })
-        .unzip()
 }
 
 /// The V1 result page from the V2 pages of a plan; rows are neither copied
@@ -356,27 +300,23 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, Gateway
             result_call(run, o, plan.limit).with_key(Some(key.clone()))
         })
         .await?;
-    let (skeletons, scans) = scan_all(&fetched, |k| plan.part_of(k));
     let mut spares: Vec<Option<String>> = (0..fetched.len()).map(|_| None).collect();
     let pages = fetched
         .iter()
-        .zip(&skeletons)
-        .zip(scans)
         .zip(spares.iter_mut())
-        .map(|(((f, skeleton), scan), spare)| read_page(ex, f, skeleton.as_deref(), scan, spare))
+        .enumerate()
+        .map(|(k, (f, spare))| read_page(ex, f, plan.part_of(k), spare))
         .collect::<Result<Vec<_>, _>>()?;
     let mut page = v1_result_page(window, &plan, &pages);
     if page.runs.is_empty() && page.count > 0 {
         // A page past the end has no rows to infer column formats from, but
         // V1 still typed its headers: read them off the run's first row.
-        let sample = [ex
+        let sample = ex
             .fetch(result_call(run, 1, 1).with_key(Some(key)), Subject::Run)
-            .await?];
+            .await?;
         // One row asked for, one summed up.
-        let (skeleton, scan) = scan_all(&sample, |_| 0..1);
         let mut spare = None;
-        let scan = scan.into_iter().next().flatten();
-        let first = read_page(ex, &sample[0], skeleton[0].as_deref(), scan, &mut spare)?;
+        let first = read_page(ex, &sample, 0..1, &mut spare)?;
         page.headers = headers_of_page(&first.headers, &first)
             .into_iter()
             .map(V1Header::into_owned)
@@ -457,7 +397,8 @@ mod tests {
     use super::*;
     use crate::ops::wire::{IntLike, List};
     use bytes::Bytes;
-    use v1compat_json::scan::gen;
+    use v1compat_json::scan::{self, gen};
+    use v1compat_json::v2::V2ResultPage;
 
     fn headers_of(v2_headers: &str, rows: &str) -> Vec<V1Header<'static>> {
         let headers: List<OrDefault<V2Header>> = serde_json::from_str(v2_headers).unwrap();
@@ -473,33 +414,30 @@ mod tests {
             .collect()
     }
 
-    /// A V2 answer (`code` 0) read as the request path reads it, with the
-    /// scanner (`None` when it declines) and without.
+    /// A V2 answer (`code` 0) read as the request path reads it when the
+    /// scanner takes it (`None` when it declines), and by serde alone.
     fn both_ways(body: &'static str) -> (Option<ResultPage<'static>>, ResultPage<'static>) {
-        // As `Exchange::read_text`: typed from `text`, else the whole body's `data`.
-        let read = |text: &'static str| match serde_json::from_str::<
-            v1compat_json::v2::DataEnvelope<OrDefault<V2ResultPage>>,
-        >(text)
-        {
-            Ok(e) => Read::Typed(e.data),
-            Err(_) => {
-                let e: v1compat_json::v2::Envelope = serde_json::from_str(body).unwrap();
-                Read::Untyped(e.data.unwrap_or(Value::Null))
-            }
-        };
         // Leaked so the pages may borrow from them, as the request path's
         // pages borrow from what it keeps.
         let spare = || Box::leak(Box::new(None));
-        // As `read_page`: the head the scanner read, else the skeleton's.
-        let scanned = scan::scan(body.as_bytes(), 0..usize::MAX).map(|s| {
-            let head = match s.head {
-                Some(head) if head.code == Some(0) => Read::Typed(Some(OrDefault(head.page))),
-                Some(_) => read(body),
-                None => read(Box::leak(s.skeleton().unwrap().into_boxed_str())),
-            };
-            page_from(head, Some(s.rows), spare()).unwrap()
+        // The general reading: the whole body's `data`, as a `Value`.
+        let general = |spare: &'static mut Option<String>| {
+            let e: v1compat_json::v2::Envelope = serde_json::from_str(body).unwrap();
+            ResultPage::of_value(&e.data.unwrap_or(Value::Null), spare).unwrap()
+        };
+        // As `read_page`: the kernel's reading, else the general one.
+        let scanned = scan::scan(body.as_bytes(), 0..usize::MAX).map(|_| {
+            match read::result_page(body.as_bytes(), 0..usize::MAX) {
+                Some(typed) if typed.code == Some(0) => typed.data.unwrap_or_default(),
+                _ => general(spare()),
+            }
         });
-        (scanned, page_from(read(body), None, spare()).unwrap())
+        // serde alone: typed, else the general reading.
+        let raw = match read::typed::<OrDefault<V2ResultPage>>(body.as_bytes()) {
+            Some(typed) => ResultPage::raw(typed.data.map(|p| p.0).unwrap_or_default()),
+            None => general(spare()),
+        };
+        (scanned, raw)
     }
 
     #[test]

@@ -20,10 +20,9 @@
 
 use serde_json::Value;
 use v1compat_json::escape::Texts;
-use v1compat_json::scan;
+use v1compat_json::read;
 use v1compat_json::v1::V1Run;
 use v1compat_json::v2::{RunPage, StatusField, V2Run};
-use v1compat_json::wire::Object;
 
 use crate::error::{GatewayError, Subject};
 use crate::ops::input::{Body, Ident};
@@ -119,13 +118,13 @@ pub fn detail_call(run: &Segment) -> V2Call {
 /// The V1 run record (`data`) of a V2 run-detail answer; `texts` says how
 /// a typed record's strings were read (a `Value`'s are always looked at).
 pub fn detail_answer(
-    read: Read<Object<V2Run<'_>>>,
+    read: Read<V2Run<'_>>,
     texts: Texts,
     compat: &Compat,
 ) -> Result<Json, GatewayError> {
     let garbled = || GatewayError::Garbled("run detail without a record".into());
     match read {
-        Read::Typed(Some(Object(run))) => Ok(record_json(&v1_run(&run, compat), texts)),
+        Read::Typed(Some(run)) => Ok(record_json(&v1_run(&run, compat), texts)),
         Read::Typed(None) => Err(garbled()),
         Read::Untyped(data) if data.is_object() => Ok(record_json(
             &v1_run(&V2Run::of_value(&data), compat),
@@ -149,20 +148,7 @@ pub async fn run_detail(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayE
         )
         .await?;
     // Read in one pass where the answer is plain; serde reads the rest.
-    let (read, texts) = match scan::run_answer(fetched.body()) {
-        Some(answer) => {
-            let texts = Texts::scanned(&answer);
-            let read = ex.read_parts(
-                &fetched,
-                answer.code,
-                answer.request_id,
-                Some(Object(answer.data)),
-                Subject::Run,
-            )?;
-            (read, texts)
-        }
-        None => (ex.read(&fetched, Subject::Run)?, Texts::UNCHECKED),
-    };
+    let (read, texts) = ex.read_with(&fetched, Subject::Run, read::run)?;
     detail_answer(read, texts, &ex.settings().compat)
 }
 
@@ -225,22 +211,9 @@ enum PageRead<'f> {
 
 /// One V2 run-list page, read in one pass where it is plain.
 fn read_page<'f>(ex: &Exchange<'_>, page: &'f Fetched) -> Result<PageRead<'f>, GatewayError> {
-    let Some(answer) = scan::run_list_answer(page.body()) else {
-        return ex
-            .envelope_data(page, Subject::Other)
-            .map(PageRead::General);
-    };
-    let texts = Texts::scanned(&answer);
-    let read = ex.read_parts(
-        page,
-        answer.code,
-        answer.request_id,
-        Some(answer.data),
-        Subject::Other,
-    )?;
-    Ok(match read {
-        Read::Typed(data) => PageRead::Scanned(data.unwrap_or_default(), texts),
-        Read::Untyped(data) => PageRead::General(data),
+    Ok(match ex.read_with(page, Subject::Other, read::run_page)? {
+        (Read::Typed(data), texts) => PageRead::Scanned(data.unwrap_or_default(), texts),
+        (Read::Untyped(data), _) => PageRead::General(data),
     })
 }
 
@@ -305,9 +278,10 @@ mod tests {
         }
         .plan();
         let compat = Compat::default();
-        let answer = scan::run_list_answer(body.as_bytes()).expect("plain");
-        let texts = Texts::scanned(&answer);
-        let scanned = v1_run_list(&plan, vec![(answer.data, texts)], &compat).unwrap();
+        let answer = read::run_page(body.as_bytes()).expect("plain");
+        let (data, texts) = (answer.data.unwrap(), answer.texts);
+        assert_ne!(texts, Texts::UNCHECKED);
+        let scanned = v1_run_list(&plan, vec![(data, texts)], &compat).unwrap();
         let value: Value = serde_json::from_str(body).unwrap();
         let pages = vec![(RunPage::of_value(&value["data"]), Texts::UNCHECKED)];
         let general = v1_run_list(&plan, pages, &compat).unwrap();

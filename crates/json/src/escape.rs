@@ -64,8 +64,9 @@ pub fn json_string(out: &mut Vec<u8>, s: &str) {
 }
 
 /// What is known of the texts a V1 answer takes from a V2 answer. That they
-/// need no escaping is a promise only the one-pass readers' answer makes
-/// ([`Texts::scanned`]): a release build copies such texts unlooked-at.
+/// need no escaping is a promise only the one-pass readers make (the
+/// [`crate::read`] entry points say so when they read an answer in one
+/// pass): a release build copies such texts unlooked-at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Texts {
     pub(crate) plain: bool,
@@ -76,13 +77,10 @@ impl Texts {
     /// looked at, and escaped where it must be.
     pub const UNCHECKED: Texts = Texts { plain: false };
 
-    /// The texts of `answer`, read by the one-pass readers
-    /// (`scan::run_answer`, `scan::run_list_answer`), which take only
-    /// strings without escapes, quotes or control characters: nothing in
-    /// them needs escaping again.
-    pub fn scanned<T>(_answer: &crate::scan::Answer<'_, T>) -> Texts {
-        Texts { plain: true }
-    }
+    /// Read by the one-pass readers (`scan::run_answer`,
+    /// `scan::run_list_answer`), which take only strings without escapes,
+    /// quotes or control characters: nothing in them needs escaping again.
+    pub(crate) const SCANNED: Texts = Texts { plain: true };
 }
 
 #[cfg(test)]

@@ -7,9 +7,13 @@
 //!
 //! In the order a request uses them:
 //!
+//! - [`read`]: one call per V2 answer kind (a run, a run-list page, a
+//!   result page, any other answer typed): the one-pass reader, else
+//!   serde's typed reading. What neither takes (an error, data of another
+//!   shape) is the general reading's, which the gateway does with
+//!   [`v2::Envelope`] and [`value`].
 //! - [`scan`]: the one-pass readers; [`wire`]: the lenient typed readers
-//!   (serde), which read what the one-pass readers leave; [`value`]: the
-//!   same leniency over a `Value`, the general reading's.
+//!   (serde); [`value`]: the same leniency over a `Value`.
 //! - [`v2`]: what the readers give: the V2 envelope, run records, pages.
 //! - [`v1`]: the V1 writers (a run record, a result page, the success
 //!   envelope around a `data`); [`escape`]: JSON strings, sixteen bytes at
@@ -21,6 +25,7 @@
 //! one crate.
 
 pub mod escape;
+pub mod read;
 pub mod scan;
 pub mod v1;
 pub mod v2;

@@ -1,10 +1,11 @@
 //! The one-pass readers of V2 answers, each reading what it can be sure of
-//! and leaving the rest to serde: a result page here, a run and a run-list
-//! page in `run_record.rs`, on the value readers of `values.rs`.
+//! and leaving the rest to serde ([`crate::read`] chooses): a result page
+//! here, a run and a run-list page in `run_record.rs`, on the value readers
+//! of `values.rs`.
 //!
 //! One pass over a V2 result-page answer (`GET /api/v2/worker-runs/{runId}/result`),
 //! between the upstream call and the V1 page the gateway's `ops::results`
-//! writes. The rows are passed to V1
+//! writes (through [`crate::read::result_page`]). The rows are passed to V1
 //! unchanged, so they must be valid JSON, and V1's header
 //! `format` is inferred from them; serde_json took two passes for that (the
 //! rows as raw slices, then each row again for the kinds of its values) at

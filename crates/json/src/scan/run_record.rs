@@ -1,6 +1,7 @@
 //! A V2 run-detail answer, and a page of the run list, read in one pass by
 //! the readers the result scanner is built on ([`super::values`]), between
-//! the upstream call and the gateway's `ops::run_records`. serde's typed reading of the envelope and its run
+//! the upstream call and the gateway's `ops::run_records` (through
+//! [`crate::read`]). serde's typed reading of the envelope and its run
 //! record (`v2::DataEnvelope` of `wire::Object<V2Run>`) was about a tenth
 //! of a translated run detail's instructions: 25 short strings, each
 //! searched for escapes and visited through serde's layers.

@@ -5,6 +5,7 @@
 //! and [`ResultPage`], the page ready to map, its rows found by the scanner
 //! or read raw by serde.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use serde::Deserialize;
@@ -38,6 +39,19 @@ pub struct V2Header<'a> {
     pub label: StrOnly<'a>,
     #[serde(borrow)]
     pub format: StrOnly<'a>,
+}
+
+impl V2Header<'_> {
+    /// The header holding its own strings, for a page that outlives the
+    /// text it was read from.
+    pub(crate) fn into_owned(self) -> V2Header<'static> {
+        let owned = |s: StrOnly| StrOnly(s.0.map(|s| Cow::Owned(s.into_owned())));
+        V2Header {
+            key: owned(self.key),
+            label: owned(self.label),
+            format: owned(self.format),
+        }
+    }
 }
 
 /// The rows of one V2 result page: found by the scanner with the kinds of
@@ -127,5 +141,12 @@ impl<'a> ResultPage<'a> {
     pub fn of_value(data: &Value, spare: &'a mut Option<String>) -> serde_json::Result<Self> {
         let text = spare.insert(data.to_string());
         serde_json::from_str::<OrDefault<V2ResultPage>>(text).map(|p| ResultPage::raw(p.0))
+    }
+}
+
+/// No rows, no count, no headers: the page of an answer without `data`.
+impl Default for ResultPage<'_> {
+    fn default() -> Self {
+        ResultPage::raw(V2ResultPage::default())
     }
 }
