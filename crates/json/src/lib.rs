@@ -2,8 +2,9 @@
 //! answers written on the request path, between the gateway's V2 calls and
 //! its mappings (`ops`). Pure functions and types over bytes, with no I/O
 //! and no gateway types, so that they are tested, fuzzed and benchmarked on
-//! their own. The crate boundary costs nothing in what ships: the `dist`
-//! profile builds every crate as one unit.
+//! their own (`benches/kernel.rs`, the fuzz targets of `fuzz/`). The crate
+//! boundary costs nothing in what ships: the `dist` profile builds every
+//! crate as one unit (`deploy/bench/RESULTS.md` has the figures).
 //!
 //! In the order a request uses them:
 //!
