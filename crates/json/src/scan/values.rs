@@ -105,6 +105,9 @@ impl Token {
 /// reading each value (at its first byte) and returning where it ends:
 /// where the object ends. The keys it is expected to hold, compact, are
 /// `known`: found by comparing bytes, which costs less than reading a key.
+/// Inlined as its callers were compiled in one crate with it: without
+/// link-time optimisation (the benches), a reader of a run called it.
+#[inline]
 pub(super) fn object<'a>(
     b: &'a [u8],
     i: usize,
