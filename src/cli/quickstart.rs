@@ -90,6 +90,10 @@ pub async fn run(
         cfg.api_key,
         relay_section(local(&public)?),
     );
+    // The recorder first: the configuration's memory budget looks up its
+    // gauge when it is made, and one made before the recorder is installed
+    // would be set on nothing.
+    crate::telemetry::prometheus();
     let mut gateway_cfg = config::load(&text, std::env::vars()).map_err(|e| e.to_string())?;
     // The demo's operator endpoints (`/callbacks/events`, redelivery) are
     // open on a loopback admin listener, unless a token was configured;
@@ -105,7 +109,6 @@ pub async fn run(
         .await
         .map_err(|e| e.to_string())?;
     crate::telemetry::init_logging(&gateway_cfg.log.format, &gateway_cfg.log.level);
-    crate::telemetry::prometheus();
     let upstream = Arc::new(HttpUpstream::new(gateway_cfg.upstream.clone())?);
     let addrs = Addresses {
         gateway: local(&public)?,
