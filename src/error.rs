@@ -147,10 +147,12 @@ impl GatewayError {
 
     /// Seconds a client should wait before trying again, for answers that
     /// render as 429: V2's own `Retry-After` when it sent one, else 1 s for
-    /// the gateway's overload refusal.
+    /// the gateway's overload refusals.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
-            GatewayError::Overloaded => Some(1),
+            GatewayError::Overloaded | GatewayError::Upstream(UpstreamFailure::OverBudget(_)) => {
+                Some(1)
+            }
             GatewayError::Refused { retry_after, .. }
                 if self.render().status == StatusCode::TOO_MANY_REQUESTS =>
             {
@@ -253,6 +255,16 @@ impl GatewayError {
                 }
                 (s, (c, m), origin, cause)
             }
+            // A V2 answer refused at the memory budget: the gateway's
+            // overload, as the edge answers a request at the budget (429 /
+            // 4290, `memory_budget`); only reads are refused, so the client
+            // may send it again.
+            Upstream(failure @ UpstreamFailure::OverBudget(_)) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                code::RATE_LIMITED,
+                Origin::Gateway,
+                failure.kind(),
+            ),
             Upstream(failure) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 code::INTERNAL,
@@ -262,7 +274,12 @@ impl GatewayError {
             AbortUnconfirmed(failure) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 code::ABORT_FAILED,
-                Origin::Upstream,
+                // An abort is sent once and its answer never refused; were
+                // it, the gateway would be the one to blame.
+                match failure {
+                    UpstreamFailure::OverBudget(_) => Origin::Gateway,
+                    _ => Origin::Upstream,
+                },
                 failure.kind(),
             ),
             Garbled(_) => (

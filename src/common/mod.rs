@@ -2,11 +2,13 @@
 //! request id carried from client to V2 ([`request_id`]), the deadlines a
 //! request and its V2 attempts run under ([`deadline`]), the executor that
 //! batches wake-ups for both sides' connections ([`coalesce`]), masking
-//! secrets for display ([`redact`]) and what settings checks share
-//! ([`checks`]).
+//! secrets for display ([`redact`]), what settings checks share
+//! ([`checks`]) and the process's memory budget, which the edge and the V2
+//! client both count in ([`memory`]).
 
 pub(crate) mod checks;
 pub(crate) mod coalesce;
 pub mod deadline;
+pub(crate) mod memory;
 pub(crate) mod redact;
 pub mod request_id;

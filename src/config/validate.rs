@@ -237,6 +237,8 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     upstream.extra_root_pem = extra_root_pem;
     upstream.ca_file = (!u.ca_file.is_empty()).then(|| u.ca_file.clone().into());
     upstream.retry = retry;
+    // V2 answers count in the same budget as the edge's bodies and answers.
+    upstream.memory = Some(connections.budget.clone());
     Ok(Config {
         public_addr,
         admin_addr,

@@ -491,6 +491,8 @@ fn keep_restart_only(old: &Config, mut new: Config) -> (Config, Vec<&'static str
     new.grace_period = old.grace_period;
     new.drain_delay = old.drain_delay;
     new.connections = old.connections.clone();
+    // The budget the listeners count in, for a V2 client built anew too.
+    new.upstream.memory = old.upstream.memory.clone();
     new.runtime = old.runtime;
     new.callbacks = old.callbacks.clone();
     new.shadow = old.shadow.clone();
@@ -532,6 +534,15 @@ mod tests {
         assert_eq!(kept.log.level, old.log.level);
         // Live keys take the new value.
         assert_eq!(kept.limits.max_page_size, 50);
+        // One memory budget, the running one, for the listeners and for a
+        // V2 client the new configuration builds.
+        let budget = |c: &Config| c.upstream.memory.clone().expect("a budget");
+        assert!(Arc::ptr_eq(&budget(&old), &old.connections.budget));
+        assert!(Arc::ptr_eq(&budget(&kept), &old.connections.budget));
+        assert!(Arc::ptr_eq(
+            &kept.connections.budget,
+            &old.connections.budget
+        ));
     }
 
     #[test]

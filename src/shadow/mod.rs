@@ -431,6 +431,9 @@ fn failure_text(who: &str, e: &UpstreamFailure) -> String {
         UpstreamFailure::Timeout(d) => format!("{who} did not answer within {d:?}"),
         UpstreamFailure::Broken(why) => format!("{who} connection failed mid-answer: {why}"),
         UpstreamFailure::TooLarge(n) => format!("{who} answer larger than {n} bytes"),
+        UpstreamFailure::OverBudget(n) => {
+            format!("{who} answer refused: no room in the memory budget of {n} bytes")
+        }
     }
 }
 

@@ -23,10 +23,12 @@ pub use histograms::MetricsHandle;
 use histograms::{Bounds, WithHistograms};
 pub use series::BUILD_INFO;
 
-/// Bytes held now for request bodies being read and answers not yet taken
-/// (`connections.memory_budget_bytes` bounds them).
+/// Bytes held now for request bodies being read, answers not yet taken and
+/// V2 answers being read or held (`connections.memory_budget_bytes` bounds
+/// them).
 pub(crate) const MEMORY_HELD: &str = "v1compat_memory_held_bytes";
-/// Requests refused at the memory bound: `{reason="budget"|"connection"|"body"}`.
+/// Requests refused at the memory bound:
+/// `{reason="budget"|"connection"|"body"|"v2_answer"}`.
 pub(crate) const MEMORY_REFUSALS: &str = "v1compat_memory_refusals_total";
 
 /// V1 requests by `operation` and V1 `status`.
@@ -219,11 +221,11 @@ fn describe() {
     describe_gauge!(OPEN_CONNECTIONS, "Client connections open, by listener");
     describe_gauge!(
         MEMORY_HELD,
-        "Bytes held for request bodies being read and answers not yet taken by their clients (bounded by connections.memory_budget_bytes)"
+        "Bytes held for request bodies being read, answers not yet taken by their clients and V2 answers being read or held (bounded by connections.memory_budget_bytes)"
     );
     describe_counter!(
         MEMORY_REFUSALS,
-        "Requests answered 429 at the memory bound, by reason (budget: the process's budget full; connection: connections.max_held_streams reached; body: no room for the body)"
+        "Requests answered 429 at the memory bound, by reason (budget: the process's budget full; connection: connections.max_held_streams reached; body: no room for the body; v2_answer: no room for a V2 answer)"
     );
     describe_counter!(
         SHED_CONNECTIONS,

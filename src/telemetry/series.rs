@@ -30,6 +30,8 @@ const ERROR_KINDS: &[(Origin, &str)] = &[
     (Origin::Upstream, "too_large"),
     (Origin::Upstream, "garbled"),
     (Origin::Gateway, "overloaded"),
+    // A V2 answer refused at the memory budget.
+    (Origin::Gateway, "memory_budget"),
     (Origin::Gateway, "deadline"),
     (Origin::Gateway, "shutdown"),
     (Origin::Gateway, "internal"),
@@ -95,7 +97,7 @@ pub(super) fn register_all() {
     }
     metrics::gauge!(IN_FLIGHT).set(0.0);
     metrics::gauge!(super::MEMORY_HELD).set(0.0);
-    for reason in ["budget", "connection", "body"] {
+    for reason in ["budget", "connection", "body", "v2_answer"] {
         metrics::counter!(super::MEMORY_REFUSALS, "reason" => reason).increment(0);
     }
     metrics::gauge!(SHADOW_IN_FLIGHT).set(0.0);
@@ -122,6 +124,7 @@ mod tests {
                 UpstreamFailure::Timeout(Duration::from_secs(1)),
                 UpstreamFailure::Broken("x".into()),
                 UpstreamFailure::TooLarge(1),
+                UpstreamFailure::OverBudget(1),
             ]
         };
         let mut all = vec![

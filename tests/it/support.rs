@@ -45,10 +45,18 @@ pub(crate) struct TestGateway {
 
 impl TestGateway {
     pub(crate) async fn start(config_toml: &str, upstream: Arc<dyn Upstream>) -> TestGateway {
+        let config = v1compat::config::load(config_toml, Vec::new()).unwrap();
+        TestGateway::start_loaded(config, upstream).await
+    }
+
+    /// [`TestGateway::start`] with the configuration already loaded.
+    async fn start_loaded(
+        config: v1compat::config::Config,
+        upstream: Arc<dyn Upstream>,
+    ) -> TestGateway {
         let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (addr, admin_addr) = (public.local_addr().unwrap(), admin.local_addr().unwrap());
-        let config = v1compat::config::load(config_toml, Vec::new()).unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (mirror_tx, mirror_rx) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(v1compat::run_with_mirror(
@@ -83,12 +91,13 @@ impl TestGateway {
         self.mirror.as_deref().expect("[shadow] is enabled")
     }
 
-    /// A gateway in front of the real [`HttpUpstream`], configured from the
-    /// same text.
+    /// A gateway in front of the real [`HttpUpstream`], both made from one
+    /// loading of the text, as `serve` makes them: the listeners and the V2
+    /// client count in one memory budget.
     pub(crate) async fn over_http(config_toml: &str) -> TestGateway {
         let config = v1compat::config::load(config_toml, Vec::new()).unwrap();
         let upstream = Arc::new(HttpUpstream::new(config.upstream.clone()).unwrap());
-        TestGateway::start(config_toml, upstream).await
+        TestGateway::start_loaded(config, upstream).await
     }
 
     /// Asks the gateway to stop (as SIGTERM would) and returns its server
