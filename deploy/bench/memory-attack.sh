@@ -114,7 +114,7 @@ REPORT="$WORK/report.md"
   python3 - "$RESULTS" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-mb = lambda kb: f"{kb / 1024:.0f} MB" if kb is not None else "–"
+mib_kb = lambda kb: f"{kb / 1024:.0f} MiB" if kb is not None else "–"
 mib = lambda b: f"{b / 1048576:.1f} MiB" if b is not None else "no gauge"
 print("| Attack | RSS before | peak (VmHWM) | end of attack | 5 s after | gauge max / after | attackers answered | other client: ok / failed, p99 |")
 print("|---|---|---|---|---|---|---|---|")
@@ -124,8 +124,8 @@ what = {"h2-zero-window": "HTTP/2 zero window, {c} conn. × 100 streams of 1,000
 for r in rows:
     s = ", ".join(f"{k}: {v}" for k, v in sorted(r["attack_statuses"].items()))
     g = r["good_client"]
-    print(f"| {what[r['attack']].format(c=r['connections'])} | {mb(r['rss_baseline_kb'])} | {mb(r['rss_peak_kb'])} "
-          f"| {mb(r['rss_end_of_attack_kb'])} | {mb(r['rss_5s_after_kb'])} "
+    print(f"| {what[r['attack']].format(c=r['connections'])} | {mib_kb(r['rss_baseline_kb'])} | {mib_kb(r['rss_peak_kb'])} "
+          f"| {mib_kb(r['rss_end_of_attack_kb'])} | {mib_kb(r['rss_5s_after_kb'])} "
           f"| {mib(r['gauge_max_bytes'])} / {mib(r['gauge_5s_after_bytes'])} | {s or 'none'} "
           f"| {g['ok']} / {g['failed']}, {g['p99_ms']} ms |")
 EOF
