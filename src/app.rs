@@ -67,10 +67,7 @@ async fn run_serving(
         tls_acceptor(&config.public_tls)?,
         tls_acceptor(&config.admin_tls)?,
     );
-    let live = reload::Live::new(Arc::new(reload::gateway::Gateway::new(
-        upstream,
-        Arc::new(config),
-    )));
+    let live = reload::Live::new(upstream, config);
     serve_live(public, admin, live, tls, None, on_mirror, shutdown).await
 }
 
@@ -123,15 +120,19 @@ async fn serve_live(
     // opens it before binding (`Live::open_callbacks`); otherwise here. It
     // keeps the V2 client and settings it starts with; reloads carry it over.
     live.open_callbacks().await.map_err(std::io::Error::other)?;
-    let gateway = live.load();
-    if let Some(relay) = gateway.callbacks() {
+    let relay = live.relay();
+    if let Some(relay) = &relay {
         relay.deliver(stop_rx.clone());
     }
-    let pipeline = Arc::new(pipeline::Pipeline::live(live.clone()));
+    // What runs now: each stage is handed its own settings, built from the
+    // configuration here, and the cell it reads the live ones from.
+    let running = live.load();
+    let config = &running.config;
+    let pipeline = Arc::new(pipeline::Pipeline::live(live.gateway().clone()));
     let in_flight = pipeline.clone();
     // Built before anything serves: a capture file that cannot be opened
     // stops start-up instead of leaving a gateway without its public side.
-    let mirror = shadow::Mirror::new(gateway.clone())?;
+    let mirror = shadow::Mirror::new(config.mirror(), running.gateway.clone())?;
     if let (Some(tx), Some(mirror)) = (on_mirror, &mirror) {
         let _ = tx.send(mirror.clone());
     }
@@ -141,7 +142,7 @@ async fn serve_live(
     // probes see "draining" rather than a refused connection.
     let public_drain = conn::Drain::new();
     let admin_drain = conn::Drain::new();
-    let drain_delay = gateway.config.drain_delay;
+    let drain_delay = config.drain_delay;
     // Reloads run until the admin listener is done.
     let reloads = triggers.map(|t| {
         let admin_drain = admin_drain.clone();
@@ -155,15 +156,19 @@ async fn serve_live(
     let public = tokio::spawn(server::serve_public(
         public,
         public_tls,
+        config.edge(),
         pipeline,
         mirror,
+        relay.clone(),
         public_drain.clone(),
     ));
-    let grace = gateway.config.grace_period;
+    let grace = config.grace_period;
     let admin = tokio::spawn(server::serve_admin(
         admin,
         admin_tls,
-        live,
+        config.edge(),
+        live.admin().clone(),
+        relay,
         public_drain.clone(),
         admin_drain.clone(),
     ));

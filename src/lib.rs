@@ -15,8 +15,9 @@
 //!
 //! Beside the path: `callbacks` (the relay), `shadow` (mirror, diff, capture,
 //! replay, report), `telemetry` (logs, metrics). Above it: `config` (TOML and
-//! environment → a validated configuration), `reload` (the live snapshot and
-//! what replaces it), `app` (start and drain), `cli` (the commands' helpers).
+//! environment → a validated configuration, and each stage's settings built
+//! from it), `reload` (the running configuration and what replaces it), `app`
+//! (start and drain), `cli` (the commands' helpers).
 //! The contract as types and data: `v1`, `v2`, `paging`, `differences`,
 //! `openapi`. Other crates of the workspace: `v1compat-contract` (the V1
 //! dialects), `v1compat-json` (JSON written by hand), `v1compat-sandbox`

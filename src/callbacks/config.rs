@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::guard::{Cidr, Policy};
+use super::guard::Policy;
 use super::schedule::Schedule;
+use crate::common::cidr::Cidr;
 
 /// The raw `[callbacks]` table (see config/v1compat.toml for each key).
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -2,11 +2,14 @@
 //! request id carried from client to V2 ([`request_id`]), the deadlines a
 //! request and its V2 attempts run under ([`deadline`]), the executor that
 //! batches wake-ups for both sides' connections ([`coalesce`]), masking
-//! secrets for display ([`redact`]) and what settings checks share
-//! ([`checks`]).
+//! secrets for display ([`redact`]), what settings checks share
+//! ([`checks`]), address blocks ([`cidr`]) and the swap cell a reload
+//! stores the next settings into ([`live`]).
 
 pub(crate) mod checks;
+pub(crate) mod cidr;
 pub(crate) mod coalesce;
 pub mod deadline;
+pub(crate) mod live;
 pub(crate) mod redact;
 pub mod request_id;

@@ -13,10 +13,12 @@
 //! `[section]` (double underscore between levels, names case-insensitive).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::ops::{self, Compat, WorkerIdSettings};
-use crate::upstream::UpstreamSettings;
+use crate::upstream::{Upstream, UpstreamSettings};
+use crate::{edge, pipeline, shadow};
 
 mod env;
 mod keys;
@@ -57,10 +59,58 @@ pub struct Config {
     /// `upstream.health_check_interval_ms`; `None` = off.
     pub health_check_interval: Option<Duration>,
     /// `listen.trusted_proxies`.
-    pub trusted_proxies: Vec<crate::callbacks::guard::Cidr>,
+    pub trusted_proxies: Vec<crate::common::cidr::Cidr>,
 }
 
+/// Each stage's own settings, built here: the configuration is where they
+/// are composed, and no stage reads [`Config`] itself.
 impl Config {
+    /// The snapshot a request runs on (the pipeline's settings and the
+    /// operations' side), on `upstream`.
+    pub fn gateway(&self, upstream: Arc<dyn Upstream>) -> pipeline::Gateway {
+        pipeline::Gateway::new(upstream, self.pipeline(), self.translation())
+    }
+
+    /// What the pipeline reads (see [`pipeline::Settings`]).
+    pub fn pipeline(&self) -> pipeline::Settings {
+        pipeline::Settings {
+            trusted_proxies: self.trusted_proxies.clone(),
+            access_log: self.log.access,
+            dialect: self.compat.dialect,
+            max_body_bytes: self.limits.max_body_bytes,
+            max_in_flight: self.limits.max_in_flight,
+            request_timeout: self.request_timeout,
+            sync_run_timeout: self.sync_run_timeout,
+        }
+    }
+
+    /// What the listeners read at start (see [`edge::Settings`]).
+    pub fn edge(&self) -> edge::Settings {
+        edge::Settings {
+            connections: self.connections.clone(),
+            grace_period: self.grace_period,
+        }
+    }
+
+    /// What the admin listener reads (see [`edge::AdminSettings`]).
+    pub fn admin(&self) -> edge::AdminSettings {
+        let upstream = &self.upstream;
+        edge::AdminSettings {
+            operator: self.operator.clone(),
+            upstream_first_hop: upstream.proxy.first_hop(&upstream.base_url),
+            health_check_interval: self.health_check_interval,
+        }
+    }
+
+    /// What the live shadow mirror reads (see [`shadow::MirrorSettings`]).
+    pub fn mirror(&self) -> shadow::MirrorSettings {
+        shadow::MirrorSettings {
+            shadow: self.shadow.clone(),
+            proxy: self.upstream.proxy.clone(),
+            max_response_bytes: self.upstream.max_response_bytes,
+        }
+    }
+
     /// What the operations read of this configuration (see
     /// [`ops::Settings`]); built once per configuration snapshot.
     pub fn translation(&self) -> ops::Settings {

@@ -29,14 +29,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 mod access;
 pub(crate) mod caller;
+mod gateway;
 pub use access::TARGET as ACCESS_LOG_TARGET;
 pub use caller::Caller;
+pub use gateway::{Gateway, Live, Settings};
 
 use crate::common::request_id::RequestId;
 use crate::error::{GatewayError, Rendered};
 use crate::ops::{self, V1Request};
-use crate::reload::gateway::Gateway;
-use crate::reload::Live;
 use crate::telemetry;
 use crate::telemetry::handles::RequestMetrics;
 use crate::upstream::ApiKey;
@@ -259,7 +259,7 @@ impl Pipeline {
 
     /// A pipeline that follows reloads of `live`.
     pub fn live(live: Arc<Live>) -> Pipeline {
-        let max_in_flight = live.load().config.limits.max_in_flight;
+        let max_in_flight = live.load().settings.max_in_flight;
         Pipeline {
             live,
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
@@ -343,7 +343,7 @@ impl Pipeline {
             if let Some(span) = &span {
                 span.record("request_id", request_id.as_str());
             }
-            let trusted = &gateway.config.trusted_proxies;
+            let trusted = &gateway.settings.trusted_proxies;
             let caller = Caller::of(req.peer, &req.headers, &|ip| {
                 trusted.iter().any(|c| c.contains(ip))
             });
@@ -352,8 +352,8 @@ impl Pipeline {
                 op: None,
                 request_id: &request_id,
                 started,
-                every_request: gateway.config.log.access,
-                dialect: gateway.config.compat.dialect,
+                every_request: gateway.settings.access_log,
+                dialect: gateway.settings.dialect,
                 caller: &caller,
                 bytes_in: AtomicUsize::new(0),
             };
@@ -382,7 +382,7 @@ impl Pipeline {
             } else {
                 client_key(&req.headers).map_err(refuse)?
             };
-            let limit = gateway.config.limits.max_body_bytes;
+            let limit = gateway.settings.max_body_bytes;
             let too_large =
                 || GatewayError::BadRequest(format!("body is larger than {limit} bytes"));
             let body = match req.body.await {
@@ -435,8 +435,8 @@ impl Pipeline {
     /// The request is moved into the future once (see [`Pipeline::admit`]).
     pub fn translate(&self, mut req: Admitted) -> impl Future<Output = V1Response> + '_ {
         let deadline = deadline(
-            req.gateway.config.request_timeout,
-            req.gateway.config.sync_run_timeout,
+            req.gateway.settings.request_timeout,
+            req.gateway.settings.sync_run_timeout,
             req.op,
         );
         let v1 = req.take_v1_request();
@@ -464,8 +464,8 @@ impl Pipeline {
             op: Some(req.op),
             request_id: &req.request_id,
             started: req.started,
-            every_request: req.gateway.config.log.access,
-            dialect: req.gateway.config.compat.dialect,
+            every_request: req.gateway.settings.access_log,
+            dialect: req.gateway.settings.dialect,
             caller: &req.caller,
             bytes_in: AtomicUsize::new(req.bytes_in),
         }
@@ -473,7 +473,7 @@ impl Pipeline {
 
     /// The V1 dialect errors are rendered in (`[compat]`).
     pub fn dialect(&self) -> Dialect {
-        self.live.load().config.compat.dialect
+        self.live.load().settings.dialect
     }
 
     /// An answer that came from elsewhere (the legacy service, with

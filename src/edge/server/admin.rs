@@ -20,24 +20,28 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
 use super::reachability;
+use crate::callbacks::Relay;
 use crate::edge::conn::{self, Drain};
+use crate::edge::{LiveAdmin, Settings};
 use crate::pipeline::API_KEY;
 use crate::telemetry;
 
-/// Serves `/healthz`, `/readyz`, `/metrics` and `/openapi.json`.
+/// Serves `/healthz`, `/readyz`, `/metrics` and `/openapi.json`, and the
+/// operator endpoints of `relay`, when given.
 pub async fn serve_admin(
     listener: TcpListener,
     tls: Option<crate::edge::tls::Acceptor>,
-    live: Arc<crate::reload::Live>,
+    settings: Settings,
+    live: Arc<LiveAdmin>,
+    relay: Option<Arc<Relay>>,
     readiness: Drain,
     drain: Drain,
 ) -> std::io::Result<()> {
-    let gateway = live.load();
     let listener_conf = conn::Listener {
         name: "admin",
         tls,
-        settings: gateway.config.connections.clone(),
-        grace: gateway.config.grace_period,
+        settings: settings.connections,
+        grace: settings.grace_period,
         answers: conn::Answers {
             cut: || admin_text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into()),
             shed: || {
@@ -85,7 +89,8 @@ pub async fn serve_admin(
         )
         .layer(CatchPanicLayer::new());
     let service = layers.service_fn(move |req: Request<Incoming>| {
-        let gateway = live.load();
+        let admin = live.load();
+        let relay = relay.clone();
         let prometheus = prometheus.clone();
         let readiness = readiness.clone();
         async move {
@@ -93,11 +98,11 @@ pub async fn serve_admin(
             // Callback relay operator endpoints (/callbacks/...): only for
             // a caller `[admin]` lets in (`server::operator`).
             if req.uri().path().starts_with("/callbacks/") {
-                if let Some(refused) = gateway.config.operator.refuse(req.method(), req.headers()) {
+                if let Some(refused) = admin.operator.refuse(req.method(), req.headers()) {
                     return Ok::<_, Infallible>(refused);
                 }
             }
-            if let Some(relay) = gateway.callbacks() {
+            if let Some(relay) = &relay {
                 if let Some(r) = relay
                     .admin(req.method(), req.uri().path(), req.uri().query())
                     .await
@@ -136,7 +141,7 @@ pub async fn serve_admin(
                 // them all out of the Service at once and turn V1 error
                 // envelopes into refused connections.
                 (&Method::GET, "/readyz") => {
-                    let upstream = reachability::record(&gateway).await;
+                    let upstream = reachability::record(&admin).await;
                     text(StatusCode::OK, format!("ready\nupstream: {upstream}\n"))
                 }
                 (&Method::GET, "/openapi.json") => {
