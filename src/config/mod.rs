@@ -377,6 +377,30 @@ mod tests {
         .unwrap_err();
         assert_eq!(err.0.len(), 3, "{err}");
         assert!(err.to_string().contains("compat.business_error_status"));
+        // Each names its key, its line, the allowed values (the contract's
+        // names) and the closest one when one is close.
+        assert_eq!(
+            err.0,
+            [
+                "line 2: compat.business_error_status: \"404\" is not one of http, 200 (did you mean `200`?)",
+                "line 3: compat.empty_store_search: \"none\" is not one of refuse, all",
+                "line 4: compat.missing_key_status: \"403\" is not one of 401, 400 (did you mean `400`?)",
+            ]
+        );
+        let err = load("[compat]\nempty_store_search = \"al\"\n", env(&[])).unwrap_err();
+        assert_eq!(
+            err.0,
+            ["line 2: compat.empty_store_search: \"al\" is not one of refuse, all (did you mean `all`?)"]
+        );
+        let err = load(
+            "",
+            env(&[("V1COMPAT_COMPAT__BUSINESS_ERROR_STATUS", "201")]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.0,
+            ["V1COMPAT_COMPAT__BUSINESS_ERROR_STATUS: compat.business_error_status: \"201\" is not one of http, 200 (did you mean `200`?)"]
+        );
     }
 
     #[test]
