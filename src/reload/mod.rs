@@ -103,15 +103,16 @@ impl Live {
 
     /// Puts the callback relay (started once the gateway exists) into the
     /// live snapshot, as the operations' URL maker; reloads carry it over
-    /// from then on. The first relay attached is the one kept.
+    /// from then on. The relay is started once: a second one is not
+    /// attached.
     pub fn attach_callbacks(&self, relay: Option<Arc<Relay>>) {
+        if self.relay.set(relay.clone()).is_err() {
+            return;
+        }
         let running = self.load();
-        let urls = relay
-            .clone()
-            .map(|r| r as Arc<dyn crate::ops::CallbackUrls>);
+        let urls = relay.map(|r| r as Arc<dyn crate::ops::CallbackUrls>);
         let gateway = running.gateway.with_callbacks(urls);
         self.store(running.config.clone(), gateway);
-        let _ = self.relay.set(relay);
     }
 
     /// Whether [`Live::attach_callbacks`] has run.
