@@ -6,6 +6,7 @@ use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use serde_json::{json, Value};
 
+use v1compat::differences::Applied;
 use v1compat::ops::logs::V2Log;
 use v1compat::ops::result_scan;
 use v1compat::ops::results::ResultPage;
@@ -90,7 +91,7 @@ fn bench(c: &mut Criterion) {
                 ),
                 None => (Texts::UNCHECKED, typed(body)),
             };
-            let v1 = run_records::detail_answer(read, texts, &compat).unwrap();
+            let v1 = run_records::detail_answer(read, texts, &compat, &Applied::new()).unwrap();
             v1.into_envelope()
         })
     });
@@ -98,7 +99,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("run_record_serde", |b| {
         b.iter(|| {
             let v1 =
-                run_records::detail_answer(typed(black_box(&record)), Texts::UNCHECKED, &compat)
+                run_records::detail_answer(typed(black_box(&record)), Texts::UNCHECKED, &compat, &Applied::new())
                     .unwrap();
             v1.into_envelope()
         })

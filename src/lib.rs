@@ -13,8 +13,8 @@
 //! V1 client ◀─ edge
 //! ```
 //!
-//! Beside the path: `callbacks` (the relay), `shadow` (mirror, diff, capture,
-//! replay, report), `telemetry` (logs, metrics). Above it: `config` (TOML and
+//! Beside the path: `callbacks` (the relay), `inventory` (which clients still
+//! call V1, relying on what), `shadow` (mirror, diff, capture, replay, report), `telemetry` (logs, metrics). Above it: `config` (TOML and
 //! environment → a validated configuration), `reload` (the live snapshot and
 //! what replaces it), `app` (start and drain), `cli` (the commands' helpers).
 //! The contract as types and data: `v1`, `v2`, `paging`, `differences`,
@@ -31,6 +31,7 @@ pub mod upstream;
 
 // Beside it.
 pub mod callbacks;
+pub mod inventory;
 pub mod shadow;
 pub mod telemetry;
 

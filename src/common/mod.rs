@@ -2,11 +2,12 @@
 //! request id carried from client to V2 ([`request_id`]), the deadlines a
 //! request and its V2 attempts run under ([`deadline`]), the executor that
 //! batches wake-ups for both sides' connections ([`coalesce`]), masking
-//! secrets for display ([`redact`]) and what settings checks share
-//! ([`checks`]).
+//! secrets for display ([`redact`]), escaping text into HTML ([`html`])
+//! and what settings checks share ([`checks`]).
 
 pub(crate) mod checks;
 pub(crate) mod coalesce;
 pub mod deadline;
+pub(crate) mod html;
 pub(crate) mod redact;
 pub mod request_id;

@@ -52,6 +52,8 @@ pub struct Config {
     pub runtime: RuntimeSection,
     pub shadow: crate::shadow::ShadowConfig,
     pub callbacks: crate::callbacks::CallbacksConfig,
+    /// The migration inventory (`[inventory]`).
+    pub inventory: crate::inventory::InventoryConfig,
     /// Who may use the admin listener's operator endpoints (`[admin]`).
     pub operator: crate::edge::server::operator::OperatorAccess,
     /// `upstream.health_check_interval_ms`; `None` = off.

@@ -1,6 +1,7 @@
 //! What every request shares, one per configuration snapshot: the validated
 //! configuration and the translation side built from it once (the V2 client,
-//! [`ops::Settings`], the worker-id cache, the callback relay). The pipeline
+//! [`ops::Settings`], the worker-id cache, the callback relay, the migration
+//! inventory). The pipeline
 //! reads the configuration (limits, log, dialect); the operations get only
 //! [`Gateway::translator`]. A reload builds the next snapshot
 //! ([`Gateway::reloaded`]) and [`reload::Live`](crate::reload::Live) swaps it
@@ -19,6 +20,9 @@ pub struct Gateway {
     /// once, carried over by reloads. The operations see only its URL
     /// maker ([`ops::CallbackUrls`]).
     relay: Option<Arc<crate::callbacks::Relay>>,
+    /// The migration inventory, when opened (`serve`, `sandbox`): opened
+    /// once, carried over by reloads.
+    inventory: Option<Arc<crate::inventory::Inventory>>,
     /// The operations' side: built from `config`, never reading it.
     pub translator: Translator,
 }
@@ -29,7 +33,23 @@ impl Gateway {
             translator: Translator::new(upstream, config.translation()),
             config,
             relay: None,
+            inventory: None,
         }
+    }
+
+    /// The same snapshot with the migration inventory on.
+    pub fn with_inventory(&self, inventory: Option<Arc<crate::inventory::Inventory>>) -> Gateway {
+        Gateway {
+            config: self.config.clone(),
+            translator: self.translator.clone(),
+            relay: self.relay.clone(),
+            inventory,
+        }
+    }
+
+    /// The migration inventory, when opened.
+    pub fn inventory(&self) -> Option<&Arc<crate::inventory::Inventory>> {
+        self.inventory.as_ref()
     }
 
     /// The same snapshot with the callback relay's hooks on.
@@ -40,6 +60,7 @@ impl Gateway {
             config: self.config.clone(),
             translator,
             relay,
+            inventory: self.inventory.clone(),
         }
     }
 
@@ -72,6 +93,7 @@ impl Gateway {
                 callbacks: self.translator.callbacks.clone(),
             },
             relay: self.relay.clone(),
+            inventory: self.inventory.clone(),
         }
     }
 }

@@ -96,6 +96,21 @@ impl Live {
     }
 }
 
+impl Live {
+    /// Opens the migration inventory's store (when `[inventory]` is on) and
+    /// puts it into the live gateway; reloads carry it over. A store that
+    /// cannot be opened (a redb file another process holds) is an error.
+    pub async fn open_inventory(&self) -> Result<(), String> {
+        let g = self.load();
+        if g.inventory().is_some() {
+            return Ok(());
+        }
+        let inventory = crate::inventory::Inventory::open(&g.config.inventory).await?;
+        self.current.store(Arc::new(self.load().with_inventory(inventory)));
+        Ok(())
+    }
+}
+
 /// Where the configuration comes from, to read it again.
 #[derive(Clone, Debug)]
 pub struct Source {
