@@ -1,6 +1,6 @@
 //! Starting and draining the process, on listeners the binary (or a test)
-//! has already bound: the callback relay and the shadow mirror built before
-//! anything serves, the public and admin listeners started, and on shutdown
+//! has already bound: the callback relay, the migration inventory's flusher
+//! and the shadow mirror built before anything serves, the public and admin listeners started, and on shutdown
 //! the drain sequence (readiness false, the drain delay, the public listener
 //! drained within the grace period, then the admin listener).
 
@@ -37,7 +37,20 @@ pub async fn run(
     upstream: Arc<dyn upstream::Upstream>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    run_serving(public, admin, config, upstream, None, shutdown).await
+    run_serving(public, admin, config, upstream, None, false, shutdown).await
+}
+
+/// [`run`] with the migration inventory opened (when `[inventory]` is on),
+/// as `v1compat sandbox` runs. The plain entry points leave it closed, so
+/// that gateways started in process (tests) do not share its default file.
+pub async fn run_with_inventory(
+    public: TcpListener,
+    admin: TcpListener,
+    config: config::Config,
+    upstream: Arc<dyn upstream::Upstream>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    run_serving(public, admin, config, upstream, None, true, shutdown).await
 }
 
 /// [`run`], handing the live shadow mirror to `mirror` once it is built,
@@ -52,7 +65,7 @@ pub async fn run_with_mirror(
     mirror: tokio::sync::oneshot::Sender<Arc<shadow::Mirror>>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    run_serving(public, admin, config, upstream, Some(mirror), shutdown).await
+    run_serving(public, admin, config, upstream, Some(mirror), false, shutdown).await
 }
 
 async fn run_serving(
@@ -61,6 +74,7 @@ async fn run_serving(
     config: config::Config,
     upstream: Arc<dyn upstream::Upstream>,
     on_mirror: Option<tokio::sync::oneshot::Sender<Arc<shadow::Mirror>>>,
+    inventory: bool,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let tls = (
@@ -71,6 +85,9 @@ async fn run_serving(
         upstream,
         Arc::new(config),
     )));
+    if inventory {
+        live.open_inventory().await.map_err(std::io::Error::other)?;
+    }
     serve_live(public, admin, live, tls, None, on_mirror, shutdown).await
 }
 
@@ -127,6 +144,13 @@ async fn serve_live(
     if let Some(relay) = gateway.callbacks() {
         relay.deliver(stop_rx.clone());
     }
+    // The inventory (when opened: `serve`, `sandbox`) flushes on its
+    // interval; the last flush follows the drain, below.
+    if let Some(inventory) = gateway.inventory() {
+        let inventory = inventory.clone();
+        let stop = stop_rx.clone();
+        tokio::spawn(async move { inventory.flush_every_interval(stop).await });
+    }
     let pipeline = Arc::new(pipeline::Pipeline::live(live.clone()));
     let in_flight = pipeline.clone();
     // Built before anything serves: a capture file that cannot be opened
@@ -163,7 +187,7 @@ async fn serve_live(
     let admin = tokio::spawn(server::serve_admin(
         admin,
         admin_tls,
-        live,
+        live.clone(),
         public_drain.clone(),
         admin_drain.clone(),
     ));
@@ -184,6 +208,12 @@ async fn serve_live(
     // recorded or taken over after its lease.
     let _ = stop_tx.send(true);
     let a = public.await;
+    // Every answered request is counted by now: the inventory's last flush.
+    if let Some(inventory) = live.load().inventory() {
+        if let Err(e) = inventory.flush().await {
+            tracing::warn!(error = %e, "inventory store: the last flush failed; the counts since the previous one are lost");
+        }
+    }
     admin_drain.stop();
     let b = admin.await;
     if let Some(reloads) = reloads {

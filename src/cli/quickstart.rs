@@ -119,7 +119,8 @@ pub async fn run(
         write_atomically(path, &addrs.ready_line())
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    let result = crate::app::run(public, admin, gateway_cfg, upstream, shutdown).await;
+    let result =
+        crate::app::run_with_inventory(public, admin, gateway_cfg, upstream, shutdown).await;
     sandbox.shutdown().await;
     result.map_err(|e| e.to_string())
 }

@@ -214,6 +214,25 @@ impl Inventory {
     }
 }
 
+impl Inventory {
+    /// The report of every client as of now, as `cfg` names and ages them.
+    pub async fn report(&self, cfg: &InventoryConfig) -> Result<report::Report, String> {
+        let clients = self.clients().await?;
+        Ok(report::Report::build(
+            clients,
+            &cfg.names,
+            cfg.gone_after,
+            now_ms(),
+        ))
+    }
+}
+
+/// Where `cfg` keeps the inventory, as it may be shown (a PostgreSQL
+/// password masked).
+pub fn store_shown(cfg: &InventoryConfig) -> String {
+    config::redacted_store(&cfg.store)
+}
+
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()

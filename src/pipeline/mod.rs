@@ -861,6 +861,7 @@ fn status_label(status: StatusCode) -> metrics::SharedString {
         400 => "400",
         401 => "401",
         404 => "404",
+        410 => "410",
         429 => "429",
         500 => "500",
         502 => "502",

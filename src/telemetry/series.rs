@@ -10,7 +10,7 @@ use crate::v1::route::Operation;
 use super::*;
 
 /// V1 HTTP statuses the gateway answers with.
-const V1_STATUSES: &[&str] = &["200", "400", "401", "404", "429", "500"];
+const V1_STATUSES: &[&str] = &["200", "400", "401", "404", "410", "429", "500"];
 
 /// `(origin, cause)` of every V1 error the gateway renders
 /// ([`GatewayError::render`](crate::error::GatewayError::render)), except the

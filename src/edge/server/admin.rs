@@ -1,7 +1,8 @@
 //! The admin listener, beside the request path: `/healthz`, `/readyz`
 //! (draining first, then V2 reachability, reported but never failing the
 //! probe), `/metrics`, `/openapi.json` (the V1 contract,
-//! [`crate::openapi`]) and the callback relay's operator endpoints, behind
+//! [`crate::openapi`]), the migration inventory (`/inventory`) and the
+//! callback relay's operator endpoints, both behind
 //! [`super::operator`] (a bearer token, no cross-site requests). It
 //! reads the live configuration per request; its connections, like the
 //! public ones, belong to [`crate::edge::conn`].
@@ -20,6 +21,7 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
 use super::reachability;
+use crate::inventory::report::Format;
 use crate::edge::conn::{self, Drain};
 use crate::pipeline::API_KEY;
 use crate::telemetry;
@@ -90,6 +92,14 @@ pub async fn serve_admin(
         let readiness = readiness.clone();
         async move {
             let text = admin_text;
+            // The migration inventory: an operator endpoint too (it names
+            // clients, their addresses and user-agents).
+            if req.uri().path() == "/inventory" {
+                if let Some(refused) = gateway.config.operator.refuse(req.method(), req.headers()) {
+                    return Ok::<_, Infallible>(refused);
+                }
+                return Ok(inventory(&gateway, &req).await);
+            }
             // Callback relay operator endpoints (/callbacks/...): only for
             // a caller `[admin]` lets in (`server::operator`).
             if req.uri().path().starts_with("/callbacks/") {
@@ -162,6 +172,55 @@ pub async fn serve_admin(
         }
     });
     conn::serve(listener, service, listener_conf, drain).await
+}
+
+/// `GET /inventory`: the migration inventory's report, in the format the
+/// caller asks for (`?format=text|json|html`, else by `Accept`).
+async fn inventory(
+    gateway: &crate::reload::gateway::Gateway,
+    req: &Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        let mut r = admin_text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n".into());
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    let Some(inventory) = gateway.inventory() else {
+        return admin_text(
+            StatusCode::NOT_FOUND,
+            "the migration inventory is off (inventory.enabled = false)\n".into(),
+        );
+    };
+    let accept = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    let format = match Format::negotiate(req.uri().query(), accept) {
+        Ok(f) => f,
+        Err(e) => return admin_text(StatusCode::BAD_REQUEST, format!("{e}\n")),
+    };
+    match inventory.report(&gateway.config.inventory).await {
+        Ok(report) => {
+            let mut r = Response::new(Full::new(Bytes::from(report.render(format))));
+            let h = r.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(format.content_type()),
+            );
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            // The page carries no script and loads nothing: say so.
+            h.insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'"),
+            );
+            r
+        }
+        Err(e) => admin_text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the inventory store cannot be read: {e}\n"),
+        ),
+    }
 }
 
 /// The admin listener's own paths (the callback relay's come before them).

@@ -170,6 +170,67 @@ impl Client {
     }
 }
 
+/// How a report is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+    Html,
+}
+
+impl Format {
+    /// `text`, `json` or `html`.
+    pub fn parse(s: &str) -> Option<Format> {
+        match s {
+            "text" => Some(Format::Text),
+            "json" => Some(Format::Json),
+            "html" => Some(Format::Html),
+            _ => None,
+        }
+    }
+
+    /// The format an HTTP client asks for: `?format=`, else its `Accept`
+    /// (a browser's `text/html` gets the page), else text.
+    pub fn negotiate(query: Option<&str>, accept: Option<&str>) -> Result<Format, String> {
+        let asked = query
+            .into_iter()
+            .flat_map(|q| q.split('&'))
+            .find_map(|pair| pair.strip_prefix("format="));
+        if let Some(asked) = asked {
+            return Format::parse(asked)
+                .ok_or_else(|| format!("format={asked:?} is not one of text, json, html"));
+        }
+        let accept = accept.unwrap_or("");
+        Ok(if accept.contains("text/html") {
+            Format::Html
+        } else if accept.contains("application/json") {
+            Format::Json
+        } else {
+            Format::Text
+        })
+    }
+
+    /// The `Content-Type` of a report in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => "text/plain; charset=utf-8",
+            Format::Json => "application/json",
+            Format::Html => "text/html; charset=utf-8",
+        }
+    }
+}
+
+impl Report {
+    /// The report written in `format`.
+    pub fn render(&self, format: Format) -> String {
+        match format {
+            Format::Text => self.text(),
+            Format::Json => self.json(),
+            Format::Html => self.html(),
+        }
+    }
+}
+
 /// A Unix millisecond time as RFC 3339, to the second.
 pub(crate) fn time(ms: u64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
@@ -250,6 +311,17 @@ pub(crate) mod tests {
         assert!(r.clients[1].gone);
         let json: serde_json::Value = serde_json::from_str(&r.json()).unwrap();
         assert_eq!(json["clients"][0]["name"], "billing-service");
+    }
+
+    #[test]
+    fn the_format_is_asked_for_or_negotiated() {
+        let f = Format::negotiate;
+        assert_eq!(f(Some("format=json"), Some("text/html")), Ok(Format::Json));
+        assert_eq!(f(Some("a=1&format=html"), None), Ok(Format::Html));
+        assert_eq!(f(None, Some("text/html,application/xhtml+xml")), Ok(Format::Html));
+        assert_eq!(f(None, Some("application/json")), Ok(Format::Json));
+        assert_eq!(f(None, None), Ok(Format::Text));
+        assert!(f(Some("format=xml"), None).unwrap_err().contains("text, json, html"));
     }
 
     #[test]

@@ -73,10 +73,21 @@ impl InventoryStore for RedbStore {
                     let bytes = serde_json::to_vec(&record).map_err(e)?;
                     t.insert(delta.id.as_str(), bytes.as_slice()).map_err(e)?;
                 }
+                // Every client's old hours go, and the bound is applied.
                 let mut seen = Vec::new();
+                let mut aged = Vec::new();
                 for row in t.iter().map_err(e)? {
                     let (k, v) = row.map_err(e)?;
-                    seen.push((k.value().to_owned(), decode(v.value())?.last_seen_ms));
+                    let mut record = decode(v.value())?;
+                    seen.push((k.value().to_owned(), record.last_seen_ms));
+                    if record.hours.range(..bounds.oldest_hour).next().is_some() {
+                        record.hours.retain(|h, _| *h >= bounds.oldest_hour);
+                        aged.push(record);
+                    }
+                }
+                for record in &aged {
+                    let bytes = serde_json::to_vec(record).map_err(e)?;
+                    t.insert(record.id.as_str(), bytes.as_slice()).map_err(e)?;
                 }
                 let evict = over_bound(
                     seen.iter().map(|(id, at)| (id.as_str(), *at)),
