@@ -906,6 +906,10 @@ async fn serve_binary(config: &std::path::Path) -> (Running, SocketAddr) {
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_v1compat"))
         .args(["serve", "--config", config.to_str().unwrap()])
         .env_clear()
+        .env(
+            crate::support::INVENTORY_STORE.0,
+            crate::support::INVENTORY_STORE.1,
+        )
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()

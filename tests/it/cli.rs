@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::{json, Value};
 
-use crate::support::{send, MockV2, Reply};
+use crate::support::{send, MockV2, Reply, INVENTORY_STORE};
 
 fn config_file(text: &str) -> tempfile::NamedTempFile {
     let mut f = tempfile::NamedTempFile::new().unwrap();
@@ -22,6 +22,7 @@ fn v1compat(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_v1compat"))
         .args(args)
         .env_clear()
+        .env(INVENTORY_STORE.0, INVENTORY_STORE.1)
         .output()
         .unwrap()
 }
@@ -257,6 +258,7 @@ async fn serve_answers_and_never_logs_keys() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_v1compat"))
         .args(["serve", "--config", f.path().to_str().unwrap()])
         .env_clear()
+        .env(INVENTORY_STORE.0, INVENTORY_STORE.1)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

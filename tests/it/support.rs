@@ -32,6 +32,11 @@ use v1compat::upstream::{
     HttpUpstream, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply,
 };
 
+/// For a `v1compat serve` the tests spawn: the migration inventory in
+/// memory, so that parallel gateways do not share (and leave behind) its
+/// default file in the working directory.
+pub(crate) const INVENTORY_STORE: (&str, &str) = ("V1COMPAT_INVENTORY__STORE", "memory");
+
 /// A gateway on 127.0.0.1:0 in front of `upstream`.
 pub(crate) struct TestGateway {
     pub addr: SocketAddr,
