@@ -98,9 +98,13 @@ fn bench(c: &mut Criterion) {
     // serde's typed reading alone, as before the one-pass reader.
     c.bench_function("run_record_serde", |b| {
         b.iter(|| {
-            let v1 =
-                run_records::detail_answer(typed(black_box(&record)), Texts::UNCHECKED, &compat, &Applied::new())
-                    .unwrap();
+            let v1 = run_records::detail_answer(
+                typed(black_box(&record)),
+                Texts::UNCHECKED,
+                &compat,
+                &Applied::new(),
+            )
+            .unwrap();
             v1.into_envelope()
         })
     });

@@ -65,7 +65,16 @@ pub async fn run_with_mirror(
     mirror: tokio::sync::oneshot::Sender<Arc<shadow::Mirror>>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    run_serving(public, admin, config, upstream, Some(mirror), false, shutdown).await
+    run_serving(
+        public,
+        admin,
+        config,
+        upstream,
+        Some(mirror),
+        false,
+        shutdown,
+    )
+    .await
 }
 
 async fn run_serving(

@@ -21,6 +21,11 @@ pub struct InventoryArgs {
     /// Write the report here instead of standard output.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Print the fingerprint of the API key read from standard input (one
+    /// line), to name that client in [inventory.names] or a brownout.
+    /// Read from stdin so the key stays out of the shell's history.
+    #[arg(long)]
+    pub fingerprint: bool,
 }
 
 /// The report, written where `args` says.
@@ -32,6 +37,18 @@ pub async fn inventory(args: &InventoryArgs, cfg: &Config) -> Result<(), String>
     let inventory = Inventory::open(&cfg.inventory)
         .await?
         .ok_or("the migration inventory is off")?;
+    if args.fingerprint {
+        let mut key = String::new();
+        std::io::stdin()
+            .read_line(&mut key)
+            .map_err(|e| format!("standard input: {e}"))?;
+        let key = key.trim();
+        if key.is_empty() {
+            return Err("--fingerprint reads an API key from standard input; none came".into());
+        }
+        println!("{}", inventory.fingerprint_of_key(key));
+        return Ok(());
+    }
     let report = inventory.report(&cfg.inventory).await?.render(format);
     match &args.out {
         Some(path) => std::fs::write(path, report).map_err(|e| format!("{}: {e}", path.display())),

@@ -87,7 +87,8 @@ pub async fn run(
     // The inventory in the embedded store, in a folder of this process's
     // own that goes with it: two sandboxes never share a file, and the
     // checkout is left as it was (V1COMPAT_INVENTORY__STORE still wins).
-    let inventory_dir = std::env::temp_dir().join(format!("v1compat-sandbox-{}", std::process::id()));
+    let inventory_dir =
+        std::env::temp_dir().join(format!("v1compat-sandbox-{}", std::process::id()));
     let text = format!(
         "[upstream]\nbase_url = \"http://{}\"\nservice_key = \"{}\"\n[log]\nformat = \"text\"\n{}[inventory]\nstore = {}\n",
         local(&v2)?,

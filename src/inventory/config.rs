@@ -211,17 +211,16 @@ pub(crate) fn validate(s: &InventorySection, p: &mut Vec<String>) -> InventoryCo
     if s.max_clients == 0 || s.max_clients > 1_000_000 {
         p.push("inventory.max_clients: must be between 1 and 1000000".into());
     }
-    let duration = |key: &str, text: &str, p: &mut Vec<String>| match humantime::parse_duration(
-        text,
-    ) {
-        Ok(d) if !d.is_zero() => d,
-        _ => {
-            p.push(format!(
-                "inventory.{key}: {text:?} is not a duration such as 30d or 12h"
-            ));
-            Duration::from_secs(30 * 24 * 3600)
-        }
-    };
+    let duration =
+        |key: &str, text: &str, p: &mut Vec<String>| match humantime::parse_duration(text) {
+            Ok(d) if !d.is_zero() => d,
+            _ => {
+                p.push(format!(
+                    "inventory.{key}: {text:?} is not a duration such as 30d or 12h"
+                ));
+                Duration::from_secs(30 * 24 * 3600)
+            }
+        };
     let gone_after = duration("gone_after", &s.gone_after, p);
     let keep_history = duration("keep_history", &s.keep_history, p);
     for (fingerprint, name) in &s.names {
@@ -270,8 +269,8 @@ fn notices(s: &InventorySection, p: &mut Vec<String>) -> Notices {
         t.duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs())
     };
-    let deprecation = time("deprecation.deprecated_at", &d.deprecated_at, p)
-        .map(|t| format!("@{}", unix(t)));
+    let deprecation =
+        time("deprecation.deprecated_at", &d.deprecated_at, p).map(|t| format!("@{}", unix(t)));
     let sunset = time("deprecation.sunset_at", &d.sunset_at, p).map(httpdate::fmt_http_date);
     let link = match d.link.trim() {
         "" => None,
@@ -353,7 +352,9 @@ fn parse_store(s: &str) -> Result<StoreKind, String> {
         Ok(StoreKind::Memory)
     } else if let Some(path) = s.strip_prefix("redb:") {
         if path.is_empty() {
-            return Err("redb: needs a file path, e.g. redb:/var/lib/v1compat/inventory.redb".into());
+            return Err(
+                "redb: needs a file path, e.g. redb:/var/lib/v1compat/inventory.redb".into(),
+            );
         }
         let path = std::path::PathBuf::from(path);
         if path.is_dir() {
@@ -466,8 +467,14 @@ mod tests {
             ..Default::default()
         });
         let all = p.join("\n");
-        assert!(all.contains("brownouts[0].end: must be after start"), "{all}");
+        assert!(
+            all.contains("brownouts[0].end: must be after start"),
+            "{all}"
+        );
         assert!(all.contains("\"nobody\" is neither"), "{all}");
-        assert!(all.contains("\"run_detale\" is not a V1 operation"), "{all}");
+        assert!(
+            all.contains("\"run_detale\" is not a V1 operation"),
+            "{all}"
+        );
     }
 }

@@ -65,7 +65,9 @@ fn shown(prefix: &str, tag: hmac::Tag) -> String {
 pub(crate) fn looks_like(s: &str) -> bool {
     let hex = s.strip_prefix("k-").or_else(|| s.strip_prefix("anon-"));
     hex.is_some_and(|h| {
-        h.len() == 2 * SHOWN && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        h.len() == 2 * SHOWN
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     })
 }
 
@@ -110,7 +112,12 @@ mod tests {
     fn only_fingerprints_look_like_fingerprints() {
         assert!(looks_like("k-0123456789abcdef"));
         assert!(looks_like("anon-0123456789abcdef"));
-        for s in ["k-0123", "x-0123456789abcdef", "k-0123456789ABCDEF", "billing"] {
+        for s in [
+            "k-0123",
+            "x-0123456789abcdef",
+            "k-0123456789ABCDEF",
+            "billing",
+        ] {
             assert!(!looks_like(s), "{s}");
         }
     }

@@ -114,9 +114,7 @@ impl Inventory {
         user_agent: &[u8],
         address: Option<std::net::IpAddr>,
     ) -> String {
-        self.recorder
-            .fingerprints()
-            .of_keyless(user_agent, address)
+        self.recorder.fingerprints().of_keyless(user_agent, address)
     }
 
     /// Writes what was counted since the last flush (and what earlier
@@ -151,8 +149,7 @@ impl Inventory {
                 Ok(())
             }
             Err(e) => {
-                metrics::counter!(telemetry::INVENTORY_FLUSHES, "outcome" => "failed")
-                    .increment(1);
+                metrics::counter!(telemetry::INVENTORY_FLUSHES, "outcome" => "failed").increment(1);
                 // What waits for the store is bounded like the store.
                 let evict = record::over_bound(
                     unstored.values().map(|c| (c.id.as_str(), c.last_seen_ms)),

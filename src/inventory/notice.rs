@@ -27,7 +27,9 @@ pub fn add_headers(notices: &Notices, op: Option<Operation>, headers: &mut Heade
         headers.insert("sunset", v);
     }
     if let Some(link) = &notices.link {
-        if let Some(v) = value(&format!("<{link}>; rel=\"deprecation\"; type=\"text/html\"")) {
+        if let Some(v) = value(&format!(
+            "<{link}>; rel=\"deprecation\"; type=\"text/html\""
+        )) {
             headers.append(http::header::LINK, v);
         }
     }
@@ -127,7 +129,11 @@ mod tests {
         add_headers(&n, Some(Operation::RunDetail), &mut h);
         assert_eq!(h["deprecation"], "@1782777600");
         assert_eq!(h["sunset"], "Sun, 31 Jan 2027 00:00:00 GMT");
-        let links: Vec<_> = h.get_all("link").iter().map(|v| v.to_str().unwrap()).collect();
+        let links: Vec<_> = h
+            .get_all("link")
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect();
         assert_eq!(
             links,
             [

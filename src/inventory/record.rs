@@ -91,7 +91,11 @@ impl ClientRecord {
 }
 
 /// Merges `batch` into `into` by client id.
-pub(crate) fn merge_by_id(into: &mut BTreeMap<String, ClientRecord>, batch: &[ClientRecord], oldest_hour: u64) {
+pub(crate) fn merge_by_id(
+    into: &mut BTreeMap<String, ClientRecord>,
+    batch: &[ClientRecord],
+    oldest_hour: u64,
+) {
     for delta in batch {
         into.entry(delta.id.clone())
             .or_default()
@@ -100,7 +104,10 @@ pub(crate) fn merge_by_id(into: &mut BTreeMap<String, ClientRecord>, batch: &[Cl
 }
 
 /// The ids of the oldest-seen clients beyond `max` (to evict).
-pub(crate) fn over_bound<'a>(clients: impl Iterator<Item = (&'a str, u64)>, max: usize) -> Vec<String> {
+pub(crate) fn over_bound<'a>(
+    clients: impl Iterator<Item = (&'a str, u64)>,
+    max: usize,
+) -> Vec<String> {
     let mut all: Vec<(u64, &str)> = clients.map(|(id, seen)| (seen, id)).collect();
     if all.len() <= max {
         return Vec::new();
@@ -123,7 +130,14 @@ mod tests {
             keyed: true,
             first_seen_ms: at,
             last_seen_ms: at,
-            operations: [(op.to_owned(), OpCount { requests: 2, errors: 1 })].into(),
+            operations: [(
+                op.to_owned(),
+                OpCount {
+                    requests: 2,
+                    errors: 1,
+                },
+            )]
+            .into(),
             differences: [("lenient_input".to_owned(), 2)].into(),
             user_agents: ["ua".to_owned()].into(),
             addresses: ["10.0.0.1".to_owned()].into(),
@@ -139,7 +153,13 @@ mod tests {
         r.merge(&delta("k-1", 1000, "run_detail", 11), 0);
         r.merge(&delta("k-1", 3000, "run_list", 11), 0);
         assert_eq!((r.first_seen_ms, r.last_seen_ms), (1000, 3000));
-        assert_eq!(r.operations["run_detail"], OpCount { requests: 4, errors: 2 });
+        assert_eq!(
+            r.operations["run_detail"],
+            OpCount {
+                requests: 4,
+                errors: 2
+            }
+        );
         assert_eq!(r.requests(), 6);
         assert_eq!(r.errors(), 3);
         assert_eq!(r.differences["lenient_input"], 6);

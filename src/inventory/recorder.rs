@@ -267,7 +267,13 @@ mod tests {
         assert_eq!(records.len(), 3);
         let fa = r.fingerprints().of_key("key-a-secret");
         let a_rec = records.iter().find(|c| c.id == fa).unwrap();
-        assert_eq!(a_rec.operations["run_detail"], OpCount { requests: 2, errors: 1 });
+        assert_eq!(
+            a_rec.operations["run_detail"],
+            OpCount {
+                requests: 2,
+                errors: 1
+            }
+        );
         assert_eq!(a_rec.differences["lenient_input"], 1);
         assert_eq!(a_rec.user_agents.len(), 2);
         assert_eq!(a_rec.hours, [(2, 2)].into());
@@ -282,7 +288,9 @@ mod tests {
     #[test]
     fn new_clients_beyond_the_bound_are_dropped_and_counted() {
         let r = recorder(2);
-        let keys: Vec<_> = (0..5).map(|i| ApiKey::new(&format!("k{i}")).unwrap()).collect();
+        let keys: Vec<_> = (0..5)
+            .map(|i| ApiKey::new(&format!("k{i}")).unwrap())
+            .collect();
         for k in &keys {
             r.record(&seen(Operation::RunList, Some(k), b"x"));
         }

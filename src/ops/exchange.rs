@@ -12,13 +12,13 @@ use futures_util::future::Either;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::input::Ident;
 use super::{Settings, Translator};
 use crate::common::request_id::RequestId;
-use super::input::Ident;
 use crate::differences::{self, Applied, Difference};
-use crate::v2::Segment;
 use crate::error::{GatewayError, Subject};
 use crate::upstream::{ApiKey, V2Call};
+use crate::v2::Segment;
 use crate::v2::{DataEnvelope, Envelope};
 
 /// One V1 request's conversation with V2: the key to use, the request id to
@@ -74,7 +74,9 @@ impl<'a> Exchange<'a> {
     /// answers without asking V2 (and so without V2 checking the key:
     /// `unknown_id_before_key`).
     pub fn known<'i>(&self, ident: &'i Ident) -> Result<&'i Segment, GatewayError> {
-        ident.known().inspect_err(|_| self.applied(&differences::UNKNOWN_ID_BEFORE_KEY))
+        ident
+            .known()
+            .inspect_err(|_| self.applied(&differences::UNKNOWN_ID_BEFORE_KEY))
     }
 
     /// A client's worker id ([`WorkerIds::translate`](super::worker_ids::WorkerIds::translate)),

@@ -339,7 +339,7 @@ impl Body<'_> {
                 return Err(GatewayError::bad(
                     "page_index",
                     format!("must be between 1 and {MAX_PAGE_INDEX}"),
-                ))
+                ));
             }
         };
         let page_size = match self.opt_int("page_size")? {
@@ -576,10 +576,11 @@ mod tests {
     #[test]
     fn known_names_are_not_copied() {
         let b = body(r#"{"run_slug":"r1","run\u005fslug":"r2","other":1,"page_size":5}"#);
-        let borrowed: Vec<bool> =
-            b.members.iter()
-                .map(|(n, _)| matches!(n, Cow::Borrowed(_)))
-                .collect();
+        let borrowed: Vec<bool> = b
+            .members
+            .iter()
+            .map(|(n, _)| matches!(n, Cow::Borrowed(_)))
+            .collect();
         assert_eq!(borrowed, [true, true, false, true]);
         assert_eq!(b.req_str("run_slug").unwrap(), "r2");
         assert_eq!(b.member("other"), Some(&Value::from(1)));

@@ -289,11 +289,13 @@ async fn key_refused_or(ex: &Exchange<'_>, key: &ApiKey, err: GatewayError) -> G
     }
 }
 
-pub(crate) async fn start_task_run(ex: &Exchange<'_>, body: &Body<'_>) -> Result<Value, GatewayError> {
+pub(crate) async fn start_task_run(
+    ex: &Exchange<'_>,
+    body: &Body<'_>,
+) -> Result<Value, GatewayError> {
     let task = input::task_id(body.trimmed(body.req_str("task_slug")?));
     let callback = input::callback_url(body, true)?;
-    let callback = ex
-        .v2_callback_url(ex.key().ok().as_ref(), callback)?;
+    let callback = ex.v2_callback_url(ex.key().ok().as_ref(), callback)?;
     let path = V2Path::new(&[
         Part::Lit("worker-tasks"),
         Part::Id(ex.known(&task)?),
@@ -312,8 +314,7 @@ pub(crate) async fn start_task_run(ex: &Exchange<'_>, body: &Body<'_>) -> Result
 pub(crate) async fn rerun(ex: &Exchange<'_>, body: &Body<'_>) -> Result<Value, GatewayError> {
     let run = body.run_slug()?;
     let callback = input::callback_url(body, true)?;
-    let callback = ex
-        .v2_callback_url(ex.key().ok().as_ref(), callback)?;
+    let callback = ex.v2_callback_url(ex.key().ok().as_ref(), callback)?;
     let path = V2Path::new(&[
         Part::Lit("worker-runs"),
         Part::Id(ex.known(&run)?),

@@ -397,7 +397,12 @@ pub async fn run_list(ex: &Exchange<'_>, body: &Body<'_>) -> Result<Json, Gatewa
             // V1 listed the runs of a worker it did not know as none at all;
             // an id no worker can have is such a worker.
             Ident::Unknown(_) => {
-                return v1_run_list(&window.plan(), Vec::new(), &ex.settings().compat, ex.differences())
+                return v1_run_list(
+                    &window.plan(),
+                    Vec::new(),
+                    &ex.settings().compat,
+                    ex.differences(),
+                )
             }
         },
     };
@@ -498,7 +503,8 @@ mod tests {
         let compat = Compat::default();
         let answer = result_scan::run_list_answer(body.as_bytes()).expect("plain");
         let texts = Texts::scanned(&answer);
-        let scanned = v1_run_list(&plan, vec![(answer.data, texts)], &compat, &Applied::new()).unwrap();
+        let scanned =
+            v1_run_list(&plan, vec![(answer.data, texts)], &compat, &Applied::new()).unwrap();
         let value: Value = serde_json::from_str(body).unwrap();
         let pages = vec![(run_page_of(&value["data"]), Texts::UNCHECKED)];
         let general = v1_run_list(&plan, pages, &compat, &Applied::new()).unwrap();

@@ -376,7 +376,15 @@ impl Pipeline {
             let refuse = |err, key: Option<&ApiKey>| {
                 let applied = error_differences(&err, key.is_some(), 0);
                 let mut response = finish(&cx, Err(err), 0, self.metrics(), None);
-                noted(&gateway, self.metrics(), op, key, &caller, &mut response, applied);
+                noted(
+                    &gateway,
+                    self.metrics(),
+                    op,
+                    key,
+                    &caller,
+                    &mut response,
+                    applied,
+                );
                 response
             };
             // The body is read as JSON whatever its `Content-Type` says, as V1
@@ -675,9 +683,9 @@ fn error_differences(err: &GatewayError, keyed: bool, calls: u32) -> AppliedSet 
         GatewayError::BadRequest(_) if keyed && calls == 0 => none
             .with(&differences::ERROR_MESSAGE_DETAIL)
             .with(&differences::INPUT_BEFORE_KEY),
-        GatewayError::BadRequest(_) | GatewayError::Unauthorized(_) | GatewayError::MissingKey(_) => {
-            none.with(&differences::ERROR_MESSAGE_DETAIL)
-        }
+        GatewayError::BadRequest(_)
+        | GatewayError::Unauthorized(_)
+        | GatewayError::MissingKey(_) => none.with(&differences::ERROR_MESSAGE_DETAIL),
         _ => none,
     }
 }

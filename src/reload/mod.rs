@@ -106,7 +106,8 @@ impl Live {
             return Ok(());
         }
         let inventory = crate::inventory::Inventory::open(&g.config.inventory).await?;
-        self.current.store(Arc::new(self.load().with_inventory(inventory)));
+        self.current
+            .store(Arc::new(self.load().with_inventory(inventory)));
         Ok(())
     }
 }

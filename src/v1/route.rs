@@ -90,7 +90,10 @@ impl Operation {
     /// parameters, and what else changes, if anything.
     pub fn v2_replacement(self) -> V2Replacement {
         let (calls, note): (&'static [&'static str], &'static str) = match self {
-            Operation::StoreSearch => (&["GET /api/v2/store"], "`search` becomes `keyword`; send your key"),
+            Operation::StoreSearch => (
+                &["GET /api/v2/store"],
+                "`search` becomes `keyword`; send your key",
+            ),
             Operation::WorkerDetail => (
                 &[
                     "GET /api/v2/workers/{workerId}",

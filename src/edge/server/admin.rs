@@ -21,8 +21,8 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
 use super::reachability;
-use crate::inventory::report::Format;
 use crate::edge::conn::{self, Drain};
+use crate::inventory::report::Format;
 use crate::pipeline::API_KEY;
 use crate::telemetry;
 
@@ -181,7 +181,10 @@ async fn inventory(
     req: &Request<Incoming>,
 ) -> Response<Full<Bytes>> {
     if !matches!(*req.method(), Method::GET | Method::HEAD) {
-        let mut r = admin_text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n".into());
+        let mut r = admin_text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed\n".into(),
+        );
         r.headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         return r;

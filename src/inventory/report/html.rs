@@ -99,7 +99,9 @@ fn card(out: &mut String, c: &Client, now_ms: u64) {
     }
     out.push_str("</table>");
     if !c.differences.is_empty() {
-        out.push_str("<table><tr><th>relies on</th><th>answers</th><th>what differs, and the fix</th></tr>");
+        out.push_str(
+            "<table><tr><th>relies on</th><th>answers</th><th>what differs, and the fix</th></tr>",
+        );
         for d in &c.differences {
             let _ = write!(
                 out,

@@ -130,11 +130,7 @@ impl Report {
                     addresses: r.addresses.iter().cloned().collect(),
                     operations,
                     differences,
-                    hours: r
-                        .hours
-                        .range(first_hour..)
-                        .map(|(h, n)| (*h, *n))
-                        .collect(),
+                    hours: r.hours.range(first_hour..).map(|(h, n)| (*h, *n)).collect(),
                     fingerprint: r.id,
                 }
             })
@@ -265,8 +261,20 @@ pub(crate) mod tests {
             first_seen_ms: NOW - 86_400_000,
             last_seen_ms: NOW - 60_000,
             operations: [
-                ("start_run".to_owned(), OpCount { requests: 1204, errors: 3 }),
-                ("run_detail".to_owned(), OpCount { requests: 40, errors: 0 }),
+                (
+                    "start_run".to_owned(),
+                    OpCount {
+                        requests: 1204,
+                        errors: 3,
+                    },
+                ),
+                (
+                    "run_detail".to_owned(),
+                    OpCount {
+                        requests: 40,
+                        errors: 0,
+                    },
+                ),
             ]
             .into(),
             differences: [("zero_system_limits".to_owned(), 1204)].into(),
@@ -280,12 +288,23 @@ pub(crate) mod tests {
             keyed: false,
             first_seen_ms: NOW - 90 * 86_400_000,
             last_seen_ms: NOW - 40 * 86_400_000,
-            operations: [("store_search".to_owned(), OpCount { requests: 3, errors: 0 })].into(),
+            operations: [(
+                "store_search".to_owned(),
+                OpCount {
+                    requests: 3,
+                    errors: 0,
+                },
+            )]
+            .into(),
             ..ClientRecord::default()
         };
         Report::build(
             vec![old, n8n],
-            &[("k-00000000000000aa".to_owned(), "billing-service".to_owned())].into(),
+            &[(
+                "k-00000000000000aa".to_owned(),
+                "billing-service".to_owned(),
+            )]
+            .into(),
             std::time::Duration::from_secs(30 * 86_400),
             NOW,
         )
@@ -294,7 +313,10 @@ pub(crate) mod tests {
     #[test]
     fn a_report_names_replacements_fixes_and_who_is_gone() {
         let r = sample();
-        assert_eq!((r.clients_total, r.clients_active, r.clients_gone), (2, 1, 1));
+        assert_eq!(
+            (r.clients_total, r.clients_active, r.clients_gone),
+            (2, 1, 1)
+        );
         let c = &r.clients[0];
         assert_eq!(c.label(), "billing-service");
         assert!(!c.gone);
@@ -318,10 +340,15 @@ pub(crate) mod tests {
         let f = Format::negotiate;
         assert_eq!(f(Some("format=json"), Some("text/html")), Ok(Format::Json));
         assert_eq!(f(Some("a=1&format=html"), None), Ok(Format::Html));
-        assert_eq!(f(None, Some("text/html,application/xhtml+xml")), Ok(Format::Html));
+        assert_eq!(
+            f(None, Some("text/html,application/xhtml+xml")),
+            Ok(Format::Html)
+        );
         assert_eq!(f(None, Some("application/json")), Ok(Format::Json));
         assert_eq!(f(None, None), Ok(Format::Text));
-        assert!(f(Some("format=xml"), None).unwrap_err().contains("text, json, html"));
+        assert!(f(Some("format=xml"), None)
+            .unwrap_err()
+            .contains("text, json, html"));
     }
 
     #[test]

@@ -92,9 +92,18 @@ mod tests {
     #[test]
     fn each_client_says_what_to_call_and_what_to_change() {
         let t = super::super::tests::sample().text();
-        assert!(t.starts_with("V1 clients: 1 active, 1 gone (not seen for 30days)"), "{t}");
-        assert!(t.contains("billing-service (k-00000000000000aa, key) [active]"), "{t}");
-        assert!(t.contains("POST /api/v1/scraper/run x1,204 -> POST /api/v2/workers/{workerId}/runs"), "{t}");
+        assert!(
+            t.starts_with("V1 clients: 1 active, 1 gone (not seen for 30days)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("billing-service (k-00000000000000aa, key) [active]"),
+            "{t}"
+        );
+        assert!(
+            t.contains("POST /api/v1/scraper/run x1,204 -> POST /api/v2/workers/{workerId}/runs"),
+            "{t}"
+        );
         assert!(t.contains("zero_system_limits in 1,204 answers"), "{t}");
         assert!(t.contains("anon-00000000000000bb (no key) [GONE]"), "{t}");
     }

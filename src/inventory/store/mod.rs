@@ -57,7 +57,14 @@ pub(crate) mod suite {
             keyed: true,
             first_seen_ms: seen,
             last_seen_ms: seen,
-            operations: [("run_detail".to_owned(), OpCount { requests, errors: 1 })].into(),
+            operations: [(
+                "run_detail".to_owned(),
+                OpCount {
+                    requests,
+                    errors: 1,
+                },
+            )]
+            .into(),
             differences: [("lenient_input".to_owned(), requests)].into(),
             user_agents: ["sdk/1".to_owned()].into(),
             addresses: ["10.0.0.1".to_owned()].into(),
@@ -73,10 +80,16 @@ pub(crate) mod suite {
 
     /// The first secret asked for is the one kept.
     pub(crate) async fn keeps_the_first_secret(store: &dyn InventoryStore) {
-        let secret = store.secret(b"first-secret-0123456789".to_vec()).await.unwrap();
+        let secret = store
+            .secret(b"first-secret-0123456789".to_vec())
+            .await
+            .unwrap();
         assert_eq!(secret, b"first-secret-0123456789");
         assert_eq!(
-            store.secret(b"other-secret-0123456789".to_vec()).await.unwrap(),
+            store
+                .secret(b"other-secret-0123456789".to_vec())
+                .await
+                .unwrap(),
             secret,
             "a stored secret is kept"
         );
@@ -84,16 +97,31 @@ pub(crate) mod suite {
 
     pub(crate) async fn adds_counts_and_bounds_clients(store: &dyn InventoryStore) {
         let added = store
-            .add(vec![delta("k-a", 7_200_000, 3), delta("k-b", 3_600_000, 1)], WIDE)
+            .add(
+                vec![delta("k-a", 7_200_000, 3), delta("k-b", 3_600_000, 1)],
+                WIDE,
+            )
             .await
             .unwrap();
-        assert_eq!(added, Added { clients: 2, evicted: 0 });
+        assert_eq!(
+            added,
+            Added {
+                clients: 2,
+                evicted: 0
+            }
+        );
         let mut more = delta("k-a", 10_800_000, 2);
         more.user_agents.insert("sdk/2".into());
         store.add(vec![more], WIDE).await.unwrap();
         let clients = store.clients().await.unwrap();
         let a = clients.iter().find(|c| c.id == "k-a").unwrap();
-        assert_eq!(a.operations["run_detail"], OpCount { requests: 5, errors: 2 });
+        assert_eq!(
+            a.operations["run_detail"],
+            OpCount {
+                requests: 5,
+                errors: 2
+            }
+        );
         assert_eq!(a.differences["lenient_input"], 5);
         assert_eq!((a.first_seen_ms, a.last_seen_ms), (7_200_000, 10_800_000));
         assert_eq!(a.hours, [(2, 3), (3, 2)].into());
@@ -111,7 +139,13 @@ pub(crate) mod suite {
             )
             .await
             .unwrap();
-        assert_eq!(added, Added { clients: 2, evicted: 1 });
+        assert_eq!(
+            added,
+            Added {
+                clients: 2,
+                evicted: 1
+            }
+        );
         let mut ids: Vec<_> = store
             .clients()
             .await

@@ -43,7 +43,9 @@ impl PostgresStore {
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
         if !plain {
-            return Err(e(format!("table prefix {prefix:?} is not a plain identifier")));
+            return Err(e(format!(
+                "table prefix {prefix:?} is not a plain identifier"
+            )));
         }
         Ok(PostgresStore {
             url: url.to_owned(),
@@ -95,9 +97,12 @@ impl PostgresStore {
             );
             // Replicas starting together must not race on CREATE TABLE.
             let tx = client.transaction().await.map_err(e)?;
-            tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&self.prefix])
-                .await
-                .map_err(e)?;
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtext($1))",
+                &[&self.prefix],
+            )
+            .await
+            .map_err(e)?;
             tx.batch_execute(&schema).await.map_err(e)?;
             tx.commit().await.map_err(e)?;
             *guard = Some(client);
@@ -221,7 +226,9 @@ impl PostgresStore {
         let mut by_id = std::collections::BTreeMap::new();
         for r in client
             .query(
-                &format!("SELECT id, keyed, first_seen_ms, last_seen_ms, brownouts FROM {p}_clients"),
+                &format!(
+                    "SELECT id, keyed, first_seen_ms, last_seen_ms, brownouts FROM {p}_clients"
+                ),
                 &[],
             )
             .await
@@ -250,8 +257,18 @@ impl PostgresStore {
             };
             let (kind, name, n): (&str, String, i64) = (r.get(1), r.get(2), r.get(3));
             match kind {
-                "requests" => c.operations.entry(name).or_insert_with(OpCount::default).requests += uint(n),
-                "errors" => c.operations.entry(name).or_insert_with(OpCount::default).errors += uint(n),
+                "requests" => {
+                    c.operations
+                        .entry(name)
+                        .or_insert_with(OpCount::default)
+                        .requests += uint(n)
+                }
+                "errors" => {
+                    c.operations
+                        .entry(name)
+                        .or_insert_with(OpCount::default)
+                        .errors += uint(n)
+                }
                 _ => *c.differences.entry(name).or_default() += uint(n),
             }
         }
