@@ -20,6 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["edge"],
     &["shadow", "callbacks"],
     &["pipeline"],
+    &["inventory"],
     &["ops"],
     &["error"],
     &["upstream"],
