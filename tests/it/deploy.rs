@@ -200,7 +200,8 @@ fn kubernetes_manifests_hang_together() {
         .strip_prefix("redb:")
         .unwrap_or_else(|| panic!("{store}: the manifest keeps a redb inventory"));
     let writable = list(&container["volumeMounts"]).iter().any(|m| {
-        file.starts_with(&format!("{}/", s(&m["mountPath"]))) && m["readOnly"].as_bool() != Some(true)
+        file.starts_with(&format!("{}/", s(&m["mountPath"])))
+            && m["readOnly"].as_bool() != Some(true)
     });
     assert!(writable, "{file} is not under a writable volume mount");
     // Rolling updates: the preStop sleep lets endpoints drain before
