@@ -2,7 +2,8 @@
 //! request id carried from client to V2 ([`request_id`]), the deadlines a
 //! request and its V2 attempts run under ([`deadline`]), the executor that
 //! batches wake-ups for both sides' connections ([`coalesce`]), masking
-//! secrets for display ([`redact`]), escaping text into HTML ([`html`])
+//! secrets for display ([`redact`]), escaping text into HTML ([`html`]), where a store lives
+//! ([`store_kind`])
 //! and what settings checks share ([`checks`]).
 
 pub(crate) mod checks;
@@ -11,3 +12,4 @@ pub mod deadline;
 pub(crate) mod html;
 pub(crate) mod redact;
 pub mod request_id;
+pub(crate) mod store_kind;

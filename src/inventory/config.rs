@@ -89,13 +89,7 @@ pub struct BrownoutSection {
     pub operations: Vec<String>,
 }
 
-/// Where the inventory keeps its counts.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StoreKind {
-    Memory,
-    Redb(std::path::PathBuf),
-    Postgres(String),
-}
+pub(crate) use crate::common::store_kind::StoreKind;
 
 /// The checked `[inventory]` section.
 #[derive(Clone)]
@@ -126,14 +120,7 @@ impl std::fmt::Debug for InventoryConfig {
     }
 }
 
-/// The store as it may be shown: a PostgreSQL URL loses its password.
-pub(crate) fn redacted_store(store: &StoreKind) -> String {
-    match store {
-        StoreKind::Memory => "memory".into(),
-        StoreKind::Redb(p) => format!("redb:{}", p.display()),
-        StoreKind::Postgres(url) => crate::common::redact::mask_url(url),
-    }
-}
+pub(crate) use crate::common::store_kind::shown as redacted_store;
 
 /// What V1 answers tell their clients (`[inventory.deprecation]`,
 /// `[[inventory.brownouts]]`), checked.
@@ -348,34 +335,7 @@ fn notices(s: &InventorySection, p: &mut Vec<String>) -> Notices {
 
 /// `memory`, `redb:PATH` or a PostgreSQL URL.
 fn parse_store(s: &str) -> Result<StoreKind, String> {
-    if s == "memory" {
-        Ok(StoreKind::Memory)
-    } else if let Some(path) = s.strip_prefix("redb:") {
-        if path.is_empty() {
-            return Err(
-                "redb: needs a file path, e.g. redb:/var/lib/v1compat/inventory.redb".into(),
-            );
-        }
-        let path = std::path::PathBuf::from(path);
-        if path.is_dir() {
-            return Err(format!("redb:{}: is a folder, not a file", path.display()));
-        }
-        Ok(StoreKind::Redb(path))
-    } else if s.starts_with("postgres://") || s.starts_with("postgresql://") {
-        s.parse::<tokio_postgres::Config>()
-            .map(|_| StoreKind::Postgres(s.to_owned()))
-            .map_err(|e| {
-                format!(
-                    "{:?} is not a PostgreSQL connection URL the store can use: {e}",
-                    crate::common::redact::mask_url(s)
-                )
-            })
-    } else {
-        Err(format!(
-            "{:?} is not memory, redb:PATH or postgres://…",
-            crate::common::redact::mask_url(s)
-        ))
-    }
+    crate::common::store_kind::parse(s, "inventory.redb")
 }
 
 #[cfg(test)]

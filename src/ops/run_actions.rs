@@ -71,19 +71,18 @@ pub(crate) fn start_run_request(
             ))
         }
     }
-    match params.get_mut("system") {
-        None => {}
-        Some(Value::Object(system)) => {
-            if v2_system(system) {
-                body.note(&crate::differences::ZERO_SYSTEM_LIMITS);
-            }
-        }
+    let left_out = match params.get_mut("system") {
+        None => false,
+        Some(Value::Object(system)) => v2_system(system),
         Some(_) => {
             return Err(GatewayError::bad(
                 "input.parameters.system",
                 "must be an object",
             ))
         }
+    };
+    if left_out {
+        body.note(&crate::differences::ZERO_SYSTEM_LIMITS);
     }
     let mut v2 = Map::new();
     v2.insert("input".into(), Value::Object(input));

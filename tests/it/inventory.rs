@@ -172,7 +172,7 @@ async fn three_clients(gw: SocketAddr, key1: &str) {
     assert_eq!((status, &refused["code"]), (200, &json!(4000)), "{refused}");
 }
 
-fn client<'a>(inventory: &'a Value, pred: impl Fn(&Value) -> bool) -> &'a Value {
+fn client(inventory: &Value, pred: impl Fn(&Value) -> bool) -> &Value {
     inventory["clients"]
         .as_array()
         .unwrap()

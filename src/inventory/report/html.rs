@@ -56,18 +56,10 @@ fn card(out: &mut String, c: &Client, now_ms: u64) {
     );
     let _ = write!(
         out,
-        "<p class=\"muted\"><code>{}</code> · {} · seen {} – {} · {} requests, {} errors{}</p>",
+        "<p class=\"muted\"><code>{}</code> · {} · {}</p>",
         esc(&c.fingerprint),
         if c.keyed { "API key" } else { "no key" },
-        time(c.first_seen_ms),
-        time(c.last_seen_ms),
-        thousands(c.requests),
-        thousands(c.errors),
-        if c.brownout_refusals > 0 {
-            format!(", {} refused by brownouts", thousands(c.brownout_refusals))
-        } else {
-            String::new()
-        }
+        esc(&c.seen_line()),
     );
     chart(out, c, now_ms);
     if !c.user_agents.is_empty() || !c.addresses.is_empty() {

@@ -164,6 +164,25 @@ impl Client {
     pub fn label(&self) -> &str {
         self.name.as_deref().unwrap_or(&self.fingerprint)
     }
+
+    /// When it was seen and how much it called:
+    /// `seen A .. B; 1,244 V1 requests, 3 errors`.
+    pub fn seen_line(&self) -> String {
+        let mut line = format!(
+            "seen {} .. {}; {} V1 requests, {} errors",
+            time(self.first_seen_ms),
+            time(self.last_seen_ms),
+            thousands(self.requests),
+            thousands(self.errors)
+        );
+        if self.brownout_refusals > 0 {
+            line.push_str(&format!(
+                ", {} refused by brownouts",
+                thousands(self.brownout_refusals)
+            ));
+        }
+        line
+    }
 }
 
 /// How a report is written.
@@ -238,7 +257,7 @@ pub(crate) fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

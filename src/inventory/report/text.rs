@@ -35,19 +35,7 @@ impl Report {
                     let _ = writeln!(out, "{} ({kind}) [{state}]", c.fingerprint);
                 }
             }
-            let _ = writeln!(
-                out,
-                "  seen {} .. {}; {} V1 requests, {} errors{}",
-                time(c.first_seen_ms),
-                time(c.last_seen_ms),
-                thousands(c.requests),
-                thousands(c.errors),
-                if c.brownout_refusals > 0 {
-                    format!(", {} refused by brownouts", thousands(c.brownout_refusals))
-                } else {
-                    String::new()
-                }
-            );
+            let _ = writeln!(out, "  {}", c.seen_line());
             if !c.user_agents.is_empty() {
                 let _ = writeln!(out, "  user-agents: {}", c.user_agents.join(" | "));
             }

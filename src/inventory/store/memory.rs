@@ -9,8 +9,11 @@ use crate::inventory::record::{merge_by_id, over_bound, ClientRecord};
 
 #[derive(Default)]
 pub(crate) struct MemoryStore {
-    state: Mutex<(BTreeMap<String, ClientRecord>, Option<Vec<u8>>)>,
+    state: Mutex<State>,
 }
+
+/// The clients by id, and the fingerprint secret once asked for.
+type State = (BTreeMap<String, ClientRecord>, Option<Vec<u8>>);
 
 impl InventoryStore for MemoryStore {
     fn add(&self, batch: Vec<ClientRecord>, bounds: Bounds) -> StoreFuture<'_, Added> {
