@@ -203,14 +203,15 @@ impl Admitted {
         }
     }
 
-    /// [`Admitted::v1_request`] for the last use of the request's body,
-    /// query and key: moved out rather than copied.
+    /// [`Admitted::v1_request`] for the last use of the request's body and
+    /// query: moved out rather than copied. The key is shared (an `Arc`):
+    /// the answer is counted by it once the operation is done.
     fn take_v1_request(&mut self) -> V1Request {
         V1Request {
             op: self.op,
             query: self.query.take(),
             body: std::mem::take(&mut self.body),
-            key: self.key.take(),
+            key: self.key.clone(),
             request_id: self.request_id.clone(),
         }
     }
@@ -468,10 +469,6 @@ impl Pipeline {
             req.gateway.config.sync_run_timeout,
             req.op,
         );
-        // The inventory counts the answer by its key, which the operation
-        // takes: a handle on it (an `Arc`) kept only when one counts.
-        let key = req.gateway.inventory().and(req.key.clone());
-        let keyed = req.key.is_some();
         let browned_out = self.browned_out(&req);
         let v1 = req.take_v1_request();
         async move {
@@ -490,6 +487,7 @@ impl Pipeline {
             let failed = result.is_err();
             let mut set = applied.get().union(req.applied);
             if let Err(err) = &result {
+                let keyed = req.key.is_some();
                 set = set.union(error_differences(err, keyed, calls.load(Ordering::Relaxed)));
             }
             // The request's header map, its last use past, holds the
@@ -519,7 +517,7 @@ impl Pipeline {
             if let Some(inventory) = req.gateway.inventory() {
                 inventory.record(&crate::inventory::Seen {
                     op: req.op,
-                    key: key.as_ref(),
+                    key: req.key.as_ref(),
                     user_agent: req.caller.user_agent.as_ref().map(HeaderValue::as_bytes),
                     address: req.caller.forwarded_for.or(req.caller.peer),
                     failed,
