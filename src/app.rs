@@ -1,6 +1,6 @@
 //! Starting and draining the process, on listeners the binary (or a test)
-//! has already bound: the callback relay and the shadow mirror built before
-//! anything serves, the public and admin listeners started, and on shutdown
+//! has already bound: the callback relay, the migration inventory's flusher
+//! and the shadow mirror built before anything serves, the public and admin listeners started, and on shutdown
 //! the drain sequence (readiness false, the drain delay, the public listener
 //! drained within the grace period, then the admin listener).
 
@@ -37,7 +37,20 @@ pub async fn run(
     upstream: Arc<dyn upstream::Upstream>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    run_serving(public, admin, config, upstream, None, shutdown).await
+    run_serving(public, admin, config, upstream, None, false, shutdown).await
+}
+
+/// [`run`] with the migration inventory opened (when `[inventory]` is on),
+/// as `v1compat sandbox` runs. The plain entry points leave it closed, so
+/// that gateways started in process (tests) do not share its default file.
+pub async fn run_with_inventory(
+    public: TcpListener,
+    admin: TcpListener,
+    config: config::Config,
+    upstream: Arc<dyn upstream::Upstream>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    run_serving(public, admin, config, upstream, None, true, shutdown).await
 }
 
 /// [`run`], handing the live shadow mirror to `mirror` once it is built,
@@ -52,7 +65,16 @@ pub async fn run_with_mirror(
     mirror: tokio::sync::oneshot::Sender<Arc<shadow::Mirror>>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    run_serving(public, admin, config, upstream, Some(mirror), shutdown).await
+    run_serving(
+        public,
+        admin,
+        config,
+        upstream,
+        Some(mirror),
+        false,
+        shutdown,
+    )
+    .await
 }
 
 async fn run_serving(
@@ -61,6 +83,7 @@ async fn run_serving(
     config: config::Config,
     upstream: Arc<dyn upstream::Upstream>,
     on_mirror: Option<tokio::sync::oneshot::Sender<Arc<shadow::Mirror>>>,
+    inventory: bool,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let tls = (
@@ -68,6 +91,9 @@ async fn run_serving(
         tls_acceptor(&config.admin_tls)?,
     );
     let live = reload::Live::new(upstream, config);
+    if inventory {
+        live.open_inventory().await.map_err(std::io::Error::other)?;
+    }
     serve_live(public, admin, live, tls, None, on_mirror, shutdown).await
 }
 
@@ -124,6 +150,14 @@ async fn serve_live(
     if let Some(relay) = &relay {
         relay.deliver(stop_rx.clone());
     }
+    // The inventory (when opened: `serve`, `sandbox`) flushes on its
+    // interval; the last flush follows the drain, below.
+    let inventory = live.inventory();
+    if let Some(inventory) = &inventory {
+        let inventory = inventory.clone();
+        let stop = stop_rx.clone();
+        tokio::spawn(async move { inventory.flush_every_interval(stop).await });
+    }
     // What runs now: each stage is handed its own settings, built from the
     // configuration here, and the cell it reads the live ones from.
     let running = live.load();
@@ -168,7 +202,10 @@ async fn serve_live(
         admin_tls,
         config.edge(),
         live.admin().clone(),
-        relay,
+        server::OperatorEndpoints {
+            relay,
+            inventory: inventory.clone(),
+        },
         public_drain.clone(),
         admin_drain.clone(),
     ));
@@ -189,6 +226,12 @@ async fn serve_live(
     // recorded or taken over after its lease.
     let _ = stop_tx.send(true);
     let a = public.await;
+    // Every answered request is counted by now: the inventory's last flush.
+    if let Some(inventory) = &inventory {
+        if let Err(e) = inventory.flush().await {
+            tracing::warn!(error = %e, "inventory store: the last flush failed; the counts since the previous one are lost");
+        }
+    }
     admin_drain.stop();
     let b = admin.await;
     if let Some(reloads) = reloads {

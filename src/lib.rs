@@ -13,8 +13,9 @@
 //! V1 client ◀─ edge
 //! ```
 //!
-//! Beside the path: `callbacks` (the relay), `shadow` (mirror, diff, capture,
-//! replay, report), `telemetry` (logs, metrics). Above it: `config` (TOML and
+//! Beside the path: `callbacks` (the relay), `inventory` (which clients still
+//! call V1, relying on what), `shadow` (mirror, diff, capture, replay,
+//! report), `telemetry` (logs, metrics). Above it: `config` (TOML and
 //! environment → a validated configuration, and each stage's settings built
 //! from it), `reload` (the running configuration and what replaces it), `app`
 //! (start and drain), `cli` (the commands' helpers).
@@ -32,6 +33,7 @@ pub mod upstream;
 
 // Beside it.
 pub mod callbacks;
+pub mod inventory;
 pub mod shadow;
 pub mod telemetry;
 
@@ -51,4 +53,4 @@ pub mod paging;
 pub mod v1;
 pub mod v2;
 
-pub use app::{run, run_reloading, run_with_mirror};
+pub use app::{run, run_reloading, run_with_inventory, run_with_mirror};

@@ -2,7 +2,8 @@
 //! request id carried from client to V2 ([`request_id`]), the deadlines a
 //! request and its V2 attempts run under ([`deadline`]), the executor that
 //! batches wake-ups for both sides' connections ([`coalesce`]), masking
-//! secrets for display ([`redact`]), what settings checks share
+//! secrets for display ([`redact`]), escaping text into HTML ([`html`]),
+//! where a store lives ([`store_kind`]), what settings checks share
 //! ([`checks`]), address blocks ([`cidr`]) and the swap cell a reload
 //! stores the next settings into ([`live`]).
 
@@ -10,6 +11,8 @@ pub(crate) mod checks;
 pub(crate) mod cidr;
 pub(crate) mod coalesce;
 pub mod deadline;
+pub(crate) mod html;
 pub(crate) mod live;
 pub(crate) mod redact;
 pub mod request_id;
+pub(crate) mod store_kind;

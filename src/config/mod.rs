@@ -54,6 +54,8 @@ pub struct Config {
     pub runtime: RuntimeSection,
     pub shadow: crate::shadow::ShadowConfig,
     pub callbacks: crate::callbacks::CallbacksConfig,
+    /// The migration inventory (`[inventory]`).
+    pub inventory: crate::inventory::InventoryConfig,
     /// Who may use the admin listener's operator endpoints (`[admin]`).
     pub operator: crate::edge::server::operator::OperatorAccess,
     /// `upstream.health_check_interval_ms`; `None` = off.
@@ -81,6 +83,7 @@ impl Config {
             max_in_flight: self.limits.max_in_flight,
             request_timeout: self.request_timeout,
             sync_run_timeout: self.sync_run_timeout,
+            notices: self.inventory.notices.clone(),
         }
     }
 
@@ -99,6 +102,7 @@ impl Config {
             operator: self.operator.clone(),
             upstream_first_hop: upstream.proxy.first_hop(&upstream.base_url),
             health_check_interval: self.health_check_interval,
+            inventory: self.inventory.clone(),
         }
     }
 

@@ -35,6 +35,8 @@ pub struct RawConfig {
     pub shadow: crate::shadow::ShadowSection,
     /// The callback relay (issue 9); checked in `callbacks::config`.
     pub callbacks: crate::callbacks::CallbacksSection,
+    /// The migration inventory; checked in `inventory::config`.
+    pub inventory: crate::inventory::InventorySection,
     /// The admin listener's operator endpoints; checked in `server::operator`.
     pub admin: crate::edge::server::operator::AdminSection,
 }

@@ -180,6 +180,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     let shadow = crate::shadow::config::validate(&raw.shadow, &mut p);
     let extra_root_pem = read_ca_file(&u.ca_file, &mut p);
     let callbacks = crate::callbacks::config::validate(&raw.callbacks, &mut p);
+    let inventory = crate::inventory::config::validate(&raw.inventory, &mut p);
     let connections = crate::edge::conn::settings::validate(&raw.connections, &mut p);
     if raw.runtime.threads > MAX_THREADS {
         p.push(format!(
@@ -241,6 +242,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         runtime: raw.runtime,
         shadow,
         callbacks,
+        inventory,
         operator,
         health_check_interval: (u.health_check_interval_ms > 0)
             .then(|| Duration::from_millis(u.health_check_interval_ms)),

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::edge::conn::ConnSettings;
 use crate::edge::server::operator::OperatorAccess;
+use crate::inventory::InventoryConfig;
 
 /// The listeners' connection settings: read once, when a listener starts
 /// (`[connections]` and `[shutdown]` need a restart to change).
@@ -32,6 +33,8 @@ pub struct AdminSettings {
     pub upstream_first_hop: Option<(String, u16)>,
     /// `upstream.health_check_interval_ms`; `None` = off.
     pub health_check_interval: Option<Duration>,
+    /// `[inventory]`: how `/inventory` names and ages the clients.
+    pub inventory: InventoryConfig,
 }
 
 /// The admin listener's settings as configured now; a reload stores the

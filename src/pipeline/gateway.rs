@@ -1,7 +1,7 @@
 //! What every request shares, one per configuration snapshot: the
-//! pipeline's own [`Settings`] and the translation side built once from the
+//! pipeline's own [`Settings`], the translation side built once from the
 //! configuration (the V2 client, [`ops::Settings`], the worker-id cache, the
-//! callback relay's URL maker), in [`Gateway`]. A request loads the
+//! callback relay's URL maker) and the migration inventory, in [`Gateway`]. A request loads the
 //! snapshot once, from the swap cell [`Live`], and reads plain fields from
 //! then on; it keeps the snapshot it was admitted with to the end, whatever
 //! a reload swaps in meanwhile.
@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::common::cidr::Cidr;
+use crate::inventory::{config::Notices, Inventory};
 use crate::ops::{self, worker_ids::WorkerIds, Translator};
 use crate::upstream::Upstream;
 use v1compat_contract::dialect::Dialect;
@@ -39,6 +40,9 @@ pub struct Settings {
     /// `limits.sync_run_timeout_ms`: a synchronous run's wait, on top of
     /// the request's own deadline.
     pub sync_run_timeout: Duration,
+    /// What V1 answers tell their clients (`[inventory.deprecation]`,
+    /// `[[inventory.brownouts]]`).
+    pub notices: Notices,
 }
 
 /// One configuration snapshot: what the pipeline reads, and what the
@@ -47,6 +51,9 @@ pub struct Gateway {
     pub settings: Settings,
     /// The operations' side: built from the configuration, never reading it.
     pub translator: Translator,
+    /// The migration inventory, when opened (`serve`, `sandbox`): opened
+    /// once, carried over by reloads.
+    inventory: Option<Arc<Inventory>>,
 }
 
 /// The snapshot the request path uses now; a reload stores the next one.
@@ -61,6 +68,7 @@ impl Gateway {
         Gateway {
             settings,
             translator: Translator::new(upstream, translation),
+            inventory: None,
         }
     }
 
@@ -72,7 +80,22 @@ impl Gateway {
         Gateway {
             settings: self.settings.clone(),
             translator,
+            inventory: self.inventory.clone(),
         }
+    }
+
+    /// The same snapshot with the migration inventory on.
+    pub fn with_inventory(&self, inventory: Option<Arc<Inventory>>) -> Gateway {
+        Gateway {
+            settings: self.settings.clone(),
+            translator: self.translator.clone(),
+            inventory,
+        }
+    }
+
+    /// The migration inventory, when opened.
+    pub fn inventory(&self) -> Option<&Arc<Inventory>> {
+        self.inventory.as_ref()
     }
 
     /// The V2 client.
@@ -81,8 +104,9 @@ impl Gateway {
     }
 
     /// The snapshot after a reload to these settings with `upstream`: the
-    /// callback relay's URL maker carries over (the relay is started once),
-    /// and so does the worker-id cache when `[workers]` did not change.
+    /// callback relay's URL maker and the inventory carry over (each is
+    /// started once), and so does the worker-id cache when `[workers]` did
+    /// not change.
     pub fn reloaded(
         &self,
         upstream: Arc<dyn Upstream>,
@@ -102,6 +126,7 @@ impl Gateway {
                 worker_ids,
                 callbacks: self.translator.callbacks.clone(),
             },
+            inventory: self.inventory.clone(),
         }
     }
 }

@@ -36,6 +36,7 @@ use tokio::sync::broadcast;
 use crate::callbacks::Relay;
 use crate::config::{self, Config};
 use crate::edge::{self, tls};
+use crate::inventory::Inventory;
 use crate::pipeline;
 use crate::telemetry;
 use crate::upstream::{HttpUpstream, Upstream};
@@ -53,6 +54,9 @@ pub struct Live {
     /// The callback relay, once opened (`None` inside: not relay mode):
     /// see [`Live::open_callbacks`]. Started once; reloads keep it.
     relay: OnceLock<Option<Arc<Relay>>>,
+    /// The migration inventory, once opened (`None` inside: off): see
+    /// [`Live::open_inventory`]. Opened once; reloads keep it.
+    inventory: OnceLock<Option<Arc<Inventory>>>,
 }
 
 /// The configuration running now, with the pipeline's snapshot built from
@@ -74,6 +78,7 @@ impl Live {
                 gateway,
             }),
             relay: OnceLock::new(),
+            inventory: OnceLock::new(),
         })
     }
 
@@ -141,6 +146,31 @@ impl Live {
         .await?;
         self.attach_callbacks(relay);
         Ok(())
+    }
+}
+
+impl Live {
+    /// Opens the migration inventory's store (when `[inventory]` is on) and
+    /// puts it into the live snapshot; reloads carry it over. A store that
+    /// cannot be opened (a redb file another process holds) is an error.
+    pub async fn open_inventory(&self) -> Result<(), String> {
+        if self.inventory.get().is_some() {
+            return Ok(());
+        }
+        let running = self.load();
+        let inventory = Inventory::open(&running.config.inventory).await?;
+        if self.inventory.set(inventory.clone()).is_err() {
+            return Ok(());
+        }
+        let running = self.load();
+        let gateway = running.gateway.with_inventory(inventory);
+        self.store(running.config.clone(), gateway);
+        Ok(())
+    }
+
+    /// The migration inventory, when `[inventory]` is on and it is open.
+    pub fn inventory(&self) -> Option<Arc<Inventory>> {
+        self.inventory.get().cloned().flatten()
     }
 }
 

@@ -22,6 +22,7 @@ const LAYERS: &[&[&str]] = &[
     &["edge"],
     &["shadow", "callbacks"],
     &["pipeline"],
+    &["inventory"],
     &["ops"],
     &["error"],
     &["upstream"],

@@ -1,7 +1,8 @@
 //! The admin listener, beside the request path: `/healthz`, `/readyz`
 //! (draining first, then V2 reachability, reported but never failing the
 //! probe), `/metrics`, `/openapi.json` (the V1 contract,
-//! [`crate::openapi`]) and the callback relay's operator endpoints, behind
+//! [`crate::openapi`]), the migration inventory (`/inventory`) and the
+//! callback relay's operator endpoints, both behind
 //! [`super::operator`] (a bearer token, no cross-site requests). It
 //! reads the live configuration per request; its connections, like the
 //! public ones, belong to [`crate::edge::conn`].
@@ -22,18 +23,28 @@ use tower_http::trace::TraceLayer;
 use super::reachability;
 use crate::callbacks::Relay;
 use crate::edge::conn::{self, Drain};
-use crate::edge::{LiveAdmin, Settings};
+use crate::edge::{AdminSettings, LiveAdmin, Settings};
+use crate::inventory::report::Format;
+use crate::inventory::Inventory;
 use crate::pipeline::API_KEY;
 use crate::telemetry;
 
+/// What the admin listener's operator endpoints answer for, each opened
+/// once, before serving: the callback relay (`/callbacks/…`) and the
+/// migration inventory (`/inventory`), when on.
+pub struct OperatorEndpoints {
+    pub relay: Option<Arc<Relay>>,
+    pub inventory: Option<Arc<Inventory>>,
+}
+
 /// Serves `/healthz`, `/readyz`, `/metrics` and `/openapi.json`, and the
-/// operator endpoints of `relay`, when given.
+/// operator endpoints of `operated`.
 pub async fn serve_admin(
     listener: TcpListener,
     tls: Option<crate::edge::tls::Acceptor>,
     settings: Settings,
     live: Arc<LiveAdmin>,
-    relay: Option<Arc<Relay>>,
+    operated: OperatorEndpoints,
     readiness: Drain,
     drain: Drain,
 ) -> std::io::Result<()> {
@@ -90,11 +101,20 @@ pub async fn serve_admin(
         .layer(CatchPanicLayer::new());
     let service = layers.service_fn(move |req: Request<Incoming>| {
         let admin = live.load();
-        let relay = relay.clone();
+        let relay = operated.relay.clone();
+        let inventory_of = operated.inventory.clone();
         let prometheus = prometheus.clone();
         let readiness = readiness.clone();
         async move {
             let text = admin_text;
+            // The migration inventory: an operator endpoint too (it names
+            // clients, their addresses and user-agents).
+            if req.uri().path() == "/inventory" {
+                if let Some(refused) = admin.operator.refuse(req.method(), req.headers()) {
+                    return Ok::<_, Infallible>(refused);
+                }
+                return Ok(inventory(inventory_of.as_deref(), &admin, &req).await);
+            }
             // Callback relay operator endpoints (/callbacks/...): only for
             // a caller `[admin]` lets in (`server::operator`).
             if req.uri().path().starts_with("/callbacks/") {
@@ -167,6 +187,59 @@ pub async fn serve_admin(
         }
     });
     conn::serve(listener, service, listener_conf, drain).await
+}
+
+/// `GET /inventory`: the migration inventory's report, in the format the
+/// caller asks for (`?format=text|json|html`, else by `Accept`).
+async fn inventory(
+    inventory: Option<&Inventory>,
+    admin: &AdminSettings,
+    req: &Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        let mut r = admin_text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed\n".into(),
+        );
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    let Some(inventory) = inventory else {
+        return admin_text(
+            StatusCode::NOT_FOUND,
+            "the migration inventory is off (inventory.enabled = false)\n".into(),
+        );
+    };
+    let accept = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    let format = match Format::negotiate(req.uri().query(), accept) {
+        Ok(f) => f,
+        Err(e) => return admin_text(StatusCode::BAD_REQUEST, format!("{e}\n")),
+    };
+    match inventory.report(&admin.inventory).await {
+        Ok(report) => {
+            let mut r = Response::new(Full::new(Bytes::from(report.render(format))));
+            let h = r.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(format.content_type()),
+            );
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            // The page carries no script and loads nothing: say so.
+            h.insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'"),
+            );
+            r
+        }
+        Err(e) => admin_text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the inventory store cannot be read: {e}\n"),
+        ),
+    }
 }
 
 /// The admin listener's own paths (the callback relay's come before them).

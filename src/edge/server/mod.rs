@@ -30,7 +30,7 @@ pub(crate) mod admin;
 mod front;
 pub(crate) mod operator;
 mod reachability;
-pub use admin::serve_admin;
+pub use admin::{serve_admin, OperatorEndpoints};
 
 /// The shared state of the public listener.
 struct Public {
