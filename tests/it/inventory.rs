@@ -517,6 +517,12 @@ async fn two_gateway_processes_share_one_postgres_inventory() {
             .unwrap()
             .success());
         assert!(child.wait().unwrap().success());
+        // Keys are logged nowhere, the inventory's work included.
+        let log = child.log();
+        assert!(log.contains("v1compat listening"), "{log}");
+        for key in [key1.as_str(), KEY2] {
+            assert!(!log.contains(key), "a key in the log: {log}");
+        }
     }
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_v1compat"))
         .args([

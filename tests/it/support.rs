@@ -665,7 +665,14 @@ type MockBody = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
 
 /// A `v1compat serve` process, killed if a test fails while it runs (after
 /// the test's own kill and wait, std knows it exited and sends nothing).
-pub(crate) struct Running(std::process::Child);
+pub(crate) struct Running(std::process::Child, Arc<Mutex<String>>);
+
+impl Running {
+    /// Its log so far, every line.
+    pub(crate) fn log(&self) -> String {
+        self.1.lock().unwrap().clone()
+    }
+}
 
 impl std::ops::Deref for Running {
     type Target = std::process::Child;
@@ -703,12 +710,18 @@ pub(crate) async fn serve_binary(
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut child = Running(child);
+    let log = Arc::new(Mutex::new(String::new()));
+    let mut child = Running(child, log.clone());
     let stderr = child.stderr.take().unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stderr).lines() {
-            let _ = tx.send(line.unwrap_or_default());
+            let line = line.unwrap_or_default();
+            let mut kept = log.lock().unwrap();
+            kept.push_str(&line);
+            kept.push('\n');
+            drop(kept);
+            let _ = tx.send(line);
         }
     });
     let public = tokio::time::timeout(Duration::from_secs(10), async {
