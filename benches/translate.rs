@@ -6,6 +6,7 @@ use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use serde_json::{json, Value};
 
+use v1compat::differences::Applied;
 use v1compat::ops::logs::V2Log;
 use v1compat::ops::result_scan;
 use v1compat::ops::results::ResultPage;
@@ -90,16 +91,20 @@ fn bench(c: &mut Criterion) {
                 ),
                 None => (Texts::UNCHECKED, typed(body)),
             };
-            let v1 = run_records::detail_answer(read, texts, &compat).unwrap();
+            let v1 = run_records::detail_answer(read, texts, &compat, &Applied::new()).unwrap();
             v1.into_envelope()
         })
     });
     // serde's typed reading alone, as before the one-pass reader.
     c.bench_function("run_record_serde", |b| {
         b.iter(|| {
-            let v1 =
-                run_records::detail_answer(typed(black_box(&record)), Texts::UNCHECKED, &compat)
-                    .unwrap();
+            let v1 = run_records::detail_answer(
+                typed(black_box(&record)),
+                Texts::UNCHECKED,
+                &compat,
+                &Applied::new(),
+            )
+            .unwrap();
             v1.into_envelope()
         })
     });

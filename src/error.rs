@@ -98,6 +98,11 @@ pub enum GatewayError {
     /// A translation gap or a panic: our bug.
     #[error("internal error: {0}")]
     Internal(String),
+    /// Refused on purpose inside a brownout window
+    /// (`[[inventory.brownouts]]`): V1 is being retired. 410 / 4000, the
+    /// message saying so and what to call instead.
+    #[error("{0}")]
+    Brownout(String),
 }
 
 /// A rendered V1 error: status, envelope and diagnostic headers.
@@ -315,6 +320,14 @@ impl GatewayError {
                 Origin::Gateway,
                 "internal",
             ),
+            Brownout(message) => {
+                return Rendered {
+                    status: StatusCode::GONE,
+                    envelope: Envelope::error(code::INVALID_PARAMS.0, message.clone()),
+                    origin: Origin::Gateway,
+                    cause: "brownout",
+                }
+            }
         };
         Rendered {
             status,

@@ -10,7 +10,7 @@ use crate::v1::route::Operation;
 use super::*;
 
 /// V1 HTTP statuses the gateway answers with.
-const V1_STATUSES: &[&str] = &["200", "400", "401", "404", "429", "500"];
+const V1_STATUSES: &[&str] = &["200", "400", "401", "404", "410", "429", "500"];
 
 /// `(origin, cause)` of every V1 error the gateway renders
 /// ([`GatewayError::render`](crate::error::GatewayError::render)), except the
@@ -35,6 +35,7 @@ const ERROR_KINDS: &[(Origin, &str)] = &[
     (Origin::Gateway, "deadline"),
     (Origin::Gateway, "shutdown"),
     (Origin::Gateway, "internal"),
+    (Origin::Gateway, "brownout"),
 ];
 
 const STATUS_CLASSES: &[&str] = &["2xx", "3xx", "4xx", "5xx", "error"];
@@ -67,6 +68,7 @@ pub(super) fn register_all() {
             metrics::counter!(SHADOW_COPIES, "operation" => name, "outcome" => *outcome)
                 .increment(0);
         }
+        metrics::counter!(super::BROWNOUT_REFUSALS, "operation" => name).increment(0);
     }
     metrics::counter!(REQUESTS, "operation" => "unknown", "status" => "404").increment(0);
     metrics::counter!(ERRORS, "operation" => "unknown", "origin" => "client", "cause" => "unknown_route")
@@ -102,6 +104,15 @@ pub(super) fn register_all() {
     }
     metrics::gauge!(SHADOW_IN_FLIGHT).set(0.0);
     metrics::counter!(SHADOW_CAPTURE_DROPPED).increment(0);
+    for d in crate::differences::ALL {
+        metrics::counter!(super::DIFFERENCES_APPLIED, "difference" => d.id).increment(0);
+    }
+    for outcome in ["ok", "failed"] {
+        metrics::counter!(super::INVENTORY_FLUSHES, "outcome" => outcome).increment(0);
+    }
+    for reason in ["memory", "store"] {
+        metrics::counter!(super::INVENTORY_EVICTED, "reason" => reason).increment(0);
+    }
 }
 
 #[cfg(test)]
@@ -138,6 +149,7 @@ mod tests {
             GatewayError::Deadline(Duration::from_secs(1)),
             GatewayError::ShuttingDown,
             GatewayError::Internal("x".into()),
+            GatewayError::Brownout("x".into()),
         ];
         for status in [400, 401, 404, 429, 500, 503] {
             for subject in [Subject::Run, Subject::Abort] {
@@ -169,7 +181,8 @@ mod tests {
                 | GatewayError::AbortUnreadable(_)
                 | GatewayError::Deadline(_)
                 | GatewayError::ShuttingDown
-                | GatewayError::Internal(_) => {}
+                | GatewayError::Internal(_)
+                | GatewayError::Brownout(_) => {}
             }
         }
         all
