@@ -61,6 +61,8 @@ if [ "$BUILD" = 1 ]; then
 fi
 [ -n "$BIN" ] || BIN="$TARGET_DIR/$CARGO_PROFILE/v1compat"
 [ -x "$BIN" ] || die "no binary at $BIN (drop --no-build, or give --binary)"
+# Absolute: the gateways run in the work directory.
+BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
 
 # The HTTP/2 client library, in a virtual environment of its own.
 VENV="$TARGET_DIR/memory-attack-venv"
@@ -86,11 +88,12 @@ for attack in "${ATTACKS[@]}"; do
   port=$(free_port); admin=$(free_port)
   # Defaults for everything but where it listens and what it calls: the
   # budget (64 MiB), 32 held streams a connection, 30 s write and body
-  # timeouts (longer than an attack lasts).
-  V1COMPAT_UPSTREAM__BASE_URL="$V2" V1COMPAT_UPSTREAM__SERVICE_KEY="$KEY" \
-  V1COMPAT_LISTEN__PUBLIC="127.0.0.1:$port" V1COMPAT_LISTEN__ADMIN="127.0.0.1:$admin" \
-  V1COMPAT_LOG__LEVEL=warn \
-    "$BIN" serve >"$WORK/gateway-$attack.log" 2>&1 &
+  # timeouts (longer than an attack lasts). Started in the work directory,
+  # so files a build keeps beside it by default (the migration inventory's
+  # redb file) go with it, whatever the build knows of them.
+  (cd "$WORK" && V1COMPAT_UPSTREAM__BASE_URL="$V2" V1COMPAT_UPSTREAM__SERVICE_KEY="$KEY" \
+    V1COMPAT_LISTEN__PUBLIC="127.0.0.1:$port" V1COMPAT_LISTEN__ADMIN="127.0.0.1:$admin" \
+    V1COMPAT_LOG__LEVEL=warn exec "$BIN" serve >"$WORK/gateway-$attack.log" 2>&1) &
   pid=$!; PIDS+=("$pid")
   wait_http "http://127.0.0.1:$admin/healthz" "v1compat ($attack)" "$pid"
   log "$attack against pid $pid for ${HOLD}s"
