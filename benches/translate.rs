@@ -6,6 +6,7 @@ use bytes::Bytes;
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use serde_json::{json, Value};
 
+use v1compat::differences::Applied;
 use v1compat::ops::logs::V2Log;
 use v1compat::ops::{logs, results, run_records, Compat, Read};
 use v1compat::paging::Window;
@@ -80,8 +81,9 @@ fn bench(c: &mut Criterion) {
     c.bench_function("run_record", |b| {
         b.iter(|| {
             let answer = read::run(black_box(&record)).expect("a run");
-            let v1 = run_records::detail_answer(Read::Typed(answer.data), answer.texts, &compat)
-                .unwrap();
+            let read = Read::Typed(answer.data);
+            let v1 =
+                run_records::detail_answer(read, answer.texts, &compat, &Applied::new()).unwrap();
             v1.into_envelope()
         })
     });
@@ -90,7 +92,8 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             let typed = read::typed::<Object<V2Run>>(black_box(&record)).expect("a V2 envelope");
             let read = Read::Typed(typed.data.map(|o| o.0));
-            let v1 = run_records::detail_answer(read, Texts::UNCHECKED, &compat).unwrap();
+            let v1 = run_records::detail_answer(read, Texts::UNCHECKED, &compat, &Applied::new())
+                .unwrap();
             v1.into_envelope()
         })
     });

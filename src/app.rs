@@ -1,6 +1,6 @@
 //! Starting and draining the process, on listeners the binary (or a test)
-//! has already bound: the callback relay and the shadow mirror built before
-//! anything serves, the public and admin listeners started, and on shutdown
+//! has already bound: the callback relay, the migration inventory's flusher
+//! and the shadow mirror built before anything serves, the public and admin listeners started, and on shutdown
 //! the drain sequence (readiness false, the drain delay, the public listener
 //! drained within the grace period, then the admin listener).
 
@@ -37,7 +37,20 @@ pub async fn run(
     upstream: Arc<dyn upstream::Upstream>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    run_serving(public, admin, config, upstream, None, shutdown).await
+    run_serving(public, admin, config, upstream, None, false, shutdown).await
+}
+
+/// [`run`] with the migration inventory opened (when `[inventory]` is on),
+/// as `v1compat sandbox` runs. The plain entry points leave it closed, so
+/// that gateways started in process (tests) do not share its default file.
+pub async fn run_with_inventory(
+    public: TcpListener,
+    admin: TcpListener,
+    config: config::Config,
+    upstream: Arc<dyn upstream::Upstream>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    run_serving(public, admin, config, upstream, None, true, shutdown).await
 }
 
 /// [`run`], handing the live shadow mirror to `mirror` once it is built,
@@ -52,7 +65,16 @@ pub async fn run_with_mirror(
     mirror: tokio::sync::oneshot::Sender<Arc<shadow::Mirror>>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    run_serving(public, admin, config, upstream, Some(mirror), shutdown).await
+    run_serving(
+        public,
+        admin,
+        config,
+        upstream,
+        Some(mirror),
+        false,
+        shutdown,
+    )
+    .await
 }
 
 async fn run_serving(
@@ -61,16 +83,17 @@ async fn run_serving(
     config: config::Config,
     upstream: Arc<dyn upstream::Upstream>,
     on_mirror: Option<tokio::sync::oneshot::Sender<Arc<shadow::Mirror>>>,
+    inventory: bool,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let tls = (
         tls_acceptor(&config.public_tls)?,
         tls_acceptor(&config.admin_tls)?,
     );
-    let live = reload::Live::new(Arc::new(reload::gateway::Gateway::new(
-        upstream,
-        Arc::new(config),
-    )));
+    let live = reload::Live::new(upstream, config);
+    if inventory {
+        live.open_inventory().await.map_err(std::io::Error::other)?;
+    }
     serve_live(public, admin, live, tls, None, on_mirror, shutdown).await
 }
 
@@ -123,15 +146,27 @@ async fn serve_live(
     // opens it before binding (`Live::open_callbacks`); otherwise here. It
     // keeps the V2 client and settings it starts with; reloads carry it over.
     live.open_callbacks().await.map_err(std::io::Error::other)?;
-    let gateway = live.load();
-    if let Some(relay) = gateway.callbacks() {
+    let relay = live.relay();
+    if let Some(relay) = &relay {
         relay.deliver(stop_rx.clone());
     }
-    let pipeline = Arc::new(pipeline::Pipeline::live(live.clone()));
+    // The inventory (when opened: `serve`, `sandbox`) flushes on its
+    // interval; the last flush follows the drain, below.
+    let inventory = live.inventory();
+    if let Some(inventory) = &inventory {
+        let inventory = inventory.clone();
+        let stop = stop_rx.clone();
+        tokio::spawn(async move { inventory.flush_every_interval(stop).await });
+    }
+    // What runs now: each stage is handed its own settings, built from the
+    // configuration here, and the cell it reads the live ones from.
+    let running = live.load();
+    let config = &running.config;
+    let pipeline = Arc::new(pipeline::Pipeline::live(live.gateway().clone()));
     let in_flight = pipeline.clone();
     // Built before anything serves: a capture file that cannot be opened
     // stops start-up instead of leaving a gateway without its public side.
-    let mirror = shadow::Mirror::new(gateway.clone())?;
+    let mirror = shadow::Mirror::new(config.mirror(), running.gateway.clone())?;
     if let (Some(tx), Some(mirror)) = (on_mirror, &mirror) {
         let _ = tx.send(mirror.clone());
     }
@@ -141,7 +176,7 @@ async fn serve_live(
     // probes see "draining" rather than a refused connection.
     let public_drain = conn::Drain::new();
     let admin_drain = conn::Drain::new();
-    let drain_delay = gateway.config.drain_delay;
+    let drain_delay = config.drain_delay;
     // Reloads run until the admin listener is done.
     let reloads = triggers.map(|t| {
         let admin_drain = admin_drain.clone();
@@ -155,15 +190,22 @@ async fn serve_live(
     let public = tokio::spawn(server::serve_public(
         public,
         public_tls,
+        config.edge(),
         pipeline,
         mirror,
+        relay.clone(),
         public_drain.clone(),
     ));
-    let grace = gateway.config.grace_period;
+    let grace = config.grace_period;
     let admin = tokio::spawn(server::serve_admin(
         admin,
         admin_tls,
-        live,
+        config.edge(),
+        live.admin().clone(),
+        server::OperatorEndpoints {
+            relay,
+            inventory: inventory.clone(),
+        },
         public_drain.clone(),
         admin_drain.clone(),
     ));
@@ -184,6 +226,12 @@ async fn serve_live(
     // recorded or taken over after its lease.
     let _ = stop_tx.send(true);
     let a = public.await;
+    // Every answered request is counted by now: the inventory's last flush.
+    if let Some(inventory) = &inventory {
+        if let Err(e) = inventory.flush().await {
+            tracing::warn!(error = %e, "inventory store: the last flush failed; the counts since the previous one are lost");
+        }
+    }
     admin_drain.stop();
     let b = admin.await;
     if let Some(reloads) = reloads {

@@ -98,6 +98,11 @@ pub enum GatewayError {
     /// A translation gap or a panic: our bug.
     #[error("internal error: {0}")]
     Internal(String),
+    /// Refused on purpose inside a brownout window
+    /// (`[[inventory.brownouts]]`): V1 is being retired. 410 / 4000, the
+    /// message saying so and what to call instead.
+    #[error("{0}")]
+    Brownout(String),
 }
 
 /// A rendered V1 error: status, envelope and diagnostic headers.
@@ -147,10 +152,12 @@ impl GatewayError {
 
     /// Seconds a client should wait before trying again, for answers that
     /// render as 429: V2's own `Retry-After` when it sent one, else 1 s for
-    /// the gateway's overload refusal.
+    /// the gateway's overload refusals.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
-            GatewayError::Overloaded => Some(1),
+            GatewayError::Overloaded | GatewayError::Upstream(UpstreamFailure::OverBudget(_)) => {
+                Some(1)
+            }
             GatewayError::Refused { retry_after, .. }
                 if self.render().status == StatusCode::TOO_MANY_REQUESTS =>
             {
@@ -253,6 +260,16 @@ impl GatewayError {
                 }
                 (s, (c, m), origin, cause)
             }
+            // A V2 answer refused at the memory budget: the gateway's
+            // overload, as the edge answers a request at the budget (429 /
+            // 4290, `memory_budget`); only reads are refused, so the client
+            // may send it again.
+            Upstream(failure @ UpstreamFailure::OverBudget(_)) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                code::RATE_LIMITED,
+                Origin::Gateway,
+                failure.kind(),
+            ),
             Upstream(failure) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 code::INTERNAL,
@@ -262,7 +279,12 @@ impl GatewayError {
             AbortUnconfirmed(failure) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 code::ABORT_FAILED,
-                Origin::Upstream,
+                // An abort is sent once and its answer never refused; were
+                // it, the gateway would be the one to blame.
+                match failure {
+                    UpstreamFailure::OverBudget(_) => Origin::Gateway,
+                    _ => Origin::Upstream,
+                },
                 failure.kind(),
             ),
             Garbled(_) => (
@@ -298,6 +320,14 @@ impl GatewayError {
                 Origin::Gateway,
                 "internal",
             ),
+            Brownout(message) => {
+                return Rendered {
+                    status: StatusCode::GONE,
+                    envelope: Envelope::error(code::INVALID_PARAMS.0, message.clone()),
+                    origin: Origin::Gateway,
+                    cause: "brownout",
+                }
+            }
         };
         Rendered {
             status,

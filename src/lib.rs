@@ -13,10 +13,12 @@
 //! V1 client ◀─ edge
 //! ```
 //!
-//! Beside the path: `callbacks` (the relay), `shadow` (mirror, diff, capture,
-//! replay, report), `telemetry` (logs, metrics). Above it: `config` (TOML and
-//! environment → a validated configuration), `reload` (the live snapshot and
-//! what replaces it), `app` (start and drain), `cli` (the commands' helpers).
+//! Beside the path: `callbacks` (the relay), `inventory` (which clients still
+//! call V1, relying on what), `shadow` (mirror, diff, capture, replay,
+//! report), `telemetry` (logs, metrics). Above it: `config` (TOML and
+//! environment → a validated configuration, and each stage's settings built
+//! from it), `reload` (the running configuration and what replaces it), `app`
+//! (start and drain), `cli` (the commands' helpers).
 //! The contract as types and data: `v1`, `v2`, `paging`, `differences`,
 //! `openapi`. Other crates of the workspace: `v1compat-contract` (the V1
 //! dialects), `v1compat-json` (JSON written by hand), `v1compat-sandbox`
@@ -31,6 +33,7 @@ pub mod upstream;
 
 // Beside it.
 pub mod callbacks;
+pub mod inventory;
 pub mod shadow;
 pub mod telemetry;
 
@@ -50,4 +53,4 @@ pub mod paging;
 pub mod v1;
 pub mod v2;
 
-pub use app::{run, run_reloading, run_with_mirror};
+pub use app::{run, run_reloading, run_with_inventory, run_with_mirror};

@@ -76,6 +76,19 @@ Operations that start, rerun or abort runs are never replayed."
     Replay(Box<ReplayArgs>),
     /// Summarise a capture: terminal summary, and a self-contained HTML report with --html.
     Report(ReportArgs),
+    /// Print the migration inventory: which clients still call V1, on which
+    /// operations, relying on which differences, and what each must change to
+    /// call V2 directly.
+    #[command(
+        long_about = "Reads the migration inventory from the store [inventory] names and prints, per client \
+(a fingerprint of its API key, or its user-agent and address when it sent none; named by [inventory.names]): \
+the V1 operations it still calls with the V2 calls that replace them, the differences its answers relied on \
+with each one's fix, when it was first and last seen, and whether it is gone (not seen for \
+inventory.gone_after).\n\n\
+A gateway serving on a redb store holds the file: ask it instead, with GET /inventory on its admin listener \
+(behind the operator token; ?format=text|json|html), or share a PostgreSQL store."
+    )]
+    Inventory(v1compat::cli::inventory::InventoryArgs),
     /// Ask a running gateway's admin listener for PATH (default /healthz) and exit 0 on a
     /// 200: a container healthcheck that needs no curl and no bash.
     Probe(probe::ProbeArgs),
@@ -155,6 +168,16 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 Err(problems) => return Ok(bad_config("invalid configuration:", &problems)),
             };
             exit_code("report", cli::report(&args, &cfg))
+        }
+        Command::Inventory(args) => {
+            let cfg = match load(args.config.as_ref()) {
+                Ok(c) => c,
+                Err(problems) => return Ok(bad_config("invalid configuration:", &problems)),
+            };
+            runtime()
+                .block_on(v1compat::cli::inventory::inventory(&args, &cfg))
+                .map_err(|e| format!("v1compat inventory: {e}"))?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Probe(args) => {
             let line = runtime()
@@ -261,6 +284,8 @@ async fn serve(loaded: config::Loaded, path: Option<PathBuf>) -> Result<(), Stri
     // The callback store before any listener: a redb file another process
     // holds stops start-up here, naming the file, with nothing bound.
     reloader.live().open_callbacks().await?;
+    // The inventory's store likewise (a redb file held elsewhere stops here).
+    reloader.live().open_inventory().await?;
     let public = bind(cfg.public_addr, "listen.public", "V1COMPAT_LISTEN__PUBLIC").await?;
     let admin = bind(cfg.admin_addr, "listen.admin", "V1COMPAT_LISTEN__ADMIN").await?;
     tracing::info!(
@@ -270,6 +295,7 @@ async fn serve(loaded: config::Loaded, path: Option<PathBuf>) -> Result<(), Stri
         upstream = %cfg.upstream.base_url,
         config = %source,
         access_log = cfg.log.access,
+        inventory = %if cfg.inventory.enabled { inventory_store(&cfg) } else { "off".to_owned() },
         // 1: the single-threaded runtime.
         threads = tokio::runtime::Handle::current().metrics().num_workers(),
         "v1compat listening"
@@ -277,6 +303,11 @@ async fn serve(loaded: config::Loaded, path: Option<PathBuf>) -> Result<(), Stri
     v1compat::run_reloading(public, admin, reloader, stop)
         .await
         .map_err(|e| e.to_string())
+}
+
+/// Where the migration inventory is kept, as the start-up line shows it.
+fn inventory_store(cfg: &Config) -> String {
+    v1compat::inventory::store_shown(&cfg.inventory)
 }
 
 /// Resolves on SIGTERM or ctrl-c received from the moment it is called (the

@@ -13,10 +13,12 @@
 #                                [--profile DIR] [--log-level LEVEL]
 #                                [--binary PATH] [--floor PATH]
 #                                [--translation PATH] [--cargo-profile NAME]
-#                                [--no-install] [--no-build]
+#                                [--inventory on|off] [--no-install] [--no-build]
 #
 # Builds and measures the `dist` profile of Cargo.toml (what ships); with
-# --cargo-profile release, the lighter profile of local builds.
+# --cargo-profile release, the lighter profile of local builds. The
+# migration inventory is on, as it ships (its redb file in the run's work
+# directory); --inventory off measures without it.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -32,6 +34,7 @@ BIN=""
 FLOOR=""
 TRANSLATION=""
 CARGO_PROFILE=dist
+INVENTORY=on
 KEY=sandbox-key
 SEED=7
 COMMAND="deploy/bench/instructions.sh${*:+ $*}"
@@ -51,12 +54,14 @@ while [ $# -gt 0 ]; do
     --floor) FLOOR="$2"; shift 2 ;;
     --translation) TRANSLATION="$2"; shift 2 ;;
     --cargo-profile) CARGO_PROFILE="$2"; shift 2 ;;
+    --inventory) INVENTORY="$2"; shift 2 ;;
     --no-install) INSTALL=0; shift ;;
     --no-build) BUILD=0; shift ;;
     -h|--help) usage ;;
     *) echo "unknown argument: $1" >&2; usage ;;
   esac
 done
+case "$INVENTORY" in on|off) ;; *) echo "--inventory must be on or off" >&2; exit 64 ;; esac
 [[ "$REQUESTS" =~ ^[1-9][0-9]*0$ ]] || { echo "--requests must be a positive multiple of 10" >&2; exit 64; }
 [[ "$WARMUP" =~ ^[1-9][0-9]*0$ ]] || { echo "--warmup must be a positive multiple of 10" >&2; exit 64; }
 # A 1,000-row V1 page is ten V2 calls: a fifth of the requests keeps the
@@ -176,6 +181,8 @@ start_v1compat() { # tool -> sets PROXY_PID, PROXY_PORT
   V1COMPAT_UPSTREAM__BASE_URL="$V2" V1COMPAT_UPSTREAM__SERVICE_KEY="$KEY" \
   V1COMPAT_LISTEN__PUBLIC="127.0.0.1:$port" V1COMPAT_LISTEN__ADMIN="127.0.0.1:$admin" \
   V1COMPAT_LOG__LEVEL="$LOG_LEVEL" \
+  V1COMPAT_INVENTORY__ENABLED="$([ "$INVENTORY" = on ] && echo true || echo false)" \
+  V1COMPAT_INVENTORY__STORE="redb:$WORK/inventory-$1.redb" \
     "${pre[@]}" "$BIN" serve >"$WORK/v1compat-$1.log" 2>&1 &
   PROXY_PID=$!; PIDS+=("$PROXY_PID"); PROXY_PORT=$port
   wait_http "http://127.0.0.1:$admin/healthz" "v1compat ($1)" "$PROXY_PID"

@@ -106,7 +106,7 @@ UP_PID=$!; PIDS+=("$UP_PID")
 wait_http "$V2/__sandbox/healthz" "the sandbox"
 
 log "starting v1compat serve on 127.0.0.1:$P_V1 (cpu $CPU_PROXY)"
-V1COMPAT_UPSTREAM__BASE_URL="$V2" V1COMPAT_UPSTREAM__SERVICE_KEY="$KEY" \
+V1COMPAT_INVENTORY__STORE="redb:$WORK/inventory.redb" V1COMPAT_UPSTREAM__BASE_URL="$V2" V1COMPAT_UPSTREAM__SERVICE_KEY="$KEY" \
 V1COMPAT_LISTEN__PUBLIC="127.0.0.1:$P_V1" V1COMPAT_LISTEN__ADMIN="127.0.0.1:$P_V1_ADMIN" \
 V1COMPAT_LOG__LEVEL=warn \
   "${PIN_PROXY[@]}" "$BIN" serve >"$WORK/v1compat.log" 2>&1 &

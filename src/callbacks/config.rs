@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::guard::{Cidr, Policy};
+use super::guard::Policy;
 use super::schedule::Schedule;
+use crate::common::cidr::Cidr;
 
 /// The raw `[callbacks]` table (see config/v1compat.toml for each key).
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -93,13 +94,7 @@ impl Default for CallbacksSection {
     }
 }
 
-/// Where events are kept.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StoreKind {
-    Memory,
-    Redb(std::path::PathBuf),
-    Postgres(String),
-}
+pub use crate::common::store_kind::StoreKind;
 
 /// The checked `[callbacks]` section.
 #[derive(Clone)]
@@ -141,14 +136,7 @@ impl std::fmt::Debug for CallbacksConfig {
     }
 }
 
-/// The store as it may be logged: a PostgreSQL URL loses its password.
-pub(crate) fn redacted_store(store: &StoreKind) -> String {
-    match store {
-        StoreKind::Memory => "memory".into(),
-        StoreKind::Redb(p) => format!("redb:{}", p.display()),
-        StoreKind::Postgres(url) => crate::common::redact::mask_url(url),
-    }
-}
+pub(crate) use crate::common::store_kind::shown as redacted_store;
 
 impl Default for CallbacksConfig {
     fn default() -> Self {
@@ -316,50 +304,7 @@ pub(crate) fn validate(s: &CallbacksSection, p: &mut Vec<String>) -> CallbacksCo
 pub(crate) const MAX_URL_BYTES: usize = 4096;
 
 fn parse_store(s: &str) -> Result<StoreKind, String> {
-    let s = s.trim();
-    if s == "memory" {
-        Ok(StoreKind::Memory)
-    } else if let Some(path) = s.strip_prefix("redb:") {
-        if path.is_empty() {
-            return Err(
-                "redb: needs a file path, e.g. redb:/var/lib/v1compat/callbacks.redb".into(),
-            );
-        }
-        let path = std::path::PathBuf::from(path);
-        // The file and missing folders above it are made at start; what is
-        // there already must be a folder all the way up.
-        let blocker = path
-            .ancestors()
-            .skip(1)
-            .find(|a| a.exists() || a.symlink_metadata().is_ok())
-            .filter(|a| !a.as_os_str().is_empty() && !a.is_dir());
-        match blocker {
-            Some(file) => Err(format!(
-                "redb:{}: {} is not a folder the file can be made in",
-                path.display(),
-                file.display()
-            )),
-            None if path.is_dir() => {
-                Err(format!("redb:{}: is a folder, not a file", path.display()))
-            }
-            None => Ok(StoreKind::Redb(path)),
-        }
-    } else if s.starts_with("postgres://") || s.starts_with("postgresql://") {
-        // Read as the store will read it, so a string it cannot use is
-        // refused here (and by `check-config`), not after the ports are bound.
-        match s.parse::<tokio_postgres::Config>() {
-            Ok(_) => Ok(StoreKind::Postgres(s.to_owned())),
-            Err(e) => Err(format!(
-                "{:?} is not a PostgreSQL connection URL the store can use: {e}",
-                crate::common::redact::mask_url(s)
-            )),
-        }
-    } else {
-        Err(format!(
-            "{:?} is not memory, redb:PATH or postgres://…",
-            crate::common::redact::mask_url(s)
-        ))
-    }
+    crate::common::store_kind::parse(s, "callbacks.redb")
 }
 
 #[cfg(test)]

@@ -84,12 +84,22 @@ pub async fn run(
 
     // The gateway: defaults and V1COMPAT_* variables, pointed at the sandbox,
     // with the demo key as service key so the public V1 operations work keyless.
+    // The inventory in the embedded store, in a folder of this process's
+    // own that goes with it: two sandboxes never share a file, and the
+    // checkout is left as it was (V1COMPAT_INVENTORY__STORE still wins).
+    let inventory_dir =
+        std::env::temp_dir().join(format!("v1compat-sandbox-{}", std::process::id()));
     let text = format!(
-        "[upstream]\nbase_url = \"http://{}\"\nservice_key = \"{}\"\n[log]\nformat = \"text\"\n{}",
+        "[upstream]\nbase_url = \"http://{}\"\nservice_key = \"{}\"\n[log]\nformat = \"text\"\n{}[inventory]\nstore = {}\n",
         local(&v2)?,
         cfg.api_key,
         relay_section(local(&public)?),
+        toml::Value::String(format!("redb:{}", inventory_dir.join("inventory.redb").display())),
     );
+    // The recorder first: the configuration's memory budget looks up its
+    // gauge when it is made, and one made before the recorder is installed
+    // would be set on nothing.
+    crate::telemetry::prometheus();
     let mut gateway_cfg = config::load(&text, std::env::vars()).map_err(|e| e.to_string())?;
     // The demo's operator endpoints (`/callbacks/events`, redelivery) are
     // open on a loopback admin listener, unless a token was configured;
@@ -105,7 +115,6 @@ pub async fn run(
         .await
         .map_err(|e| e.to_string())?;
     crate::telemetry::init_logging(&gateway_cfg.log.format, &gateway_cfg.log.level);
-    crate::telemetry::prometheus();
     let upstream = Arc::new(HttpUpstream::new(gateway_cfg.upstream.clone())?);
     let addrs = Addresses {
         gateway: local(&public)?,
@@ -119,8 +128,10 @@ pub async fn run(
         write_atomically(path, &addrs.ready_line())
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    let result = crate::app::run(public, admin, gateway_cfg, upstream, shutdown).await;
+    let result =
+        crate::app::run_with_inventory(public, admin, gateway_cfg, upstream, shutdown).await;
     sandbox.shutdown().await;
+    let _ = std::fs::remove_dir_all(&inventory_dir);
     result.map_err(|e| e.to_string())
 }
 
@@ -190,6 +201,7 @@ impl Addresses {
 
 Callbacks are relayed: a callback_url (on 127.0.0.1) given to scraper run, task run or
 rerun receives V1's {{run_slug, status, results, usage}}; pending ones: http://{admin}/callbacks/events
+Who still calls V1, relying on what, and what to call instead: http://{admin}/inventory
 
 Try:
   curl -s 'http://{gateway}/api/store?search=maps&limit=3'

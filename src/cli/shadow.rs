@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use crate::config::Config;
 use crate::pipeline::Pipeline;
-use crate::reload::gateway::Gateway;
 use crate::shadow::replay::{replay, ReplayOptions, TranslatedSide};
 use crate::shadow::report::Report;
 use crate::upstream::HttpUpstream;
@@ -125,10 +124,7 @@ pub async fn replay_command(args: ReplayArgs, mut cfg: Config) -> Result<bool, S
         (None, Some(url)) => {
             cfg.upstream.base_url = url.clone();
             let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone())?);
-            TranslatedSide::InProcess(Arc::new(Pipeline::new(Arc::new(Gateway::new(
-                upstream,
-                Arc::new(cfg.clone()),
-            )))))
+            TranslatedSide::InProcess(Arc::new(Pipeline::new(Arc::new(cfg.gateway(upstream)))))
         }
         (None, None) => return Err("give --gateway or --upstream".into()),
     };

@@ -13,10 +13,12 @@
 //! `[section]` (double underscore between levels, names case-insensitive).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::ops::{self, Compat, WorkerIdSettings};
-use crate::upstream::UpstreamSettings;
+use crate::upstream::{Upstream, UpstreamSettings};
+use crate::{edge, pipeline, shadow};
 
 mod env;
 mod keys;
@@ -52,15 +54,67 @@ pub struct Config {
     pub runtime: RuntimeSection,
     pub shadow: crate::shadow::ShadowConfig,
     pub callbacks: crate::callbacks::CallbacksConfig,
+    /// The migration inventory (`[inventory]`).
+    pub inventory: crate::inventory::InventoryConfig,
     /// Who may use the admin listener's operator endpoints (`[admin]`).
     pub operator: crate::edge::server::operator::OperatorAccess,
     /// `upstream.health_check_interval_ms`; `None` = off.
     pub health_check_interval: Option<Duration>,
     /// `listen.trusted_proxies`.
-    pub trusted_proxies: Vec<crate::callbacks::guard::Cidr>,
+    pub trusted_proxies: Vec<crate::common::cidr::Cidr>,
 }
 
+/// Each stage's own settings, built here: the configuration is where they
+/// are composed, and no stage reads [`Config`] itself.
 impl Config {
+    /// The snapshot a request runs on (the pipeline's settings and the
+    /// operations' side), on `upstream`.
+    pub fn gateway(&self, upstream: Arc<dyn Upstream>) -> pipeline::Gateway {
+        pipeline::Gateway::new(upstream, self.pipeline(), self.translation())
+    }
+
+    /// What the pipeline reads (see [`pipeline::Settings`]).
+    pub fn pipeline(&self) -> pipeline::Settings {
+        pipeline::Settings {
+            trusted_proxies: self.trusted_proxies.clone(),
+            access_log: self.log.access,
+            dialect: self.compat.dialect,
+            max_body_bytes: self.limits.max_body_bytes,
+            max_in_flight: self.limits.max_in_flight,
+            request_timeout: self.request_timeout,
+            sync_run_timeout: self.sync_run_timeout,
+            notices: self.inventory.notices.clone(),
+        }
+    }
+
+    /// What the listeners read at start (see [`edge::Settings`]).
+    pub fn edge(&self) -> edge::Settings {
+        edge::Settings {
+            connections: self.connections.clone(),
+            grace_period: self.grace_period,
+        }
+    }
+
+    /// What the admin listener reads (see [`edge::AdminSettings`]).
+    pub fn admin(&self) -> edge::AdminSettings {
+        let upstream = &self.upstream;
+        edge::AdminSettings {
+            operator: self.operator.clone(),
+            upstream_first_hop: upstream.proxy.first_hop(&upstream.base_url),
+            health_check_interval: self.health_check_interval,
+            inventory: self.inventory.clone(),
+        }
+    }
+
+    /// What the live shadow mirror reads (see [`shadow::MirrorSettings`]).
+    pub fn mirror(&self) -> shadow::MirrorSettings {
+        shadow::MirrorSettings {
+            shadow: self.shadow.clone(),
+            proxy: self.upstream.proxy.clone(),
+            max_response_bytes: self.upstream.max_response_bytes,
+        }
+    }
+
     /// What the operations read of this configuration (see
     /// [`ops::Settings`]); built once per configuration snapshot.
     pub fn translation(&self) -> ops::Settings {
@@ -327,6 +381,30 @@ mod tests {
         .unwrap_err();
         assert_eq!(err.0.len(), 3, "{err}");
         assert!(err.to_string().contains("compat.business_error_status"));
+        // Each names its key, its line, the allowed values (the contract's
+        // names) and the closest one when one is close.
+        assert_eq!(
+            err.0,
+            [
+                "line 2: compat.business_error_status: \"404\" is not one of http, 200 (did you mean `200`?)",
+                "line 3: compat.empty_store_search: \"none\" is not one of refuse, all",
+                "line 4: compat.missing_key_status: \"403\" is not one of 401, 400 (did you mean `400`?)",
+            ]
+        );
+        let err = load("[compat]\nempty_store_search = \"al\"\n", env(&[])).unwrap_err();
+        assert_eq!(
+            err.0,
+            ["line 2: compat.empty_store_search: \"al\" is not one of refuse, all (did you mean `all`?)"]
+        );
+        let err = load(
+            "",
+            env(&[("V1COMPAT_COMPAT__BUSINESS_ERROR_STATUS", "201")]),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.0,
+            ["V1COMPAT_COMPAT__BUSINESS_ERROR_STATUS: compat.business_error_status: \"201\" is not one of http, 200 (did you mean `200`?)"]
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The configuration file's schema: every section and key with its default,
 //! as serde reads them ([`RawConfig`]). Nothing here is checked beyond its
 //! type; [`validate`](super::validate) turns a `RawConfig` into the
-//! [`Config`](super::Config) the gateway runs with.
+//! [`Config`](super::Config) the gateway runs with. The V1 dialect choices
+//! are typed by the contract's own types ([`Choice`]): their names and
+//! defaults are spelled there, once.
 //!
 //! Every key has a concrete default (an empty string or list stands for
 //! "none"), so the defaults, serialised, list every key there is.
@@ -10,7 +12,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use v1compat_contract::dialect::{
+    BusinessErrorStatus, Choice, Dialect, EmptyStoreSearch, MissingKeyStatus,
+};
 
+use crate::common::checks::suggestion;
 use crate::upstream::{RetrySettings, UpstreamSettings};
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -29,6 +35,8 @@ pub struct RawConfig {
     pub shadow: crate::shadow::ShadowSection,
     /// The callback relay (issue 9); checked in `callbacks::config`.
     pub callbacks: crate::callbacks::CallbacksSection,
+    /// The migration inventory; checked in `inventory::config`.
+    pub inventory: crate::inventory::InventorySection,
     /// The admin listener's operator endpoints; checked in `server::operator`.
     pub admin: crate::edge::server::operator::AdminSection,
 }
@@ -222,28 +230,38 @@ pub struct CompatSection {
     pub extra_export_formats: bool,
     /// V2 `origin` values rewritten for V1 clients.
     pub origin_rename: BTreeMap<String, String>,
-    /// HTTP status of V1 error envelopes: `http` (documented per code) or `200`.
-    #[serde(deserialize_with = "string_or_integer")]
-    pub business_error_status: String,
-    /// Store search with `search=`: `refuse` (400 / 4000) or `all`.
-    pub empty_store_search: String,
-    /// Keyed operation without a key: `401` (20001) or `400` (4000).
-    #[serde(deserialize_with = "string_or_integer")]
-    pub missing_key_status: String,
+    /// HTTP status of V1 error envelopes (see [`BusinessErrorStatus`]).
+    #[serde(deserialize_with = "choice")]
+    pub business_error_status: BusinessErrorStatus,
+    /// Store search with `search=` (see [`EmptyStoreSearch`]).
+    #[serde(deserialize_with = "choice")]
+    pub empty_store_search: EmptyStoreSearch,
+    /// Keyed operation without a key (see [`MissingKeyStatus`]).
+    #[serde(deserialize_with = "choice")]
+    pub missing_key_status: MissingKeyStatus,
 }
 
-/// `200` and `"200"` alike: a status reads naturally unquoted, and environment
-/// overrides turn digits into integers.
-fn string_or_integer<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+/// A dialect choice by its name; a name that is a status reads naturally
+/// unquoted (`200` and `"200"` alike). A name that is none of the choice's
+/// is refused with the allowed ones and the closest, if one is close.
+fn choice<'de, D, C>(d: D) -> Result<C, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    C: Choice,
+{
     #[derive(Deserialize)]
     #[serde(untagged)]
     enum Either {
         S(String),
         I(i64),
     }
-    Ok(match Either::deserialize(d)? {
+    let name = match Either::deserialize(d)? {
         Either::S(s) => s,
         Either::I(i) => i.to_string(),
+    };
+    C::parse(&name).map_err(|why| {
+        let hint = suggestion(&name, C::ALL.iter().map(|c| c.name()));
+        serde::de::Error::custom(format!("{why}{hint}"))
     })
 }
 
@@ -260,9 +278,9 @@ impl Default for CompatSection {
                 .into_iter()
                 .map(|(a, b)| (a.to_owned(), b.to_owned()))
                 .collect(),
-            business_error_status: "http".into(),
-            empty_store_search: "refuse".into(),
-            missing_key_status: "401".into(),
+            business_error_status: Dialect::default().business_error_status,
+            empty_store_search: Dialect::default().empty_store_search,
+            missing_key_status: Dialect::default().missing_key_status,
         }
     }
 }

@@ -164,35 +164,11 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         }
     }
 
-    fn choice<T: Default + for<'de> serde::Deserialize<'de>>(
-        p: &mut Vec<String>,
-        key: &str,
-        value: &str,
-        allowed: &str,
-    ) -> T {
-        v1compat_contract::dialect::parse_choice(key, value, allowed)
-            .map_err(|e| p.push(e))
-            .unwrap_or_default()
-    }
+    // Typed (and a bad name refused, naming the key) as the file was read.
     let dialect = v1compat_contract::dialect::Dialect {
-        business_error_status: choice(
-            &mut p,
-            "compat.business_error_status",
-            &c.business_error_status,
-            "http, 200",
-        ),
-        empty_store_search: choice(
-            &mut p,
-            "compat.empty_store_search",
-            &c.empty_store_search,
-            "refuse, all",
-        ),
-        missing_key_status: choice(
-            &mut p,
-            "compat.missing_key_status",
-            &c.missing_key_status,
-            "401, 400",
-        ),
+        business_error_status: c.business_error_status,
+        empty_store_search: c.empty_store_search,
+        missing_key_status: c.missing_key_status,
     };
 
     match raw.log.format.as_str() {
@@ -204,6 +180,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     let shadow = crate::shadow::config::validate(&raw.shadow, &mut p);
     let extra_root_pem = read_ca_file(&u.ca_file, &mut p);
     let callbacks = crate::callbacks::config::validate(&raw.callbacks, &mut p);
+    let inventory = crate::inventory::config::validate(&raw.inventory, &mut p);
     let connections = crate::edge::conn::settings::validate(&raw.connections, &mut p);
     if raw.runtime.threads > MAX_THREADS {
         p.push(format!(
@@ -237,6 +214,8 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
     upstream.extra_root_pem = extra_root_pem;
     upstream.ca_file = (!u.ca_file.is_empty()).then(|| u.ca_file.clone().into());
     upstream.retry = retry;
+    // V2 answers count in the same budget as the edge's bodies and answers.
+    upstream.memory = Some(connections.budget.clone());
     Ok(Config {
         public_addr,
         admin_addr,
@@ -265,6 +244,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, ConfigErrors> {
         runtime: raw.runtime,
         shadow,
         callbacks,
+        inventory,
         operator,
         health_check_interval: (u.health_check_interval_ms > 0)
             .then(|| Duration::from_millis(u.health_check_interval_ms)),

@@ -30,7 +30,10 @@ pub(crate) fn v1_account(data: &Value, compat: &Compat) -> Value {
     })
 }
 
-pub(crate) async fn account_info(ex: &Exchange<'_>, _body: &Body) -> Result<Value, GatewayError> {
+pub(crate) async fn account_info(
+    ex: &Exchange<'_>,
+    _body: &Body<'_>,
+) -> Result<Value, GatewayError> {
     let path = V2Path::new(&[Part::Lit("users"), Part::Lit("account")]);
     let data = ex
         .call(V2Call::get(path).with_key(Some(ex.key()?)), Subject::Other)

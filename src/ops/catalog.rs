@@ -52,7 +52,10 @@ pub(crate) fn store_keyword(
     empty: EmptyStoreSearch,
 ) -> Result<Option<String>, GatewayError> {
     let search = match (query.get("search"), empty) {
-        (Some(s), EmptyStoreSearch::All) if s.trim().is_empty() => return Ok(None),
+        (Some(s), EmptyStoreSearch::All) if s.trim().is_empty() => {
+            query.note(&crate::differences::EMPTY_STORE_SEARCH);
+            return Ok(None);
+        }
         _ => query.req("search")?.trim(),
     };
     Ok(Some(search.to_owned()))
@@ -135,7 +138,12 @@ pub(crate) async fn store_search(
     // (`limits.max_page_size`, which bounds the V2 calls), not a refusal.
     let limit = match query.opt_int("limit")? {
         None => STORE_DEFAULT_LIMIT,
-        Some(l) if l >= 1 => (l as u64).min(max),
+        Some(l) if l >= 1 => {
+            if l as u64 > max {
+                query.note(&crate::differences::LENIENT_INPUT);
+            }
+            (l as u64).min(max)
+        }
         Some(_) => return Err(GatewayError::bad("limit", "must be at least 1")),
     };
     if search
@@ -318,8 +326,8 @@ pub(crate) async fn worker_detail(
     ex: &Exchange<'_>,
     query: &Query<'_>,
 ) -> Result<Value, GatewayError> {
-    let worker = ex.translator.worker_ids.translate(query.req("slug")?);
-    let worker: &Segment = worker.known()?;
+    let worker = ex.worker(query.req("slug")?);
+    let worker: &Segment = ex.known(&worker)?;
     let key = ex.key()?;
     let detail_call =
         V2Call::get(V2Path::new(&[Part::Lit("workers"), Part::Id(worker)])).with_key(Some(key));

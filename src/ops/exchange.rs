@@ -13,10 +13,13 @@ use futures_util::future::Either;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::input::Ident;
 use super::{Settings, Translator};
 use crate::common::request_id::RequestId;
+use crate::differences::{self, Applied, Difference};
 use crate::error::{GatewayError, Subject};
 use crate::upstream::{ApiKey, V2Call};
+use crate::v2::Segment;
 use v1compat_json::escape::Texts;
 use v1compat_json::read::{self, Typed};
 use v1compat_json::v2::Envelope;
@@ -36,18 +39,23 @@ pub struct Exchange<'a> {
     v2_ids: Mutex<String>,
     /// Outside the exchange, so the count survives an error or a deadline.
     calls: &'a AtomicU32,
+    /// The differences this request's answer relies on, marked where each
+    /// is decided (outside too, so an error's are kept as well).
+    applied: &'a Applied,
 }
 
 impl<'a> Exchange<'a> {
     /// A conversation for one request: `key` for calls that need one,
     /// `fallback_key` to retry a refused client key with (V1 public
-    /// operations only), `calls` counting every V2 call sent.
+    /// operations only), `calls` counting every V2 call sent, `applied`
+    /// collecting the differences the answer relies on.
     pub(super) fn new(
         translator: &'a Translator,
         request_id: &'a RequestId,
         key: Option<ApiKey>,
         fallback_key: Option<ApiKey>,
         calls: &'a AtomicU32,
+        applied: &'a Applied,
     ) -> Exchange<'a> {
         Exchange {
             translator,
@@ -56,7 +64,57 @@ impl<'a> Exchange<'a> {
             fallback_key,
             v2_ids: Mutex::new(String::new()),
             calls,
+            applied,
         }
+    }
+
+    /// Marks `difference` as one this request's answer relies on.
+    pub fn applied(&self, difference: &Difference) {
+        self.applied.note(difference);
+    }
+
+    /// The segment `ident` names, or the not-found error the gateway
+    /// answers without asking V2 (and so without V2 checking the key:
+    /// `unknown_id_before_key`).
+    pub fn known<'i>(&self, ident: &'i Ident) -> Result<&'i Segment, GatewayError> {
+        ident
+            .known()
+            .inspect_err(|_| self.applied(&differences::UNKNOWN_ID_BEFORE_KEY))
+    }
+
+    /// A client's worker id ([`WorkerIds::translate`](super::worker_ids::WorkerIds::translate)),
+    /// marking `lenient_input` when blanks around it are trimmed or it is
+    /// written in V2's `owner~name` form.
+    pub fn worker(&self, raw: &str) -> Ident {
+        if raw.len() != raw.trim().len() || raw.contains('~') {
+            self.applied(&differences::LENIENT_INPUT);
+        }
+        self.translator.worker_ids.translate(raw)
+    }
+
+    /// The callback URL V2 gets for a V1 client's `callback_url`
+    /// ([`Translator::v2_callback_url`]), marking `run_callbacks` when the
+    /// relay takes it and `callback_url_checks` when it refuses it.
+    pub fn v2_callback_url(
+        &self,
+        key: Option<&ApiKey>,
+        client_url: Option<String>,
+    ) -> Result<Option<String>, GatewayError> {
+        let relayed = client_url.is_some() && self.translator.callbacks.is_some();
+        let url = self
+            .translator
+            .v2_callback_url(key, client_url)
+            .inspect_err(|_| self.applied(&differences::CALLBACK_URL_CHECKS))?;
+        if relayed {
+            self.applied(&differences::RUN_CALLBACKS);
+        }
+        Ok(url)
+    }
+
+    /// Where the request's differences are marked, for a mapping that
+    /// decides one away from the exchange.
+    pub fn differences(&self) -> &'a Applied {
+        self.applied
     }
 
     /// The translation settings of the configuration this request started

@@ -1,10 +1,17 @@
 //! Reading V1 input (JSON bodies and query strings) into typed values, with
 //! errors that name the offending field. Nothing here talks to V2.
+//!
+//! A value read more leniently than the native V1 surface reads it (an id
+//! with blanks around it, `null` for an absent field, `10.0` for `10`) is
+//! marked as the [`lenient_input`](crate::differences::LENIENT_INPUT)
+//! difference where it is read, when the body or query was made with
+//! [`Body::noting`] / [`Query::noting`].
 
 use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
+use crate::differences::{Applied, Difference, LENIENT_INPUT, PAGE_INDEX_BOUND};
 use crate::error::{GatewayError, Subject};
 use crate::paging::Window;
 use crate::v2::Segment;
@@ -128,14 +135,18 @@ impl Ident {
 /// empty body. A list, not a map: a body has a handful of members, each
 /// looked up by name once or twice, and a repeated name reads as its last
 /// value, as in a map.
-pub struct Body(Vec<(Name, Value)>);
+pub struct Body<'a> {
+    members: Vec<(Name, Value)>,
+    /// Where the differences read here are marked (none in tests).
+    applied: Option<&'a Applied>,
+}
 
-impl Body {
+impl Body<'static> {
     /// Parses a request body. An empty body is an empty object (V1 account
     /// info accepts none); anything else must be a JSON object.
-    pub fn parse(bytes: &[u8]) -> Result<Body, GatewayError> {
+    pub fn parse(bytes: &[u8]) -> Result<Body<'static>, GatewayError> {
         if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Ok(Body(Vec::new()));
+            return Ok(Body::of(Vec::new()));
         }
         // Checked as UTF-8 in one step: read from bytes, serde checks each
         // string on its own, at about a hundred instructions a string more.
@@ -143,7 +154,7 @@ impl Body {
             .ok()
             .and_then(|text| serde_json::from_str::<Members>(text).ok())
         {
-            return Ok(Body(members));
+            return Ok(Body::of(members));
         }
         // Not an object, or not JSON: read as any value, so the refusal
         // names the problem as serde_json's `Value` does.
@@ -158,8 +169,40 @@ impl Body {
         }
     }
 
-    pub fn from_map(map: Map<String, Value>) -> Body {
-        Body(map.into_iter().map(|(k, v)| (Cow::Owned(k), v)).collect())
+    pub fn from_map(map: Map<String, Value>) -> Body<'static> {
+        Body::of(map.into_iter().map(|(k, v)| (Cow::Owned(k), v)).collect())
+    }
+
+    fn of(members: Vec<(Name, Value)>) -> Body<'static> {
+        Body {
+            members,
+            applied: None,
+        }
+    }
+
+    /// The same body, marking in `applied` what it reads leniently.
+    pub fn noting(self, applied: &Applied) -> Body<'_> {
+        Body {
+            members: self.members,
+            applied: Some(applied),
+        }
+    }
+}
+
+impl Body<'_> {
+    /// Marks `difference` as one this request's answer relies on.
+    pub fn note(&self, difference: &Difference) {
+        if let Some(applied) = self.applied {
+            applied.note(difference);
+        }
+    }
+
+    /// The segment `ident` names, or the not-found error the gateway
+    /// answers without asking V2 (`unknown_id_before_key`).
+    pub fn known<'i>(&self, ident: &'i Ident) -> Result<&'i Segment, GatewayError> {
+        ident
+            .known()
+            .inspect_err(|_| self.note(&crate::differences::UNKNOWN_ID_BEFORE_KEY))
     }
 
     fn present(&self, field: &str) -> Option<&Value> {
@@ -170,10 +213,18 @@ impl Body {
             NAMES.contains(&field),
             "{field:?} is read by an operation but missing from NAMES"
         );
-        self.member(field)
+        match self.last(field) {
+            // `null` read as the field left out (`lenient_input`).
+            Some(Value::Null) => {
+                self.note(&LENIENT_INPUT);
+                None
+            }
+            value => value,
+        }
     }
 
-    /// The last member named `name`, unless null.
+    /// The last member named `name`, unless null (what the tests compare).
+    #[cfg(test)]
     fn member(&self, name: &str) -> Option<&Value> {
         self.last(name).filter(|v| !v.is_null())
     }
@@ -181,7 +232,7 @@ impl Body {
     /// The last member named `name`, null included: a repeated name reads
     /// as its last value, as in a map.
     fn last(&self, name: &str) -> Option<&Value> {
-        self.0
+        self.members
             .iter()
             .rev()
             .find(|(member, _)| member == name)
@@ -234,9 +285,14 @@ impl Body {
             Some(Value::Number(n)) => n
                 .as_i64()
                 .or_else(|| {
-                    n.as_f64()
+                    let whole = n
+                        .as_f64()
                         .filter(|f| f.fract() == 0.0 && f.abs() < 9e15)
-                        .map(|f| f as i64)
+                        .map(|f| f as i64);
+                    if whole.is_some() {
+                        self.note(&LENIENT_INPUT);
+                    }
+                    whole
                 })
                 .map(Some)
                 .ok_or_else(|| GatewayError::bad(field, "must be an integer")),
@@ -258,7 +314,15 @@ impl Body {
     /// (404 / 70001 when it would be sent).
     pub fn run_slug(&self) -> Result<Ident, GatewayError> {
         let raw = self.req_str("run_slug")?;
-        Ok(run_id(raw))
+        Ok(run_id(self.trimmed(raw)))
+    }
+
+    /// `raw`, marked `lenient_input` when blanks around it will be trimmed.
+    pub fn trimmed<'v>(&self, raw: &'v str) -> &'v str {
+        if raw.len() != raw.trim().len() {
+            self.note(&LENIENT_INPUT);
+        }
+        raw
     }
 
     /// The V1 page window, with V1's defaults and the configured maximum.
@@ -268,11 +332,14 @@ impl Body {
         let page_index = match self.opt_int("page_index")? {
             None => 1,
             Some(i) if (1..=MAX_PAGE_INDEX).contains(&i) => i as u64,
-            Some(_) => {
+            Some(i) => {
+                if i > MAX_PAGE_INDEX {
+                    self.note(&PAGE_INDEX_BOUND);
+                }
                 return Err(GatewayError::bad(
                     "page_index",
                     format!("must be between 1 and {MAX_PAGE_INDEX}"),
-                ))
+                ));
             }
         };
         let page_size = match self.opt_int("page_size")? {
@@ -319,17 +386,39 @@ pub fn worker_id(raw: &str) -> Ident {
 
 /// A parsed V1 query string, borrowing from it: a pair is copied only
 /// where it was percent- or `+`-encoded.
-pub struct Query<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
+pub struct Query<'a> {
+    pairs: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    /// Where the differences read here are marked (none in tests).
+    applied: Option<&'a Applied>,
+}
 
 impl<'a> Query<'a> {
     pub fn parse(raw: Option<&'a str>) -> Query<'a> {
-        Query(url::form_urlencoded::parse(raw.unwrap_or("").as_bytes()).collect())
+        Query {
+            pairs: url::form_urlencoded::parse(raw.unwrap_or("").as_bytes()).collect(),
+            applied: None,
+        }
+    }
+
+    /// The same query, marking in `applied` what it reads leniently.
+    pub fn noting(self, applied: &'a Applied) -> Query<'a> {
+        Query {
+            applied: Some(applied),
+            ..self
+        }
+    }
+
+    /// Marks `difference` as applied to this request.
+    pub fn note(&self, difference: &Difference) {
+        if let Some(applied) = self.applied {
+            applied.note(difference);
+        }
     }
 
     /// The last value given for `name`: V1 read a repeated parameter
     /// (`?search=a&search=b`) as its last value.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0
+        self.pairs
             .iter()
             .rev()
             .find(|(k, _)| k == name)
@@ -348,11 +437,21 @@ impl<'a> Query<'a> {
     /// it is still an integer.
     pub fn opt_int(&self, name: &str) -> Result<Option<i64>, GatewayError> {
         match self.get(name).map(str::trim) {
-            None | Some("") => Ok(None),
+            None => Ok(None),
+            Some("") => {
+                self.note(&LENIENT_INPUT);
+                Ok(None)
+            }
             Some(v) => match v.parse() {
                 Ok(n) => Ok(Some(n)),
-                Err(_) if is_whole_number(v.strip_prefix('+').unwrap_or(v)) => Ok(Some(i64::MAX)),
-                Err(_) if v.strip_prefix('-').is_some_and(is_whole_number) => Ok(Some(i64::MIN)),
+                Err(_) if is_whole_number(v.strip_prefix('+').unwrap_or(v)) => {
+                    self.note(&LENIENT_INPUT);
+                    Ok(Some(i64::MAX))
+                }
+                Err(_) if v.strip_prefix('-').is_some_and(is_whole_number) => {
+                    self.note(&LENIENT_INPUT);
+                    Ok(Some(i64::MIN))
+                }
                 Err(_) => Err(GatewayError::bad(name, "must be an integer")),
             },
         }
@@ -365,7 +464,7 @@ fn is_whole_number(s: &str) -> bool {
 }
 
 /// A callback URL must be an absolute http(s) URL: V2 will POST to it.
-pub fn callback_url(body: &Body, required: bool) -> Result<Option<String>, GatewayError> {
+pub fn callback_url(body: &Body<'_>, required: bool) -> Result<Option<String>, GatewayError> {
     let raw = if required {
         Some(body.req_str("callback_url")?)
     } else {
@@ -380,10 +479,13 @@ pub fn callback_url(body: &Body, required: bool) -> Result<Option<String>, Gatew
         // them would be checked in one form and forwarded in another (and
         // CR/LF could split a header where V2 echoes it): refused outright,
         // though V1 accepted it (difference `callback_url_checks`).
-        Some(s) if s.chars().any(char::is_control) => Err(GatewayError::bad(
-            "callback_url",
-            "must not contain control characters (CR, LF, tab, ...)",
-        )),
+        Some(s) if s.chars().any(char::is_control) => {
+            body.note(&crate::differences::CALLBACK_URL_CHECKS);
+            Err(GatewayError::bad(
+                "callback_url",
+                "must not contain control characters (CR, LF, tab, ...)",
+            ))
+        }
         Some(s) => match url::Url::parse(s.trim()) {
             Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
                 Ok(Some(s.trim().to_owned()))
@@ -400,7 +502,7 @@ pub fn callback_url(body: &Body, required: bool) -> Result<Option<String>, Gatew
 mod tests {
     use super::*;
 
-    fn body(s: &str) -> Body {
+    fn body(s: &str) -> Body<'static> {
         Body::parse(s.as_bytes()).unwrap_or_else(|e| panic!("{e}"))
     }
 
@@ -474,10 +576,11 @@ mod tests {
     #[test]
     fn known_names_are_not_copied() {
         let b = body(r#"{"run_slug":"r1","run\u005fslug":"r2","other":1,"page_size":5}"#);
-        let borrowed: Vec<bool> =
-            b.0.iter()
-                .map(|(n, _)| matches!(n, Cow::Borrowed(_)))
-                .collect();
+        let borrowed: Vec<bool> = b
+            .members
+            .iter()
+            .map(|(n, _)| matches!(n, Cow::Borrowed(_)))
+            .collect();
         assert_eq!(borrowed, [true, true, false, true]);
         assert_eq!(b.req_str("run_slug").unwrap(), "r2");
         assert_eq!(b.member("other"), Some(&Value::from(1)));
@@ -517,7 +620,7 @@ mod tests {
         assert!(msg(body("{}").run_slug().unwrap_err()).contains("run_slug is required"));
     }
 
-    fn with(field: &str, value: &str) -> Body {
+    fn with(field: &str, value: &str) -> Body<'static> {
         Body::from_map(
             [(field.to_owned(), Value::String(value.into()))]
                 .into_iter()

@@ -285,11 +285,11 @@ pub fn log_answer(read: Read<OrDefault<V2Log<'_>>>) -> Result<Json, GatewayError
     }
 }
 
-pub async fn run_log(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
+pub async fn run_log(ex: &Exchange<'_>, body: &Body<'_>) -> Result<Json, GatewayError> {
     let run = body.run_slug()?;
     let path = V2Path::new(&[
         Part::Lit("worker-runs"),
-        Part::Id(run.known()?),
+        Part::Id(ex.known(&run)?),
         Part::Lit("log"),
     ]);
     let fetched = ex

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::common::request_id::RequestId;
+use crate::differences::{self, Applied};
 use crate::error::GatewayError;
 use crate::upstream::{ApiKey, Upstream};
 use crate::v1::route::Operation;
@@ -112,15 +113,17 @@ pub struct Translated {
 
 /// Runs one V1 operation.
 pub async fn handle(tr: &Translator, req: V1Request) -> Result<Translated, GatewayError> {
-    handle_counting(tr, req, &AtomicU32::new(0)).await
+    handle_counting(tr, req, &AtomicU32::new(0), &Applied::new()).await
 }
 
 /// [`handle`], counting the V2 calls made in `calls` as they are sent, so
-/// that a failed or timed-out request can still say how many it made.
+/// that a failed or timed-out request can still say how many it made, and
+/// marking in `applied` the differences its answer relies on.
 pub async fn handle_counting(
     tr: &Translator,
     req: V1Request,
     calls: &AtomicU32,
+    applied: &Applied,
 ) -> Result<Translated, GatewayError> {
     let fallback_key = match &req.key {
         Some(_) if req.op.is_public() => tr.settings.service_key.clone(),
@@ -128,16 +131,20 @@ pub async fn handle_counting(
     };
     let key = match req.key {
         Some(k) => Some(k),
-        None if req.op.is_public() => tr.settings.service_key.clone(),
+        None if req.op.is_public() => {
+            applied.note(&differences::PUBLIC_CATALOG_KEY);
+            tr.settings.service_key.clone()
+        }
         None => {
+            applied.note(&differences::MISSING_KEY_STATUS);
             return Err(GatewayError::MissingKey(
                 "send your key in the api-key header".into(),
-            ))
+            ));
         }
     };
-    let ex = Exchange::new(tr, &req.request_id, key, fallback_key, calls);
-    let query = input::Query::parse(req.query.as_deref());
-    let body = || input::Body::parse(&req.body);
+    let ex = Exchange::new(tr, &req.request_id, key, fallback_key, calls, applied);
+    let query = input::Query::parse(req.query.as_deref()).noting(applied);
+    let body = || input::Body::parse(&req.body).map(|b| b.noting(applied));
     // Each operation's future is boxed on its own: awaited in place, the
     // largest of them (a fan-out) would set the size of every request's
     // future, and that size is copied each time the request future moves
@@ -159,6 +166,11 @@ pub async fn handle_counting(
         Operation::RunLog => boxed(logs::run_log(&ex, &body()?)).await?,
         Operation::AccountInfo => raw_json(&boxed(account::account_info(&ex, &body()?)).await?)?,
     };
+    // The differences every answer of an operation relies on: decided by
+    // the operation answering at all.
+    for difference in answered_with(req.op) {
+        applied.note(difference);
+    }
     let v2_request_ids = ex.finish();
     let upstream_calls = calls.load(Ordering::Relaxed);
     Ok(Translated {
@@ -166,6 +178,20 @@ pub async fn handle_counting(
         v2_request_ids,
         upstream_calls,
     })
+}
+
+/// The differences in every successful answer of `op`: fields V2 no longer
+/// has or shapes differently, whatever the request.
+fn answered_with(op: Operation) -> &'static [differences::Difference] {
+    use differences as d;
+    match op {
+        Operation::AccountInfo => &[d::ACCOUNT_TRAFFIC, d::TRAFFIC_EXPIRATION],
+        Operation::RunList => &[d::RUN_LIST_MONTH],
+        Operation::ResultList => &[d::RESULT_HEADER_FORMAT],
+        Operation::RunLog => &[d::LOG_GROUP],
+        Operation::WorkerDetail => &[d::WORKER_MEMORY_FIELD],
+        _ => &[],
+    }
 }
 
 /// An operation's future on the heap (see [`handle_counting`]).

@@ -289,12 +289,12 @@ fn headers_of_page<'a>(
     })
 }
 
-pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
+pub async fn result_list(ex: &Exchange<'_>, body: &Body<'_>) -> Result<Json, GatewayError> {
     let run = body.run_slug()?;
     let window = body.window(DEFAULT_PAGE_SIZE, ex.settings().max_page_size)?;
     let plan = window.plan();
     let key = ex.key()?;
-    let run = run.known()?;
+    let run = ex.known(&run)?;
     let fetched = ex
         .fetch_pages(plan.offsets.clone(), Subject::Run, |o| {
             result_call(run, o, plan.limit).with_key(Some(key.clone()))
@@ -326,7 +326,7 @@ pub async fn result_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, Gateway
 }
 
 /// Checks the V1 export body and builds the V2 call.
-pub fn export_call(body: &Body, extra_formats: bool) -> Result<V2Call, GatewayError> {
+pub fn export_call(body: &Body<'_>, extra_formats: bool) -> Result<V2Call, GatewayError> {
     let run = body.run_slug()?;
     // V1 knew `csv` and `json` only, in lowercase; V2 reads the value without
     // regard to case, so the gateway must not pass `CSV` on as V1 refused it.
@@ -342,6 +342,9 @@ pub fn export_call(body: &Body, extra_formats: bool) -> Result<V2Call, GatewayEr
             format!("must be one of {}", allowed.join(", ")),
         ));
     }
+    if !V1_EXPORT_FORMATS.contains(&format.as_str()) {
+        body.note(&crate::differences::EXTRA_EXPORT_FORMATS);
+    }
     let array_of_strings = || GatewayError::bad("filter_keys", "must be an array of strings");
     let keys: Vec<&str> = match body.get("filter_keys") {
         None => Vec::new(),
@@ -353,7 +356,7 @@ pub fn export_call(body: &Body, extra_formats: bool) -> Result<V2Call, GatewayEr
     };
     // V1 looked the run up before it compared the keys with the run's
     // columns: an id no run can have is 404 / 70001 whatever the keys hold.
-    let run = run.known()?;
+    let run = body.known(&run)?;
     let keys = keys
         .into_iter()
         .map(|k| match k.trim() {
@@ -379,7 +382,7 @@ pub fn export_call(body: &Body, extra_formats: bool) -> Result<V2Call, GatewayEr
     Ok(V2Call::get(path))
 }
 
-pub async fn export(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
+pub async fn export(ex: &Exchange<'_>, body: &Body<'_>) -> Result<Value, GatewayError> {
     let call = export_call(body, ex.settings().compat.extra_export_formats)?;
     let data = ex
         .call(call.with_key(Some(ex.key()?)), Subject::Run)

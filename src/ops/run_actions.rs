@@ -41,7 +41,7 @@ pub(crate) struct StartRun {
 }
 
 pub(crate) fn start_run_request(
-    body: &Body,
+    body: &Body<'_>,
     worker: Segment,
     max_page_size: u64,
 ) -> Result<StartRun, GatewayError> {
@@ -71,8 +71,8 @@ pub(crate) fn start_run_request(
             ))
         }
     }
-    match params.get_mut("system") {
-        None => {}
+    let left_out = match params.get_mut("system") {
+        None => false,
         Some(Value::Object(system)) => v2_system(system),
         Some(_) => {
             return Err(GatewayError::bad(
@@ -80,6 +80,9 @@ pub(crate) fn start_run_request(
                 "must be an object",
             ))
         }
+    };
+    if left_out {
+        body.note(&crate::differences::ZERO_SYSTEM_LIMITS);
     }
     let mut v2 = Map::new();
     v2.insert("input".into(), Value::Object(input));
@@ -126,8 +129,8 @@ const DEFAULTED_SYSTEM_FIELDS: [&str; 6] = [
 
 /// Applies the zero-means-default rule to a V1 `input.parameters.system`:
 /// a field V1 read as "the worker's default" is left out, which is how V2
-/// spells the same thing.
-pub(crate) fn v2_system(system: &mut Map<String, Value>) {
+/// spells the same thing. Whether any field was left out.
+pub(crate) fn v2_system(system: &mut Map<String, Value>) -> bool {
     // V1 read `1024.0` as the integer it is; V2 wants an integer.
     for name in ["memory", "execute_limit_time_seconds"] {
         if let Some(v) = system.get_mut(name) {
@@ -141,6 +144,7 @@ pub(crate) fn v2_system(system: &mut Map<String, Value>) {
             }
         }
     }
+    let before = system.len();
     system.retain(|name, value| {
         let region = name == "proxy_region";
         let means_default = match value {
@@ -151,6 +155,7 @@ pub(crate) fn v2_system(system: &mut Map<String, Value>) {
         };
         !(means_default && DEFAULTED_SYSTEM_FIELDS.contains(&name.as_str()))
     });
+    system.len() != before
 }
 
 /// `data.run_slug` of an asynchronous start, rerun or task run.
@@ -204,17 +209,17 @@ pub(crate) fn v1_sync(data: &Value, window: Window, plan: &Plan, extra_pages: &[
     })
 }
 
-pub(crate) async fn start_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
+pub(crate) async fn start_run(ex: &Exchange<'_>, body: &Body<'_>) -> Result<Value, GatewayError> {
     let raw = body.req_str("scraper_slug")?;
     // V1 looked the worker up before it read the rest of the body: an id no
     // worker can have is 404 / 50001 whatever else is wrong.
-    let worker = ex.translator.worker_ids.translate(raw).known()?.clone();
+    let ident = ex.worker(raw);
+    let worker = ex.known(&ident)?.clone();
     let mut req = start_run_request(body, worker, ex.settings().max_page_size)?;
     let key = ex.key()?;
     // Callback relay: V2 gets the gateway's callback URL, not the client's.
     if let Some(Value::String(cb)) = req.body.get_mut("callback_url") {
         *cb = ex
-            .translator
             .v2_callback_url(Some(&key), Some(std::mem::take(cb)))?
             .unwrap_or_default();
     }
@@ -283,15 +288,16 @@ async fn key_refused_or(ex: &Exchange<'_>, key: &ApiKey, err: GatewayError) -> G
     }
 }
 
-pub(crate) async fn start_task_run(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
-    let task = input::task_id(body.req_str("task_slug")?);
+pub(crate) async fn start_task_run(
+    ex: &Exchange<'_>,
+    body: &Body<'_>,
+) -> Result<Value, GatewayError> {
+    let task = input::task_id(body.trimmed(body.req_str("task_slug")?));
     let callback = input::callback_url(body, true)?;
-    let callback = ex
-        .translator
-        .v2_callback_url(ex.key().ok().as_ref(), callback)?;
+    let callback = ex.v2_callback_url(ex.key().ok().as_ref(), callback)?;
     let path = V2Path::new(&[
         Part::Lit("worker-tasks"),
-        Part::Id(task.known()?),
+        Part::Id(ex.known(&task)?),
         Part::Lit("runs"),
     ]);
     let v2 = json!({ "callback_url": callback, "is_async": true });
@@ -304,15 +310,13 @@ pub(crate) async fn start_task_run(ex: &Exchange<'_>, body: &Body) -> Result<Val
     v1_run_slug(&data)
 }
 
-pub(crate) async fn rerun(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
+pub(crate) async fn rerun(ex: &Exchange<'_>, body: &Body<'_>) -> Result<Value, GatewayError> {
     let run = body.run_slug()?;
     let callback = input::callback_url(body, true)?;
-    let callback = ex
-        .translator
-        .v2_callback_url(ex.key().ok().as_ref(), callback)?;
+    let callback = ex.v2_callback_url(ex.key().ok().as_ref(), callback)?;
     let path = V2Path::new(&[
         Part::Lit("worker-runs"),
-        Part::Id(run.known()?),
+        Part::Id(ex.known(&run)?),
         Part::Lit("rerun"),
     ]);
     let v2 = json!({ "callback_url": callback, "is_async": true });
@@ -325,11 +329,11 @@ pub(crate) async fn rerun(ex: &Exchange<'_>, body: &Body) -> Result<Value, Gatew
     v1_run_slug(&data)
 }
 
-pub(crate) async fn abort(ex: &Exchange<'_>, body: &Body) -> Result<Value, GatewayError> {
+pub(crate) async fn abort(ex: &Exchange<'_>, body: &Body<'_>) -> Result<Value, GatewayError> {
     let run = body.run_slug()?;
     let path = V2Path::new(&[
         Part::Lit("worker-runs"),
-        Part::Id(run.known()?),
+        Part::Id(ex.known(&run)?),
         Part::Lit("abort"),
     ]);
     ex.call(

@@ -24,6 +24,7 @@ use v1compat_json::read;
 use v1compat_json::v1::V1Run;
 use v1compat_json::v2::{RunPage, StatusField, V2Run};
 
+use crate::differences::{self, Applied, AppliedSet, Difference};
 use crate::error::{GatewayError, Subject};
 use crate::ops::input::{Body, Ident};
 use crate::ops::Compat;
@@ -41,7 +42,14 @@ pub fn v1_status(v2: Option<&Value>, compat: &Compat) -> i64 {
 
 /// V1 status integer for a V2 status field.
 pub fn v1_status_of(v2: &StatusField<'_>, compat: &Compat) -> i64 {
-    match v2 {
+    v1_status_noting(v2, compat).0
+}
+
+/// [`v1_status_of`], with the difference that decided it when one did
+/// (`aborted_status`, `unknown_status`).
+fn v1_status_noting(v2: &StatusField<'_>, compat: &Compat) -> (i64, Option<&'static Difference>) {
+    let unknown = (compat.unknown_status, Some(&differences::UNKNOWN_STATUS));
+    let status = match v2 {
         StatusField::Text(s) => match RunStatus::parse(s) {
             Some(RunStatus::Ready) => status::READY,
             Some(RunStatus::Running) => status::RUNNING,
@@ -49,20 +57,23 @@ pub fn v1_status_of(v2: &StatusField<'_>, compat: &Compat) -> i64 {
             Some(RunStatus::Failed) => status::FAILED,
             Some(RunStatus::Aborting) => status::ABORTING,
             None => match s.trim().to_ascii_lowercase().as_str() {
-                "aborted" | "cancelled" | "canceled" => compat.aborted_status,
+                "aborted" | "cancelled" | "canceled" => {
+                    return (compat.aborted_status, Some(&differences::ABORTED_STATUS))
+                }
                 _ => {
                     tracing::warn!(status = %s, "unknown V2 run status");
                     metrics::counter!(crate::telemetry::TRANSLATION_GAPS, "kind" => crate::differences::UNKNOWN_STATUS.id).increment(1);
-                    compat.unknown_status
+                    return unknown;
                 }
             },
         },
         StatusField::Number(n) => match n {
             Some(i @ 1..=5) => *i,
-            _ => compat.unknown_status,
+            _ => return unknown,
         },
-        StatusField::Other => compat.unknown_status,
-    }
+        StatusField::Other => return unknown,
+    };
+    (status, None)
 }
 
 /// V2 status filter for a V1 status filter (0 = all = omitted).
@@ -85,9 +96,24 @@ pub fn v2_status_filter(v1: i64) -> Result<Option<RunStatus>, GatewayError> {
 
 /// The V1 record of a V2 record.
 pub fn v1_run<'a>(v2: &'a V2Run<'a>, compat: &'a Compat) -> V1Run<'a> {
+    v1_run_noting(v2, compat).0
+}
+
+/// [`v1_run`], with the differences that shaped the record
+/// (`aborted_status`, `unknown_status`, `origin_rename`).
+fn v1_run_noting<'a>(v2: &'a V2Run<'a>, compat: &'a Compat) -> (V1Run<'a>, AppliedSet) {
     let origin = v2.origin.or_default();
-    V1Run {
-        status: v1_status_of(&v2.status, compat),
+    let (status, status_difference) = v1_status_noting(&v2.status, compat);
+    let renamed = compat.origin_rename.get(origin);
+    let mut applied = AppliedSet::default();
+    if let Some(d) = status_difference {
+        applied = applied.with(d);
+    }
+    if renamed.is_some() {
+        applied = applied.with(&differences::ORIGIN_RENAME);
+    }
+    let record = V1Run {
+        status,
         err_msg: v2.err_msg.or_default(),
         slug: v2.slug.or_default(),
         scraper_title: v2.scraper_title.or_default(),
@@ -97,13 +123,11 @@ pub fn v1_run<'a>(v2: &'a V2Run<'a>, compat: &'a Compat) -> V1Run<'a> {
         started_at: v2.started_at.0.unwrap_or(0),
         finished_at: v2.finished_at.0.unwrap_or(0),
         duration: v2.duration.0.unwrap_or(0),
-        origin: compat
-            .origin_rename
-            .get(origin)
-            .map_or(origin, String::as_str),
+        origin: renamed.map_or(origin, String::as_str),
         traffic: v2.traffic.0.unwrap_or(0),
         version: v2.version.or_default(),
-    }
+    };
+    (record, applied)
 }
 
 /// The 13-field V1 run record of a V2 record given as a `Value`.
@@ -121,15 +145,20 @@ pub fn detail_answer(
     read: Read<V2Run<'_>>,
     texts: Texts,
     compat: &Compat,
+    applied: &Applied,
 ) -> Result<Json, GatewayError> {
     let garbled = || GatewayError::Garbled("run detail without a record".into());
+    let record = |(run, set): (V1Run, AppliedSet), texts| {
+        applied.add(set);
+        Ok(record_json(&run, texts))
+    };
     match read {
-        Read::Typed(Some(run)) => Ok(record_json(&v1_run(&run, compat), texts)),
+        Read::Typed(Some(run)) => record(v1_run_noting(&run, compat), texts),
         Read::Typed(None) => Err(garbled()),
-        Read::Untyped(data) if data.is_object() => Ok(record_json(
-            &v1_run(&V2Run::of_value(&data), compat),
+        Read::Untyped(data) if data.is_object() => record(
+            v1_run_noting(&V2Run::of_value(&data), compat),
             Texts::UNCHECKED,
-        )),
+        ),
         Read::Untyped(_) => Err(garbled()),
     }
 }
@@ -139,17 +168,17 @@ fn record_json(run: &V1Run, texts: Texts) -> Json {
     Json::write_direct(run.json_len(), |out| run.write_json(out, texts))
 }
 
-pub async fn run_detail(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
+pub async fn run_detail(ex: &Exchange<'_>, body: &Body<'_>) -> Result<Json, GatewayError> {
     let run = body.run_slug()?;
     let fetched = ex
         .fetch(
-            detail_call(run.known()?).with_key(Some(ex.key()?)),
+            detail_call(ex.known(&run)?).with_key(Some(ex.key()?)),
             Subject::Run,
         )
         .await?;
     // Read in one pass where the answer is plain; serde reads the rest.
     let (read, texts) = ex.read_with(&fetched, Subject::Run, read::run)?;
-    detail_answer(read, texts, &ex.settings().compat)
+    detail_answer(read, texts, &ex.settings().compat, ex.differences())
 }
 
 /// The V2 run-list filters of a V1 run-list body.
@@ -173,6 +202,7 @@ pub fn v1_run_list(
     plan: &Plan,
     pages: Vec<(RunPage<'_>, Texts)>,
     compat: &Compat,
+    applied: &Applied,
 ) -> Result<Json, GatewayError> {
     let count = pages.first().and_then(|(p, _)| p.count).unwrap_or(0);
     let rows = plan.assemble(
@@ -183,7 +213,11 @@ pub fn v1_run_list(
     );
     let list: Vec<(V1Run, Texts)> = rows
         .into_iter()
-        .map(|(r, texts)| (v1_run(r, compat), texts))
+        .map(|(r, texts)| {
+            let (record, set) = v1_run_noting(r, compat);
+            applied.add(set);
+            (record, texts)
+        })
         .collect();
     let capacity = 32 + list.iter().map(|(r, _)| r.json_len() + 1).sum::<usize>();
     // `{"count":…,"list":[…]}`, as serde would write the two fields.
@@ -217,17 +251,22 @@ fn read_page<'f>(ex: &Exchange<'_>, page: &'f Fetched) -> Result<PageRead<'f>, G
     })
 }
 
-pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayError> {
+pub async fn run_list(ex: &Exchange<'_>, body: &Body<'_>) -> Result<Json, GatewayError> {
     let window = body.window(20, ex.settings().max_page_size)?;
     let status = v2_status_filter(body.opt_int("status")?.unwrap_or(0))?;
     let worker = match body.opt_str("scraper_slug")?.map(str::trim) {
         None | Some("") => None,
-        Some(raw) => match ex.translator.worker_ids.translate(raw) {
+        Some(raw) => match ex.worker(raw) {
             Ident::Segment(seg) => Some(seg),
             // V1 listed the runs of a worker it did not know as none at all;
             // an id no worker can have is such a worker.
             Ident::Unknown(_) => {
-                return v1_run_list(&window.plan(), Vec::new(), &ex.settings().compat)
+                return v1_run_list(
+                    &window.plan(),
+                    Vec::new(),
+                    &ex.settings().compat,
+                    ex.differences(),
+                )
             }
         },
     };
@@ -256,7 +295,7 @@ pub async fn run_list(ex: &Exchange<'_>, body: &Body) -> Result<Json, GatewayErr
         .zip(&general)
         .map(|(read, data)| read.unwrap_or_else(|| (RunPage::of_value(data), Texts::UNCHECKED)))
         .collect();
-    v1_run_list(&plan, pages, &ex.settings().compat)
+    v1_run_list(&plan, pages, &ex.settings().compat, ex.differences())
 }
 
 #[cfg(test)]
@@ -281,10 +320,10 @@ mod tests {
         let answer = read::run_page(body.as_bytes()).expect("plain");
         let (data, texts) = (answer.data.unwrap(), answer.texts);
         assert_ne!(texts, Texts::UNCHECKED);
-        let scanned = v1_run_list(&plan, vec![(data, texts)], &compat).unwrap();
+        let scanned = v1_run_list(&plan, vec![(data, texts)], &compat, &Applied::new()).unwrap();
         let value: Value = serde_json::from_str(body).unwrap();
         let pages = vec![(RunPage::of_value(&value["data"]), Texts::UNCHECKED)];
-        let general = v1_run_list(&plan, pages, &compat).unwrap();
+        let general = v1_run_list(&plan, pages, &compat, &Applied::new()).unwrap();
         assert_eq!(scanned.data_bytes(), general.data_bytes());
         let written: Value = serde_json::from_slice(&scanned.data_bytes()).unwrap();
         assert_eq!(written["count"], 3);
@@ -306,7 +345,7 @@ mod tests {
         }
         .plan();
         let pages = vec![(RunPage::of_value(&page), Texts::UNCHECKED)];
-        let written = v1_run_list(&plan, pages, &Compat::default()).unwrap();
+        let written = v1_run_list(&plan, pages, &Compat::default(), &Applied::new()).unwrap();
         let compat = Compat::default();
         let rows = crate::ops::list_of(&page, "list");
         let records: Vec<V2Run> = rows.iter().map(V2Run::of_value).collect();

@@ -1,9 +1,9 @@
 //! What the translation reads of the configuration, and nothing else: the
 //! `[compat]` choices, the limits an operation applies, the service key, the
-//! synchronous-run wait and the worker-id table. The gateway builds one
-//! [`Settings`] from the validated configuration per configuration snapshot
-//! (`gateway::Gateway::new`), and a reload swaps it with the configuration;
-//! the operations never see the application's configuration itself.
+//! synchronous-run wait and the worker-id table. The configuration builds
+//! one [`Settings`] per configuration snapshot (`pipeline::Gateway`), and a
+//! reload swaps it with the rest of the snapshot; the operations never see
+//! the application's configuration itself.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

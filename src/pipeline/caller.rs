@@ -124,7 +124,7 @@ fn forwarded_element(element: &str) -> Option<Option<IpAddr>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::callbacks::guard::Cidr;
+    use crate::common::cidr::Cidr;
 
     /// `forwarded_for` with the blocks `trusted`.
     fn forwarded(peer: IpAddr, headers: &HeaderMap, trusted: &[Cidr]) -> Option<IpAddr> {

@@ -29,14 +29,15 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 mod access;
 pub(crate) mod caller;
+mod gateway;
 pub use access::TARGET as ACCESS_LOG_TARGET;
 pub use caller::Caller;
+pub use gateway::{Gateway, Live, Settings};
 
 use crate::common::request_id::RequestId;
+use crate::differences::{self, Applied, AppliedSet};
 use crate::error::{GatewayError, Rendered};
 use crate::ops::{self, V1Request};
-use crate::reload::gateway::Gateway;
-use crate::reload::Live;
 use crate::telemetry;
 use crate::telemetry::handles::RequestMetrics;
 use crate::upstream::ApiKey;
@@ -185,6 +186,8 @@ pub struct Admitted {
     /// Who sent it, and the body's length, for the access line.
     caller: Caller,
     bytes_in: usize,
+    /// Differences decided at admission (the body's Content-Type).
+    applied: AppliedSet,
     _in_flight: InFlight,
 }
 
@@ -200,14 +203,15 @@ impl Admitted {
         }
     }
 
-    /// [`Admitted::v1_request`] for the last use of the request's body,
-    /// query and key: moved out rather than copied.
+    /// [`Admitted::v1_request`] for the last use of the request's body and
+    /// query: moved out rather than copied. The key is shared (an `Arc`):
+    /// the answer is counted by it once the operation is done.
     fn take_v1_request(&mut self) -> V1Request {
         V1Request {
             op: self.op,
             query: self.query.take(),
             body: std::mem::take(&mut self.body),
-            key: self.key.take(),
+            key: self.key.clone(),
             request_id: self.request_id.clone(),
         }
     }
@@ -259,7 +263,7 @@ impl Pipeline {
 
     /// A pipeline that follows reloads of `live`.
     pub fn live(live: Arc<Live>) -> Pipeline {
-        let max_in_flight = live.load().config.limits.max_in_flight;
+        let max_in_flight = live.load().settings.max_in_flight;
         Pipeline {
             live,
             in_flight: Arc::new(Semaphore::new(max_in_flight)),
@@ -343,7 +347,7 @@ impl Pipeline {
             if let Some(span) = &span {
                 span.record("request_id", request_id.as_str());
             }
-            let trusted = &gateway.config.trusted_proxies;
+            let trusted = &gateway.settings.trusted_proxies;
             let caller = Caller::of(req.peer, &req.headers, &|ip| {
                 trusted.iter().any(|c| c.contains(ip))
             });
@@ -352,8 +356,8 @@ impl Pipeline {
                 op: None,
                 request_id: &request_id,
                 started,
-                every_request: gateway.config.log.access,
-                dialect: gateway.config.compat.dialect,
+                every_request: gateway.settings.access_log,
+                dialect: gateway.settings.dialect,
                 caller: &caller,
                 bytes_in: AtomicUsize::new(0),
             };
@@ -370,7 +374,20 @@ impl Pipeline {
                 span.record("operation", op.name());
             }
             cx.op = Some(op);
-            let refuse = |err| finish(&cx, Err(err), 0, self.metrics(), None);
+            let refuse = |err, key: Option<&ApiKey>| {
+                let applied = error_differences(&err, key.is_some(), 0);
+                let mut response = finish(&cx, Err(err), 0, self.metrics(), None);
+                noted(
+                    &gateway,
+                    self.metrics(),
+                    op,
+                    key,
+                    &caller,
+                    &mut response,
+                    applied,
+                );
+                response
+            };
             // The body is read as JSON whatever its `Content-Type` says, as V1
             // did (`curl -d` sends `application/x-www-form-urlencoded`); a body
             // that is not JSON is still refused, naming the problem.
@@ -380,39 +397,51 @@ impl Pipeline {
             let key = if op.is_public() {
                 usable_key(&req.headers)
             } else {
-                client_key(&req.headers).map_err(refuse)?
+                client_key(&req.headers).map_err(|e| refuse(e, None))?
             };
-            let limit = gateway.config.limits.max_body_bytes;
+            let key_seen = key.as_ref();
+            let limit = gateway.settings.max_body_bytes;
             let too_large =
                 || GatewayError::BadRequest(format!("body is larger than {limit} bytes"));
             let body = match req.body.await {
                 Ok(body) if body.len() > limit => {
                     cx.bytes_in.store(body.len(), Ordering::Relaxed);
-                    return Err(refuse(too_large()));
+                    return Err(refuse(too_large(), key_seen));
                 }
                 Ok(body) => body,
-                Err(BodyError::TooLarge) => return Err(refuse(too_large())),
+                Err(BodyError::TooLarge) => return Err(refuse(too_large(), key_seen)),
                 Err(BodyError::Unreadable(e)) => {
-                    return Err(refuse(GatewayError::BadRequest(format!(
-                        "body could not be read ({e})"
-                    ))))
+                    return Err(refuse(
+                        GatewayError::BadRequest(format!("body could not be read ({e})")),
+                        key_seen,
+                    ))
                 }
-                Err(BodyError::OverBudget) => return Err(refuse(GatewayError::Overloaded)),
+                Err(BodyError::OverBudget) => {
+                    return Err(refuse(GatewayError::Overloaded, key_seen))
+                }
                 Err(BodyError::Timeout(d)) => {
-                    return Err(refuse(GatewayError::BadRequest(format!(
-                        "body was not received within {} ms",
-                        d.as_millis()
-                    ))))
+                    return Err(refuse(
+                        GatewayError::BadRequest(format!(
+                            "body was not received within {} ms",
+                            d.as_millis()
+                        )),
+                        key_seen,
+                    ))
                 }
             };
             cx.bytes_in.store(body.len(), Ordering::Relaxed);
             // The slot is taken only once the body is in: a client sending it
             // slowly holds a connection, never capacity other clients need.
             let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
-                return Err(refuse(GatewayError::Overloaded));
+                return Err(refuse(GatewayError::Overloaded, key_seen));
             };
             let in_flight = InFlight::new(permit, &self.metrics().in_flight);
             let body_len = body.len();
+            let applied = if body_len > 0 && !json_content_type(&req.headers) {
+                AppliedSet::default().with(&differences::BODY_CONTENT_TYPE)
+            } else {
+                AppliedSet::default()
+            };
             Ok(Admitted {
                 op,
                 request_id,
@@ -426,6 +455,7 @@ impl Pipeline {
                 started,
                 bytes_in: body_len,
                 caller,
+                applied,
                 _in_flight: in_flight,
             })
         }
@@ -435,27 +465,91 @@ impl Pipeline {
     /// The request is moved into the future once (see [`Pipeline::admit`]).
     pub fn translate(&self, mut req: Admitted) -> impl Future<Output = V1Response> + '_ {
         let deadline = deadline(
-            req.gateway.config.request_timeout,
-            req.gateway.config.sync_run_timeout,
+            req.gateway.settings.request_timeout,
+            req.gateway.settings.sync_run_timeout,
             req.op,
         );
+        let browned_out = self.browned_out(&req);
         let v1 = req.take_v1_request();
         async move {
             let calls = AtomicU32::new(0);
-            let result = dispatch_counting(&req.gateway, v1, deadline, &calls).await;
+            let applied = Applied::new();
+            let result = if browned_out {
+                let notices = &req.gateway.settings.notices;
+                metrics::counter!(telemetry::BROWNOUT_REFUSALS, "operation" => req.op.name())
+                    .increment(1);
+                Err(GatewayError::Brownout(
+                    crate::inventory::notice::brownout_message(notices, req.op),
+                ))
+            } else {
+                dispatch_counting(&req.gateway, v1, deadline, &calls, &applied).await
+            };
+            let failed = result.is_err();
+            let mut set = applied.get().union(req.applied);
+            if let Err(err) = &result {
+                let keyed = req.key.is_some();
+                set = set.union(error_differences(err, keyed, calls.load(Ordering::Relaxed)));
+            }
             // The request's header map, its last use past, holds the
             // answer's headers: it has room for them already (on HTTP/1,
             // hyper reads a request's headers into the map of the answer
             // before it), and the answer needs no map of its own.
             let room = std::mem::take(&mut req.headers);
-            finish(
+            let mut response = finish(
                 &self.context(&req),
                 result,
                 calls.load(Ordering::Relaxed),
                 self.metrics(),
                 Some(room),
-            )
+            );
+            // A business error sent with HTTP 200: the `200` V1 dialect.
+            if failed && response.status == StatusCode::OK {
+                set = set.with(&differences::BUSINESS_ERROR_STATUS);
+            }
+            if !set.is_empty() {
+                self.metrics().applied(set);
+            }
+            crate::inventory::notice::add_headers(
+                &req.gateway.settings.notices,
+                Some(req.op),
+                &mut response.headers,
+            );
+            if let Some(inventory) = req.gateway.inventory() {
+                inventory.record(&crate::inventory::Seen {
+                    op: req.op,
+                    key: req.key.as_ref(),
+                    user_agent: req.caller.user_agent.as_ref().map(HeaderValue::as_bytes),
+                    address: req.caller.forwarded_for.or(req.caller.peer),
+                    failed,
+                    applied: set,
+                    browned_out,
+                });
+            }
+            response
         }
+    }
+
+    /// Whether a brownout window (`[[inventory.brownouts]]`) refuses this
+    /// request: never without one configured; a window naming clients
+    /// matches a fingerprint only where the inventory makes them.
+    fn browned_out(&self, req: &Admitted) -> bool {
+        let notices = &req.gateway.settings.notices;
+        if notices.brownouts.is_empty() {
+            return false;
+        }
+        let inventory = req.gateway.inventory();
+        let mut fingerprint = || match (inventory, &req.key) {
+            (Some(inv), Some(key)) => inv.fingerprint_of_key(key.expose()),
+            (Some(inv), None) => inv.fingerprint_of_keyless(
+                req.caller
+                    .user_agent
+                    .as_ref()
+                    .map_or(&b""[..], HeaderValue::as_bytes),
+                req.caller.forwarded_for.or(req.caller.peer),
+            ),
+            (None, _) => String::new(),
+        };
+        crate::inventory::notice::browned_out(notices, req.op, &mut fingerprint)
     }
 
     fn context<'a>(&self, req: &'a Admitted) -> access::Context<'a> {
@@ -464,8 +558,8 @@ impl Pipeline {
             op: Some(req.op),
             request_id: &req.request_id,
             started: req.started,
-            every_request: req.gateway.config.log.access,
-            dialect: req.gateway.config.compat.dialect,
+            every_request: req.gateway.settings.access_log,
+            dialect: req.gateway.settings.dialect,
             caller: &req.caller,
             bytes_in: AtomicUsize::new(req.bytes_in),
         }
@@ -473,7 +567,7 @@ impl Pipeline {
 
     /// The V1 dialect errors are rendered in (`[compat]`).
     pub fn dialect(&self) -> Dialect {
-        self.live.load().config.compat.dialect
+        self.live.load().settings.dialect
     }
 
     /// An answer that came from elsewhere (the legacy service, with
@@ -516,23 +610,25 @@ pub async fn dispatch(
     v1: V1Request,
     deadline: Duration,
 ) -> Result<ops::Translated, GatewayError> {
-    dispatch_counting(gw, v1, deadline, &AtomicU32::new(0)).await
+    dispatch_counting(gw, v1, deadline, &AtomicU32::new(0), &Applied::new()).await
 }
 
 /// [`dispatch`], counting the V2 calls made in `calls` (kept on an error or
-/// at the deadline, for the access line).
+/// at the deadline, for the access line) and marking in `applied` the
+/// differences the answer relies on.
 fn dispatch_counting<'a>(
     gw: &'a Gateway,
     v1: V1Request,
     deadline: Duration,
     calls: &'a AtomicU32,
+    applied: &'a Applied,
 ) -> impl Future<Output = Result<ops::Translated, GatewayError>> + 'a {
     // On the heap: the operation's future would otherwise be part of every
     // future around it (the pipeline's, the server's), each moved whole. It
     // is polled in the request's own task, inside its span: entering the
     // span again at each poll would only repeat that. Made here rather than
     // in the future below, which then holds it once, not also the request.
-    let handled = Box::pin(ops::handle_counting(&gw.translator, v1, calls));
+    let handled = Box::pin(ops::handle_counting(&gw.translator, v1, calls, applied));
     async move {
         let at = tokio::time::Instant::now() + deadline;
         match crate::common::deadline::deadline_at(at, handled).await {
@@ -540,6 +636,65 @@ fn dispatch_counting<'a>(
             Err(_) => Err(GatewayError::Deadline(deadline)),
         }
     }
+}
+
+/// Counts a request refused at admission (its differences, in the
+/// inventory) and adds the deprecation headers, as [`Pipeline::translate`]
+/// does for the answers the operations make.
+fn noted(
+    gateway: &Gateway,
+    metrics: &RequestMetrics,
+    op: Operation,
+    key: Option<&ApiKey>,
+    caller: &Caller,
+    response: &mut V1Response,
+    mut applied: AppliedSet,
+) {
+    // Refused, so an error: with HTTP 200 only in the `200` V1 dialect.
+    if response.status == StatusCode::OK {
+        applied = applied.with(&differences::BUSINESS_ERROR_STATUS);
+    }
+    if !applied.is_empty() {
+        metrics.applied(applied);
+    }
+    let notices = &gateway.settings.notices;
+    crate::inventory::notice::add_headers(notices, Some(op), &mut response.headers);
+    if let Some(inventory) = gateway.inventory() {
+        inventory.record(&crate::inventory::Seen {
+            op,
+            key,
+            user_agent: caller.user_agent.as_ref().map(HeaderValue::as_bytes),
+            address: caller.forwarded_for.or(caller.peer),
+            failed: true,
+            applied,
+            browned_out: false,
+        });
+    }
+}
+
+/// The differences an error answer shows: the field or fix named after a
+/// colon (`error_message_detail`), and a keyed request refused for its
+/// input before V2 saw its key (`input_before_key`).
+fn error_differences(err: &GatewayError, keyed: bool, calls: u32) -> AppliedSet {
+    let none = AppliedSet::default();
+    match err {
+        GatewayError::BadRequest(_) if keyed && calls == 0 => none
+            .with(&differences::ERROR_MESSAGE_DETAIL)
+            .with(&differences::INPUT_BEFORE_KEY),
+        GatewayError::BadRequest(_)
+        | GatewayError::Unauthorized(_)
+        | GatewayError::MissingKey(_) => none.with(&differences::ERROR_MESSAGE_DETAIL),
+        _ => none,
+    }
+}
+
+/// Whether the request says its body is JSON (`application/json`, any
+/// parameters, any case), as V1 clients mostly do.
+fn json_content_type(headers: &HeaderMap) -> bool {
+    headers.get(header::CONTENT_TYPE).is_none_or(|v| {
+        let v = v.as_bytes();
+        v.len() >= 16 && v[..16].eq_ignore_ascii_case(b"application/json")
+    })
 }
 
 /// The client's key from `api-key` or `Authorization: Bearer` (the scheme
@@ -712,6 +867,7 @@ fn status_label(status: StatusCode) -> metrics::SharedString {
         400 => "400",
         401 => "401",
         404 => "404",
+        410 => "410",
         429 => "429",
         500 => "500",
         502 => "502",

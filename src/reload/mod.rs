@@ -1,10 +1,12 @@
-//! Hot reload, beside the request path: the configuration the request path
-//! reads ([`Live`]) and what replaces it ([`Reloader`]). A reload re-reads
-//! the file and the environment captured at start, validates everything
-//! (the same [`config::load`] as start-up, files named by it included),
-//! builds what the new configuration needs and swaps it in one atomic
-//! store. Each V1 request takes one snapshot when it starts, so it finishes
-//! on the configuration it started with. On any error the running
+//! Hot reload, beside the request path: the configuration running now and
+//! the cells the stages read it from ([`Live`]), and what replaces it
+//! ([`Reloader`]). A reload re-reads the file and the environment captured
+//! at start, validates everything (the same [`config::load`] as start-up,
+//! files named by it included), builds what the new configuration needs
+//! (each stage's settings, from the configuration) and swaps each in whole:
+//! the pipeline's snapshot ([`pipeline::Gateway`], in one atomic store) and
+//! the admin listener's settings. Each V1 request takes one snapshot when
+//! it starts, so it finishes on the configuration it started with. On any error the running
 //! configuration stays; the error is logged and counted
 //! (`v1compat_config_reloads_total{outcome="rejected"}`), and
 //! `v1compat_config_last_reload_successful` is 0 until a load succeeds (a
@@ -26,56 +28,107 @@
 //! ([`guard`]; `v1compat_config_reloads_total{outcome="truncated"}`).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
 use tokio::sync::broadcast;
 
+use crate::callbacks::Relay;
 use crate::config::{self, Config};
-use crate::edge::tls;
-use crate::reload::gateway::Gateway;
+use crate::edge::{self, tls};
+use crate::inventory::Inventory;
+use crate::pipeline;
 use crate::telemetry;
 use crate::upstream::{HttpUpstream, Upstream};
 
-pub mod gateway;
 pub(crate) mod guard;
 pub(crate) mod triggers;
 
-/// The gateway the request path uses now.
+/// The configuration running now, and the cells the stages read it from:
+/// the pipeline's snapshot and the admin listener's settings, each built
+/// from the configuration and swapped in whole by a reload.
 pub struct Live {
-    current: ArcSwap<Gateway>,
-    /// The callback relay was opened (and attached, when relaying) before
-    /// serving began: see [`Reloader::open_callbacks`].
-    callbacks_opened: std::sync::atomic::AtomicBool,
+    current: ArcSwap<Running>,
+    gateway: Arc<pipeline::Live>,
+    admin: Arc<edge::LiveAdmin>,
+    /// The callback relay, once opened (`None` inside: not relay mode):
+    /// see [`Live::open_callbacks`]. Started once; reloads keep it.
+    relay: OnceLock<Option<Arc<Relay>>>,
+    /// The migration inventory, once opened (`None` inside: off): see
+    /// [`Live::open_inventory`]. Opened once; reloads keep it.
+    inventory: OnceLock<Option<Arc<Inventory>>>,
+}
+
+/// The configuration running now, with the pipeline's snapshot built from
+/// it. Read at start and by the reloader, never per request.
+pub struct Running {
+    pub config: Arc<Config>,
+    pub gateway: Arc<pipeline::Gateway>,
 }
 
 impl Live {
-    pub fn new(gateway: Arc<Gateway>) -> Arc<Live> {
+    /// The cells of `config`, on `upstream`.
+    pub fn new(upstream: Arc<dyn Upstream>, config: Config) -> Arc<Live> {
+        let gateway = Arc::new(config.gateway(upstream));
         Arc::new(Live {
-            current: ArcSwap::new(gateway),
-            callbacks_opened: std::sync::atomic::AtomicBool::new(false),
+            admin: edge::LiveAdmin::new(Arc::new(config.admin())),
+            gateway: pipeline::Live::new(gateway.clone()),
+            current: ArcSwap::from_pointee(Running {
+                config: Arc::new(config),
+                gateway,
+            }),
+            relay: OnceLock::new(),
+            inventory: OnceLock::new(),
         })
     }
 
-    /// A snapshot: kept by the caller for as long as it needs a consistent
-    /// configuration (one V1 request).
-    pub fn load(&self) -> Arc<Gateway> {
+    /// The configuration running now.
+    pub fn load(&self) -> Arc<Running> {
         self.current.load_full()
     }
 
+    /// The pipeline's cell: what each V1 request loads once.
+    pub fn gateway(&self) -> &Arc<pipeline::Live> {
+        &self.gateway
+    }
+
+    /// The admin listener's cell.
+    pub fn admin(&self) -> &Arc<edge::LiveAdmin> {
+        &self.admin
+    }
+
+    /// Swaps in `config` and the pipeline's snapshot built from it: the
+    /// stages' cells first, then the record of what runs.
+    fn store(&self, config: Arc<Config>, gateway: pipeline::Gateway) {
+        let gateway = Arc::new(gateway);
+        self.admin.store(Arc::new(config.admin()));
+        self.gateway.store(gateway.clone());
+        self.current.store(Arc::new(Running { config, gateway }));
+    }
+
     /// Puts the callback relay (started once the gateway exists) into the
-    /// live gateway; reloads carry it over from then on.
-    pub fn attach_callbacks(&self, relay: Option<Arc<crate::callbacks::Relay>>) {
-        let g = self.load();
-        self.current.store(Arc::new(g.with_callbacks(relay)));
-        self.callbacks_opened
-            .store(true, std::sync::atomic::Ordering::Release);
+    /// live snapshot, as the operations' URL maker; reloads carry it over
+    /// from then on. The relay is started once: a second one is not
+    /// attached.
+    pub fn attach_callbacks(&self, relay: Option<Arc<Relay>>) {
+        if self.relay.set(relay.clone()).is_err() {
+            return;
+        }
+        let running = self.load();
+        let urls = relay.map(|r| r as Arc<dyn crate::ops::CallbackUrls>);
+        let gateway = running.gateway.with_callbacks(urls);
+        self.store(running.config.clone(), gateway);
     }
 
     /// Whether [`Live::attach_callbacks`] has run.
     pub fn callbacks_opened(&self) -> bool {
-        self.callbacks_opened
-            .load(std::sync::atomic::Ordering::Acquire)
+        self.relay.get().is_some()
+    }
+
+    /// The callback relay, when `[callbacks]` is in relay mode and it is
+    /// open.
+    pub fn relay(&self) -> Option<Arc<Relay>> {
+        self.relay.get().cloned().flatten()
     }
 
     /// Opens the callback relay's store and attaches the relay (not yet
@@ -84,15 +137,40 @@ impl Live {
         if self.callbacks_opened() {
             return Ok(());
         }
-        let g = self.load();
-        let relay = crate::callbacks::Relay::open(
-            &g.config.callbacks,
-            g.upstream().clone(),
-            g.config.compat.clone(),
+        let running = self.load();
+        let relay = Relay::open(
+            &running.config.callbacks,
+            running.gateway.upstream().clone(),
+            running.config.compat.clone(),
         )
         .await?;
         self.attach_callbacks(relay);
         Ok(())
+    }
+}
+
+impl Live {
+    /// Opens the migration inventory's store (when `[inventory]` is on) and
+    /// puts it into the live snapshot; reloads carry it over. A store that
+    /// cannot be opened (a redb file another process holds) is an error.
+    pub async fn open_inventory(&self) -> Result<(), String> {
+        if self.inventory.get().is_some() {
+            return Ok(());
+        }
+        let running = self.load();
+        let inventory = Inventory::open(&running.config.inventory).await?;
+        if self.inventory.set(inventory.clone()).is_err() {
+            return Ok(());
+        }
+        let running = self.load();
+        let gateway = running.gateway.with_inventory(inventory);
+        self.store(running.config.clone(), gateway);
+        Ok(())
+    }
+
+    /// The migration inventory, when `[inventory]` is on and it is open.
+    pub fn inventory(&self) -> Option<Arc<Inventory>> {
+        self.inventory.get().cloned().flatten()
     }
 }
 
@@ -194,7 +272,7 @@ impl Reloader {
         let public_tls = acceptor(&config.public_tls)?;
         let admin_tls = acceptor(&config.admin_tls)?;
         let upstream = build_upstream(&config)?;
-        let live = Live::new(Arc::new(Gateway::new(upstream, Arc::new(config))));
+        let live = Live::new(upstream, config);
         Ok(Arc::new(Reloader {
             source,
             live,
@@ -378,7 +456,7 @@ impl Reloader {
         }
         let (new, restart_needed) = keep_restart_only(&old.config, new);
         let upstream = if same_upstream(&old.config, &new) {
-            old.upstream().clone()
+            old.gateway.upstream().clone()
         } else {
             match (self.build_upstream)(&new) {
                 Ok(upstream) => upstream,
@@ -388,9 +466,10 @@ impl Reloader {
         if *current_stamp == new_stamp && restart_needed.is_empty() {
             return (Outcome::Unchanged, false);
         }
-        self.live
-            .current
-            .store(Arc::new(old.reloaded(upstream, new)));
+        let gateway = old
+            .gateway
+            .reloaded(upstream, new.pipeline(), new.translation());
+        self.live.store(Arc::new(new), gateway);
         *current_stamp = new_stamp;
         *running_keys = new_keys;
         (Outcome::Applied { restart_needed }, false)
@@ -491,6 +570,8 @@ fn keep_restart_only(old: &Config, mut new: Config) -> (Config, Vec<&'static str
     new.grace_period = old.grace_period;
     new.drain_delay = old.drain_delay;
     new.connections = old.connections.clone();
+    // The budget the listeners count in, for a V2 client built anew too.
+    new.upstream.memory = old.upstream.memory.clone();
     new.runtime = old.runtime;
     new.callbacks = old.callbacks.clone();
     new.shadow = old.shadow.clone();
@@ -532,6 +613,15 @@ mod tests {
         assert_eq!(kept.log.level, old.log.level);
         // Live keys take the new value.
         assert_eq!(kept.limits.max_page_size, 50);
+        // One memory budget, the running one, for the listeners and for a
+        // V2 client the new configuration builds.
+        let budget = |c: &Config| c.upstream.memory.clone().expect("a budget");
+        assert!(Arc::ptr_eq(&budget(&old), &old.connections.budget));
+        assert!(Arc::ptr_eq(&budget(&kept), &old.connections.budget));
+        assert!(Arc::ptr_eq(
+            &kept.connections.budget,
+            &old.connections.budget
+        ));
     }
 
     #[test]

@@ -30,10 +30,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::GatewayError;
 use crate::ops::V1Request;
-use crate::pipeline::{self, Admitted, BodyError, Pipeline, RawV1Request, V1Response};
-use crate::reload::gateway::Gateway;
+use crate::pipeline::{self, Admitted, BodyError, Gateway, Pipeline, RawV1Request, V1Response};
 use crate::telemetry;
-use crate::upstream::UpstreamFailure;
+use crate::upstream::{ProxyEnv, UpstreamFailure};
 use crate::v1::route::Operation;
 
 pub(crate) mod capture;
@@ -61,9 +60,24 @@ pub struct ShadowCopy {
     started: Instant,
 }
 
+/// What the live mirror reads of the configuration, once, when it is
+/// built (`[shadow]` needs a restart to change).
+#[derive(Debug, Clone)]
+pub struct MirrorSettings {
+    pub shadow: ShadowConfig,
+    /// The proxies the legacy client goes through (the upstream's).
+    pub proxy: ProxyEnv,
+    /// `upstream.max_response_bytes`: the most of a legacy answer read when
+    /// legacy answers the client (`shadow.primary = "legacy"`).
+    pub max_response_bytes: usize,
+}
+
 /// The live mirror: one per public listener.
 pub struct Mirror {
     cfg: ShadowConfig,
+    max_response_bytes: usize,
+    /// The snapshot the mirror was built with: its translation side and its
+    /// deadlines, whatever a reload swaps in for the primary answers.
     gateway: Arc<Gateway>,
     legacy: LegacyClient,
     slots: Arc<Semaphore>,
@@ -132,14 +146,17 @@ fn in_sample(bucket: u64, percent: f64) -> bool {
 }
 
 impl Mirror {
-    /// The mirror of `gateway.config.shadow`, or `None` when it is disabled.
-    pub fn new(gateway: Arc<Gateway>) -> std::io::Result<Option<Arc<Mirror>>> {
-        let cfg = gateway.config.shadow.clone();
+    /// The mirror of `settings.shadow`, translating on `gateway`, or `None`
+    /// when it is disabled.
+    pub fn new(
+        settings: MirrorSettings,
+        gateway: Arc<Gateway>,
+    ) -> std::io::Result<Option<Arc<Mirror>>> {
+        let cfg = settings.shadow;
         let Some(base) = cfg.legacy_base_url.as_ref().filter(|_| cfg.enabled) else {
             return Ok(None);
         };
-        let legacy = LegacyClient::new(base, &gateway.config.upstream.proxy)
-            .map_err(std::io::Error::other)?;
+        let legacy = LegacyClient::new(base, &settings.proxy).map_err(std::io::Error::other)?;
         let capture = match &cfg.capture_path {
             Some(path) => Some(CaptureWriter::start(path, true).map_err(|e| {
                 std::io::Error::new(
@@ -152,6 +169,7 @@ impl Mirror {
         Ok(Some(Arc::new(Mirror {
             slots: Arc::new(Semaphore::new(cfg.max_in_flight)),
             cfg,
+            max_response_bytes: settings.max_response_bytes,
             gateway,
             legacy,
             capture,
@@ -249,12 +267,12 @@ impl Mirror {
     /// Sends the client's request to legacy (`primary = "legacy"`): the
     /// request's own deadline, the upstream's answer size cap.
     async fn proxy(&self, req: &Admitted) -> Result<Received, GatewayError> {
-        let c = &self.gateway.config;
+        let s = &self.gateway.settings;
         self.legacy
             .send(
                 &call_of(req),
-                pipeline::deadline(c.request_timeout, c.sync_run_timeout, req.op),
-                c.upstream.max_response_bytes,
+                pipeline::deadline(s.request_timeout, s.sync_run_timeout, req.op),
+                self.max_response_bytes,
             )
             .await
             .map_err(GatewayError::Upstream)
@@ -310,7 +328,7 @@ impl Mirror {
                         Err(GatewayError::Deadline(_)) => Err(UpstreamFailure::Timeout(timeout)),
                         result => {
                             let (status, body) =
-                                pipeline::render(result, &self.gateway.config.compat.dialect);
+                                pipeline::render(result, &self.gateway.settings.dialect);
                             Ok((status, body, started.elapsed()))
                         }
                     }
@@ -431,6 +449,9 @@ fn failure_text(who: &str, e: &UpstreamFailure) -> String {
         UpstreamFailure::Timeout(d) => format!("{who} did not answer within {d:?}"),
         UpstreamFailure::Broken(why) => format!("{who} connection failed mid-answer: {why}"),
         UpstreamFailure::TooLarge(n) => format!("{who} answer larger than {n} bytes"),
+        UpstreamFailure::OverBudget(n) => {
+            format!("{who} answer refused: no room in the memory budget of {n} bytes")
+        }
     }
 }
 

@@ -14,6 +14,8 @@
 
 use metrics::{Counter, Gauge, Histogram};
 
+use crate::differences::AppliedSet;
+
 use super::{
     IN_FLIGHT, REQUESTS, REQUEST_DURATION, UPSTREAM_CALLS_PER_REQUEST, UPSTREAM_DURATION_SECONDS,
     UPSTREAM_REACHABLE, UPSTREAM_REQUESTS_TOTAL,
@@ -33,6 +35,9 @@ pub struct OperationMetrics {
 pub struct RequestMetrics {
     operations: Vec<OperationMetrics>,
     pub in_flight: Gauge,
+    /// `v1compat_differences_applied_total`, one per registry entry, in
+    /// registry order (an [`AppliedSet`]'s bits).
+    differences: Vec<Counter>,
 }
 
 impl RequestMetrics {
@@ -51,6 +56,19 @@ impl RequestMetrics {
         RequestMetrics {
             operations,
             in_flight: metrics::gauge!(IN_FLIGHT),
+            differences: crate::differences::ALL
+                .iter()
+                .map(|d| metrics::counter!(super::DIFFERENCES_APPLIED, "difference" => d.id))
+                .collect(),
+        }
+    }
+
+    /// Counts the differences one answer relied on.
+    pub fn applied(&self, set: AppliedSet) {
+        for (i, _) in set.iter() {
+            if let Some(c) = self.differences.get(i) {
+                c.increment(1);
+            }
         }
     }
 

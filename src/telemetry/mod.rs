@@ -23,10 +23,12 @@ pub use histograms::MetricsHandle;
 use histograms::{Bounds, WithHistograms};
 pub use series::BUILD_INFO;
 
-/// Bytes held now for request bodies being read and answers not yet taken
-/// (`connections.memory_budget_bytes` bounds them).
+/// Bytes held now for request bodies being read, answers not yet taken and
+/// V2 answers being read or held (`connections.memory_budget_bytes` bounds
+/// them).
 pub(crate) const MEMORY_HELD: &str = "v1compat_memory_held_bytes";
-/// Requests refused at the memory bound: `{reason="budget"|"connection"|"body"}`.
+/// Requests refused at the memory bound:
+/// `{reason="budget"|"connection"|"body"|"v2_answer"}`.
 pub(crate) const MEMORY_REFUSALS: &str = "v1compat_memory_refusals_total";
 
 /// V1 requests by `operation` and V1 `status`.
@@ -83,6 +85,18 @@ pub const CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP: &str =
     "v1compat_config_last_reload_success_timestamp_seconds";
 /// Capture lines dropped because the writer fell behind.
 pub const SHADOW_CAPTURE_DROPPED: &str = "v1compat_shadow_capture_dropped_total";
+/// Answers shaped by a registry difference, by difference (`src/differences`).
+pub const DIFFERENCES_APPLIED: &str = "v1compat_differences_applied_total";
+/// Clients the migration inventory holds, as of its last flush.
+pub const INVENTORY_CLIENTS: &str = "v1compat_inventory_clients";
+/// Inventory flushes into its store, by outcome (`ok`, `failed`).
+pub const INVENTORY_FLUSHES: &str = "v1compat_inventory_flushes_total";
+/// Client records the inventory let go, by reason (`memory`: more new
+/// clients in one flush interval than `inventory.max_clients`; `store`: the
+/// oldest-seen clients over that bound in the store).
+pub const INVENTORY_EVICTED: &str = "v1compat_inventory_evicted_total";
+/// V1 requests refused by a brownout window, by operation.
+pub const BROWNOUT_REFUSALS: &str = "v1compat_brownout_refusals_total";
 
 static PROMETHEUS: OnceLock<Option<MetricsHandle>> = OnceLock::new();
 
@@ -195,6 +209,26 @@ fn describe() {
         "Fields differing between legacy and translated V1 answers, by operation and field path"
     );
     describe_gauge!(SHADOW_IN_FLIGHT, "Shadow copies in flight");
+    describe_counter!(
+        DIFFERENCES_APPLIED,
+        "V1 answers shaped by a V1/V2 difference of the registry, by difference"
+    );
+    describe_gauge!(
+        INVENTORY_CLIENTS,
+        "Clients in the migration inventory's store, as of its last flush"
+    );
+    describe_counter!(
+        INVENTORY_FLUSHES,
+        "Migration inventory flushes into its store, by outcome"
+    );
+    describe_counter!(
+        INVENTORY_EVICTED,
+        "Client records the migration inventory let go over inventory.max_clients, by reason"
+    );
+    describe_counter!(
+        BROWNOUT_REFUSALS,
+        "V1 requests refused inside a configured brownout window, by operation"
+    );
     describe_gauge!(
         UPSTREAM_REACHABLE,
         "1 when V2 was last found reachable (periodic check, readiness, V2 calls), else 0"
@@ -219,11 +253,11 @@ fn describe() {
     describe_gauge!(OPEN_CONNECTIONS, "Client connections open, by listener");
     describe_gauge!(
         MEMORY_HELD,
-        "Bytes held for request bodies being read and answers not yet taken by their clients (bounded by connections.memory_budget_bytes)"
+        "Bytes held for request bodies being read, answers not yet taken by their clients and V2 answers being read or held (bounded by connections.memory_budget_bytes)"
     );
     describe_counter!(
         MEMORY_REFUSALS,
-        "Requests answered 429 at the memory bound, by reason (budget: the process's budget full; connection: connections.max_held_streams reached; body: no room for the body)"
+        "Requests answered 429 at the memory bound, by reason (budget: the process's budget full; connection: connections.max_held_streams reached; body: no room for the body; v2_answer: no room for a V2 answer)"
     );
     describe_counter!(
         SHED_CONNECTIONS,

@@ -10,7 +10,7 @@ use crate::v1::route::Operation;
 use super::*;
 
 /// V1 HTTP statuses the gateway answers with.
-const V1_STATUSES: &[&str] = &["200", "400", "401", "404", "429", "500"];
+const V1_STATUSES: &[&str] = &["200", "400", "401", "404", "410", "429", "500"];
 
 /// `(origin, cause)` of every V1 error the gateway renders
 /// ([`GatewayError::render`](crate::error::GatewayError::render)), except the
@@ -30,9 +30,12 @@ const ERROR_KINDS: &[(Origin, &str)] = &[
     (Origin::Upstream, "too_large"),
     (Origin::Upstream, "garbled"),
     (Origin::Gateway, "overloaded"),
+    // A V2 answer refused at the memory budget.
+    (Origin::Gateway, "memory_budget"),
     (Origin::Gateway, "deadline"),
     (Origin::Gateway, "shutdown"),
     (Origin::Gateway, "internal"),
+    (Origin::Gateway, "brownout"),
 ];
 
 const STATUS_CLASSES: &[&str] = &["2xx", "3xx", "4xx", "5xx", "error"];
@@ -65,6 +68,7 @@ pub(super) fn register_all() {
             metrics::counter!(SHADOW_COPIES, "operation" => name, "outcome" => *outcome)
                 .increment(0);
         }
+        metrics::counter!(super::BROWNOUT_REFUSALS, "operation" => name).increment(0);
     }
     metrics::counter!(REQUESTS, "operation" => "unknown", "status" => "404").increment(0);
     metrics::counter!(ERRORS, "operation" => "unknown", "origin" => "client", "cause" => "unknown_route")
@@ -95,11 +99,20 @@ pub(super) fn register_all() {
     }
     metrics::gauge!(IN_FLIGHT).set(0.0);
     metrics::gauge!(super::MEMORY_HELD).set(0.0);
-    for reason in ["budget", "connection", "body"] {
+    for reason in ["budget", "connection", "body", "v2_answer"] {
         metrics::counter!(super::MEMORY_REFUSALS, "reason" => reason).increment(0);
     }
     metrics::gauge!(SHADOW_IN_FLIGHT).set(0.0);
     metrics::counter!(SHADOW_CAPTURE_DROPPED).increment(0);
+    for d in crate::differences::ALL {
+        metrics::counter!(super::DIFFERENCES_APPLIED, "difference" => d.id).increment(0);
+    }
+    for outcome in ["ok", "failed"] {
+        metrics::counter!(super::INVENTORY_FLUSHES, "outcome" => outcome).increment(0);
+    }
+    for reason in ["memory", "store"] {
+        metrics::counter!(super::INVENTORY_EVICTED, "reason" => reason).increment(0);
+    }
 }
 
 #[cfg(test)]
@@ -122,6 +135,7 @@ mod tests {
                 UpstreamFailure::Timeout(Duration::from_secs(1)),
                 UpstreamFailure::Broken("x".into()),
                 UpstreamFailure::TooLarge(1),
+                UpstreamFailure::OverBudget(1),
             ]
         };
         let mut all = vec![
@@ -135,6 +149,7 @@ mod tests {
             GatewayError::Deadline(Duration::from_secs(1)),
             GatewayError::ShuttingDown,
             GatewayError::Internal("x".into()),
+            GatewayError::Brownout("x".into()),
         ];
         for status in [400, 401, 404, 429, 500, 503] {
             for subject in [Subject::Run, Subject::Abort] {
@@ -166,7 +181,8 @@ mod tests {
                 | GatewayError::AbortUnreadable(_)
                 | GatewayError::Deadline(_)
                 | GatewayError::ShuttingDown
-                | GatewayError::Internal(_) => {}
+                | GatewayError::Internal(_)
+                | GatewayError::Brownout(_) => {}
             }
         }
         all

@@ -30,11 +30,12 @@ use super::retry::{
 use super::{ApiKey, RetryPolicy, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply};
 
 use super::pool::Pool;
+use crate::common::memory::{Charge, Held, MemoryBudget};
 use crate::common::request_id::RequestId;
 use crate::telemetry::handles::UpstreamMetrics;
 use crate::telemetry::{
-    UPSTREAM_DURATION_SECONDS, UPSTREAM_REQUESTS_TOTAL, UPSTREAM_RETRIES_SKIPPED_TOTAL,
-    UPSTREAM_RETRIES_TOTAL,
+    MEMORY_REFUSALS, UPSTREAM_DURATION_SECONDS, UPSTREAM_REQUESTS_TOTAL,
+    UPSTREAM_RETRIES_SKIPPED_TOTAL, UPSTREAM_RETRIES_TOTAL,
 };
 use crate::upstream::http_client::{
     connector, error_chain, origin_and_prefix, tls_config, CONNECT_TIMEOUT,
@@ -84,6 +85,13 @@ pub struct UpstreamSettings {
     pub ca_file: Option<std::path::PathBuf>,
     /// `HTTPS_PROXY` / `HTTP_PROXY` / `ALL_PROXY` / `NO_PROXY`, as loaded.
     pub proxy: ProxyEnv,
+    /// The process's memory budget (`connections.memory_budget_bytes`, set
+    /// by the configuration): each answer's bytes are taken from it while
+    /// the answer is read and given back when the last of them is dropped,
+    /// and the answer of a call that may be retried is refused with
+    /// [`UpstreamFailure::OverBudget`] when they do not fit. `None` counts
+    /// nothing (replay, tools, tests).
+    pub memory: Option<Arc<MemoryBudget>>,
 }
 
 impl UpstreamSettings {
@@ -102,6 +110,7 @@ impl UpstreamSettings {
             extra_root_pem: None,
             ca_file: None,
             proxy: ProxyEnv::default(),
+            memory: None,
         }
     }
 }
@@ -132,6 +141,8 @@ impl std::fmt::Debug for UpstreamSettings {
             )
             .field("ca_file", &self.ca_file)
             .field("proxy", &self.proxy)
+            // Its limit: what the configuration set, not the bytes held now.
+            .field("memory", &self.memory.as_ref().map(|m| m.limit()))
             .finish()
     }
 }
@@ -387,6 +398,11 @@ struct Prepared {
     body: Bytes,
     timeout: Duration,
     route: &'static str,
+    /// Whether the answer may be refused at the memory budget: a call
+    /// that may be retried ([`RetryPolicy::SafeToRetry`]) changed nothing
+    /// in V2, so the client may ask again; one sent once may have (a run
+    /// started), and its answer is kept whatever the budget holds.
+    refusable: bool,
 }
 
 /// One attempt's answer, before the retry decision.
@@ -448,6 +464,7 @@ impl Inner {
             body,
             timeout: attempt_timeout.unwrap_or(self.settings.attempt_timeout),
             route,
+            refusable: policy == RetryPolicy::SafeToRetry,
         };
         Ok((prepared, policy))
     }
@@ -557,6 +574,7 @@ impl Inner {
         } = prepared;
         let timeout = *timeout;
         let limit = self.settings.max_response_bytes;
+        let refusable = prepared.refusable;
         // Pinned where it is: handed to the deadline by reference, not moved
         // into it (a copy of the whole future, head and body state and all).
         let exchange = std::pin::pin!(async {
@@ -583,7 +601,17 @@ impl Inner {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| parse_retry_after(v, SystemTime::now()));
             drop(parts);
-            let body = read_whole(body, limit).await?;
+            let mut charge = match &self.settings.memory {
+                Some(budget) => budget.charge(Held::Answer),
+                None => Charge::none(),
+            };
+            // A declared length is taken from the budget at once: one step
+            // for the whole answer, and one that does not fit is refused
+            // before any of it is read.
+            if let Some(len) = body.size_hint().exact() {
+                take(&mut charge, len as usize, refusable)?;
+            }
+            let body = read_whole(body, limit, charge, refusable).await?;
             // Read to the end: the connection can carry the next call. The
             // instant it went idle is the one the attempt ended at.
             let ended = Instant::now();
@@ -671,10 +699,17 @@ fn finish(
     })
 }
 
-/// An answer's whole body, at most `limit` bytes. The usual V2 answer comes
-/// in one frame, which is kept as it is rather than gathered into a list of
-/// frames first; only a body of several is copied into one buffer.
-async fn read_whole(mut body: Incoming, limit: usize) -> Result<Bytes, UpstreamFailure> {
+/// An answer's whole body, at most `limit` bytes, its bytes in `charge`
+/// (taken as they are read when no length was declared) and handed over to
+/// the body it comes back as. The usual V2 answer comes in one frame, which
+/// is kept as it is rather than gathered into a list of frames first; only
+/// a body of several is copied into one buffer.
+async fn read_whole(
+    mut body: Incoming,
+    limit: usize,
+    mut charge: Charge,
+    refusable: bool,
+) -> Result<Bytes, UpstreamFailure> {
     let mut whole = Bytes::new();
     let mut joined: Option<BytesMut> = None;
     while let Some(frame) = body.frame().await {
@@ -685,6 +720,9 @@ async fn read_whole(mut body: Incoming, limit: usize) -> Result<Bytes, UpstreamF
         let read = joined.as_ref().map_or(whole.len(), BytesMut::len);
         if read + data.len() > limit {
             return Err(UpstreamFailure::TooLarge(limit));
+        }
+        if let Some(more) = (read + data.len()).checked_sub(charge.bytes()) {
+            take(&mut charge, more, refusable)?;
         }
         match &mut joined {
             Some(buf) => buf.extend_from_slice(&data),
@@ -697,7 +735,60 @@ async fn read_whole(mut body: Incoming, limit: usize) -> Result<Bytes, UpstreamF
             }
         }
     }
-    Ok(joined.map_or(whole, BytesMut::freeze))
+    let whole = joined.map_or(whole, BytesMut::freeze);
+    Ok(counted(whole, charge))
+}
+
+/// Takes `n` bytes of an answer from the budget: refused when they do not
+/// fit and the call may be refused, counted whatever the budget holds when
+/// it may not.
+fn take(charge: &mut Charge, n: usize, refusable: bool) -> Result<(), UpstreamFailure> {
+    if n == 0 {
+        return Ok(());
+    }
+    if !refusable {
+        charge.add(n);
+        return Ok(());
+    }
+    if charge.try_add(n) {
+        return Ok(());
+    }
+    metrics::counter!(MEMORY_REFUSALS, "reason" => "v2_answer").increment(1);
+    // The refused answer's bytes read so far go back with it; the budget's
+    // limit is all the failure says.
+    Err(UpstreamFailure::OverBudget(
+        // `charge` is on a budget, or it would not have refused.
+        charge.limit().unwrap_or_default(),
+    ))
+}
+
+/// `bytes` holding their `charge` in the budget until the last view of
+/// them is dropped, wherever the answer went (parts of a V2 page are
+/// shared into the V1 answer, which may outlive the page's reading). No
+/// wrapper, and no allocation, when nothing is counted.
+fn counted(bytes: Bytes, mut charge: Charge) -> Bytes {
+    // A declared length that was longer than the body (hyper fails such a
+    // body, but the count must not depend on it).
+    charge.release(charge.bytes().saturating_sub(bytes.len()));
+    if !charge.is_counted() || charge.bytes() == 0 {
+        return bytes;
+    }
+    Bytes::from_owner(Counted {
+        bytes,
+        _charge: charge,
+    })
+}
+
+/// An answer's bytes and their place in the memory budget.
+struct Counted {
+    bytes: Bytes,
+    _charge: Charge,
+}
+
+impl AsRef<[u8]> for Counted {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
 }
 
 /// `timeout` after `start`; a timeout too long to add is as good as none
@@ -763,6 +854,7 @@ mod tests {
             body: Bytes::new(),
             timeout: Duration::from_secs(1),
             route: "/api/v2/store",
+            refusable: true,
         };
         // The headers of a call prepared, and sent, in one key style.
         let call_headers = |has_body, request_id, style| {

@@ -3,11 +3,12 @@
 //! [`UpstreamFailure`] when nothing did), behind the [`Upstream`] trait so
 //! operations run against the real pooled HTTPS client ([`HttpUpstream`]) or
 //! a test double. The parts: `client` (the V2 client on the shared
-//! [`crate::upstream::http_client`] plumbing: headers, deadlines, size cap, upstream
-//! metrics), `pool` (its connections to V2 over hyper's connection-level
-//! senders), `retry` (which failures are retried, backoff, the retry
-//! budget), `proxy` (outbound proxies from the environment), `v2::routes`
-//! (the `route` label values registered at start).
+//! [`crate::upstream::http_client`] plumbing: headers, deadlines, size cap,
+//! the memory budget, upstream metrics), `pool` (its connections to V2 over
+//! hyper's connection-level senders), `retry` (which failures are retried,
+//! backoff, the retry budget), `proxy` (outbound proxies from the
+//! environment), `v2::routes` (the `route` label values registered at
+//! start).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -135,6 +136,11 @@ pub enum UpstreamFailure {
     Broken(String),
     #[error("upstream answer larger than {0} bytes")]
     TooLarge(usize),
+    /// The answer of a call that may be refused (a read) did not fit in
+    /// the process's memory budget of this many bytes: nothing of it is
+    /// kept, and V2 did nothing the client cannot ask for again.
+    #[error("no room in the memory budget of {0} bytes for the upstream answer")]
+    OverBudget(usize),
 }
 
 impl UpstreamFailure {
@@ -146,6 +152,8 @@ impl UpstreamFailure {
             UpstreamFailure::Timeout(_) => "timeout",
             UpstreamFailure::Broken(_) => "broken",
             UpstreamFailure::TooLarge(_) => "too_large",
+            // The name the edge's own refusal at the budget carries.
+            UpstreamFailure::OverBudget(_) => "memory_budget",
         }
     }
 }

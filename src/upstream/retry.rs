@@ -139,6 +139,9 @@ pub(crate) fn retry_reason(outcome: Result<StatusCode, &UpstreamFailure>) -> Opt
         Err(UpstreamFailure::Timeout(_)) => None,
         Err(UpstreamFailure::Broken(_)) => Some(RetryReason::Broken),
         Err(UpstreamFailure::TooLarge(_)) => None,
+        // The memory is the gateway's, not V2's: another attempt would
+        // read the same answer into the same full budget.
+        Err(UpstreamFailure::OverBudget(_)) => None,
     }
 }
 

@@ -3,6 +3,15 @@
 
 use http::Method;
 
+/// The V2 calls that replace a V1 operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct V2Replacement {
+    /// `METHOD /api/v2/…`, as the spec writes them.
+    pub calls: &'static [&'static str],
+    /// What else changes, or `""`.
+    pub note: &'static str,
+}
+
 /// The 13 V1 operations. The name doubles as the bounded `operation` label of
 /// metrics and logs, so raw paths never become label values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -74,6 +83,46 @@ impl Operation {
             Operation::AbortRun => (Method::POST, "/api/v1/scraper/abort"),
             Operation::AccountInfo => (Method::POST, "/api/v1/account/info"),
         }
+    }
+
+    /// The V2 operation that replaces this one (the spec's mapping): what a
+    /// client calls to leave V1, as `METHOD /api/v2/…` with V2's path
+    /// parameters, and what else changes, if anything.
+    pub fn v2_replacement(self) -> V2Replacement {
+        let (calls, note): (&'static [&'static str], &'static str) = match self {
+            Operation::StoreSearch => (
+                &["GET /api/v2/store"],
+                "`search` becomes `keyword`; send your key",
+            ),
+            Operation::WorkerDetail => (
+                &[
+                    "GET /api/v2/workers/{workerId}",
+                    "GET /api/v2/workers/{workerId}/input-schema",
+                ],
+                "`owner/name` is written `owner~name`",
+            ),
+            Operation::ProxyRegions => (&["GET /api/v2/proxy/region"], ""),
+            Operation::StartRun => (
+                &["POST /api/v2/workers/{workerId}/runs"],
+                "leave out `system` limits of 0",
+            ),
+            Operation::StartTaskRun => (&["POST /api/v2/worker-tasks/{workerTaskId}/runs"], ""),
+            Operation::Rerun => (&["POST /api/v2/worker-runs/{runId}/rerun"], ""),
+            Operation::RunDetail => (&["GET /api/v2/worker-runs/{runId}"], "`status` is a string"),
+            Operation::RunList => (
+                &["GET /api/v2/worker-runs"],
+                "`scraper_slug` becomes `worker_id`; pages by `offset` and `limit`",
+            ),
+            Operation::ResultList => (
+                &["GET /api/v2/worker-runs/{runId}/result"],
+                "pages by `offset` and `limit`",
+            ),
+            Operation::ResultExport => (&["GET /api/v2/worker-runs/{runId}/result/export"], ""),
+            Operation::RunLog => (&["GET /api/v2/worker-runs/{runId}/log"], ""),
+            Operation::AbortRun => (&["POST /api/v2/worker-runs/{runId}/abort"], ""),
+            Operation::AccountInfo => (&["GET /api/v2/users/account"], "no `traffic`"),
+        };
+        V2Replacement { calls, note }
     }
 
     /// V1 operations that needed no key. For these the gateway may fall back

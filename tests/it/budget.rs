@@ -3,20 +3,26 @@
 //! HTTP/1 clients that upload bodies they never finish, at once. The bytes
 //! held stay within the budget and each connection within its streams,
 //! the rest are refused 429 / 4290 before anything of them is read, and a
-//! well-behaved client's requests keep succeeding meanwhile.
+//! well-behaved client's requests keep succeeding meanwhile. And V2
+//! answers, counted in the same budget by the V2 client
+//! (`common::memory`): a read whose answer does not fit is refused 429 /
+//! 4290, whether V2 declared its length or not, and everything taken is
+//! given back.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body::Frame;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full, StreamBody};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-use v1compat::upstream::HttpUpstream;
+use tokio::net::{TcpListener, TcpStream};
 
 use crate::support::{local_metrics, metric, send, MockV2, Reply, TestGateway};
 
@@ -114,9 +120,7 @@ async fn zero_window_and_slow_upload_clients_stay_within_the_budget() {
         "[upstream]\nbase_url = \"{}\"\n[connections]\nmemory_budget_bytes = {BUDGET}\nmax_held_streams = {STREAMS}\nwrite_timeout_ms = 60000\nbody_read_timeout_ms = 60000\n",
         v2.url()
     );
-    let cfg = v1compat::config::load(&config, Vec::new()).unwrap();
-    let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());
-    let gw = TestGateway::start(&config, upstream).await;
+    let gw = TestGateway::over_http(&config).await;
     let held = || metric(&m, "v1compat_memory_held_bytes", &[]);
     let refusals = |reason| metric(&m, "v1compat_memory_refusals_total", &[("reason", reason)]);
 
@@ -188,4 +192,149 @@ async fn zero_window_and_slow_upload_clients_stay_within_the_budget() {
     })
     .await
     .expect("the budget emptied once the clients left");
+}
+
+/// How [`v2_stub`] answers the proxy regions.
+const DECLARED: u8 = 0;
+const CHUNKED: u8 = 1;
+const SMALL: u8 = 2;
+
+/// A V2 envelope around `rows` region names of 60 bytes each.
+fn regions(rows: usize) -> Bytes {
+    let data: Vec<String> = (0..rows).map(|i| format!("region-{i:053}")).collect();
+    Bytes::from(
+        serde_json::to_vec(&json!({"code": 0, "message": "success", "data": data})).unwrap(),
+    )
+}
+
+/// A V2 service on 127.0.0.1:0: the proxy regions as `mode` says (2 MB
+/// with its length declared, 2 MB in 64 KiB chunks with none, or a few
+/// bytes), any worker's input schema, and a started run of 2 MB to any
+/// POST.
+async fn v2_stub(mode: Arc<AtomicU8>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let big = regions(33_000);
+    let run = Bytes::from(
+        serde_json::to_vec(&json!({"code": 0, "message": "success", "data": {
+            "run_slug": "R1", "padding": "x".repeat(2_000_000),
+        }}))
+        .unwrap(),
+    );
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (mode, big, run) = (mode.clone(), big.clone(), run.clone());
+            let svc = hyper::service::service_fn(
+                move |req: http::Request<hyper::body::Incoming>| {
+                    let body: BoxBody<Bytes, Infallible> = if req.method() == http::Method::POST {
+                        Full::new(run.clone()).boxed()
+                    } else if req.uri().path().ends_with("/input-schema") {
+                        // The worker a run is started for, looked up first.
+                        Full::new(Bytes::from_static(
+                        br#"{"code":0,"message":"success","data":{"input_schema":{"properties":[]}}}"#,
+                    ))
+                    .boxed()
+                    } else {
+                        match mode.load(Ordering::SeqCst) {
+                            DECLARED => Full::new(big.clone()).boxed(),
+                            CHUNKED => {
+                                let frames: Vec<Result<Frame<Bytes>, Infallible>> = big
+                                    .chunks(64 << 10)
+                                    .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
+                                    .collect();
+                                StreamBody::new(futures_util::stream::iter(frames)).boxed()
+                            }
+                            _ => Full::new(regions(3)).boxed(),
+                        }
+                    };
+                    let answer = http::Response::builder()
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .unwrap();
+                    async move { Ok::<_, Infallible>(answer) }
+                },
+            );
+            tokio::spawn(async move {
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn v2_answers_count_in_the_budget_and_a_read_that_does_not_fit_is_refused() {
+    let (m, _local) = local_metrics();
+    let mode = Arc::new(AtomicU8::new(DECLARED));
+    let v2 = v2_stub(mode.clone()).await;
+    // The smallest budget there is, 1 MiB, under V2 answers of 2 MB.
+    let config = format!(
+        "[upstream]\nbase_url = \"http://{v2}\"\nservice_key = \"k-service\"\n[connections]\nmemory_budget_bytes = 1048576\n"
+    );
+    let gw = TestGateway::over_http(&config).await;
+    let held = || metric(&m, "v1compat_memory_held_bytes", &[]);
+    let refused = || {
+        metric(
+            &m,
+            "v1compat_memory_refusals_total",
+            &[("reason", "v2_answer")],
+        )
+    };
+    let emptied = || async {
+        tokio::time::timeout(BOUND, async {
+            while held() > 0.0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the budget emptied once the answer was given")
+    };
+
+    // Declared and not: refused as the overload it is, with nothing kept.
+    for (which, refusals) in [(DECLARED, 1.0), (CHUNKED, 2.0)] {
+        mode.store(which, Ordering::SeqCst);
+        let (status, headers, body) = send(gw.addr, "GET", "/api/proxy/region", &[], None).await;
+        assert_eq!(status, 429, "mode {which}");
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["code"], 4290, "mode {which}: {body}");
+        assert_eq!(headers["x-v1compat-error"], "memory_budget");
+        assert_eq!(headers["x-v1compat-error-origin"], "gateway");
+        assert_eq!(headers["retry-after"], "1");
+        assert_eq!(refused(), refusals);
+        emptied().await;
+    }
+
+    // A small answer is served, and what it held is given back.
+    mode.store(SMALL, Ordering::SeqCst);
+    let (status, _, body) = send(gw.addr, "GET", "/api/proxy/region", &[], None).await;
+    assert_eq!(status, 200);
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["data"].as_array().map(Vec::len), Some(3));
+    emptied().await;
+
+    // A started run is never refused (V2 has started it): its 2 MB answer
+    // is counted past the budget, and given back.
+    let (status, headers, body) = send(
+        gw.addr,
+        "POST",
+        "/api/v1/scraper/run",
+        &[
+            ("content-type", "application/json"),
+            ("api-key", "k-client"),
+        ],
+        Some(Bytes::from_static(
+            br#"{"scraper_slug":"owner/name","input":{"parameters":{"custom":{}}}}"#,
+        )),
+    )
+    .await;
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        (status.as_u16(), &body["data"]["run_slug"]),
+        (200, &json!("R1")),
+        "{body} {headers:?}"
+    );
+    assert_eq!(refused(), 2.0);
+    emptied().await;
 }

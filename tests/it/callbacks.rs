@@ -35,7 +35,7 @@ use v1compat::ops::CallbackUrls;
 use v1compat::upstream::{ApiKey, HttpUpstream};
 use v1compat_sandbox::{Sandbox, SandboxConfig};
 
-use crate::support::{MockV2, Reply};
+use crate::support::{fresh_database, postgres_url, serve_binary, MockV2, Reply, INVENTORY_STORE};
 
 const SECRET: &str = "integration-test-secret-0123";
 
@@ -875,65 +875,6 @@ async fn forged_altered_and_expired_tokens_get_404_and_store_nothing() {
     }
 }
 
-/// A `v1compat serve` process, killed if a test fails while it runs (after
-/// the test's own kill and wait, std knows it exited and sends nothing).
-struct Running(std::process::Child);
-
-impl std::ops::Deref for Running {
-    type Target = std::process::Child;
-    fn deref(&self) -> &std::process::Child {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Running {
-    fn deref_mut(&mut self) -> &mut std::process::Child {
-        &mut self.0
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts `v1compat serve` and returns it with its public address once the
-/// listening line is logged.
-async fn serve_binary(config: &std::path::Path) -> (Running, SocketAddr) {
-    use std::io::BufRead;
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_v1compat"))
-        .args(["serve", "--config", config.to_str().unwrap()])
-        .env_clear()
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = Running(child);
-    let stderr = child.stderr.take().unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines() {
-            let _ = tx.send(line.unwrap_or_default());
-        }
-    });
-    let public = tokio::time::timeout(Duration::from_secs(10), async {
-        while let Some(line) = rx.recv().await {
-            let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-            if v["message"] == "v1compat listening" {
-                return v["public"].as_str().unwrap().parse::<SocketAddr>().unwrap();
-            }
-        }
-        panic!("v1compat exited without listening");
-    })
-    .await
-    .expect("v1compat did not start listening");
-    // Keep draining the log so the child never blocks on a full pipe.
-    tokio::spawn(async move { while rx.recv().await.is_some() {} });
-    (child, public)
-}
-
 /// V2's callback accepted, the process killed with SIGKILL before it could
 /// deliver, started again on the same redb file: the notification arrives.
 #[tokio::test]
@@ -965,7 +906,7 @@ async fn a_callback_accepted_before_kill_9_is_delivered_after_restart() {
     )
     .unwrap();
 
-    let (mut first, gw) = serve_binary(&config).await;
+    let (mut first, gw) = serve_binary(&config, &[INVENTORY_STORE]).await;
     let body = json!({"scraper_slug": "coreclaw/google-maps-scraper", "is_async": true,
                       "callback_url": format!("{}/crash", hook.base),
                       "input": {"parameters": {"custom": {"max_results": 5}}}});
@@ -1004,7 +945,7 @@ async fn a_callback_accepted_before_kill_9_is_delivered_after_restart() {
     );
 
     hook.down.store(false, Ordering::SeqCst);
-    let (mut second, _) = serve_binary(&config).await;
+    let (mut second, _) = serve_binary(&config, &[INVENTORY_STORE]).await;
     hook.until(&mut seen, |s| s.iter().any(|g| g.answered == 200))
         .await;
     let delivered = seen.iter().find(|g| g.answered == 200).unwrap();
@@ -1017,42 +958,6 @@ async fn a_callback_accepted_before_kill_9_is_delivered_after_restart() {
     second.kill().unwrap();
     second.wait().unwrap();
     sb.shutdown().await;
-}
-
-/// The PostgreSQL server of `TEST_POSTGRES_URL`, or `None` after saying
-/// the test was skipped (it fails instead where `.ci/run` set
-/// `V1COMPAT_REQUIRE_TOOLS`, having started a server).
-fn postgres_url(test: &str) -> Option<String> {
-    match std::env::var("TEST_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            crate::required_tools::skip_or_fail(
-                test,
-                "TEST_POSTGRES_URL is not set",
-                "it needs a PostgreSQL server: run with TEST_POSTGRES_URL=postgres://user@127.0.0.1:5432/postgres, as .ci/run does",
-            );
-            None
-        }
-    }
-}
-
-/// A fresh database on that server, so tests never see each other's rows.
-async fn fresh_database(url: &str) -> String {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let name = format!(
-        "cbtest_{}",
-        ulid::Ulid::new().to_string().to_ascii_lowercase()
-    );
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    let mut u = url::Url::parse(url).unwrap();
-    u.set_path(&format!("/{name}"));
-    u.to_string()
 }
 
 #[tokio::test]
@@ -1103,8 +1008,8 @@ async fn gateway_replicas_share_one_postgres_queue_and_take_over_claims() {
         ),
     )
     .unwrap();
-    let (mut a, gw_a) = serve_binary(&config).await;
-    let (mut b, gw_b) = serve_binary(&config).await;
+    let (mut a, gw_a) = serve_binary(&config, &[INVENTORY_STORE]).await;
+    let (mut b, gw_b) = serve_binary(&config, &[INVENTORY_STORE]).await;
     let token = seal(&format!("{}/shared", hook.base));
     for i in 0..10 {
         let gw = if i % 2 == 0 { gw_a } else { gw_b };
@@ -1166,7 +1071,7 @@ async fn gateway_replicas_share_one_postgres_queue_and_take_over_claims() {
     a.kill().unwrap();
     a.wait().unwrap();
     hook.hang.store(false, Ordering::SeqCst);
-    let (mut c, _) = serve_binary(&config).await;
+    let (mut c, _) = serve_binary(&config, &[INVENTORY_STORE]).await;
     hook.until(&mut held, |s| {
         s.iter()
             .any(|g| g.answered == 200 && g.body["run_slug"] == "RUN_TAKEOVER")

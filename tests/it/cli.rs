@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::{json, Value};
 
-use crate::support::{send, MockV2, Reply};
+use crate::support::{send, MockV2, Reply, INVENTORY_STORE};
 
 fn config_file(text: &str) -> tempfile::NamedTempFile {
     let mut f = tempfile::NamedTempFile::new().unwrap();
@@ -22,6 +22,7 @@ fn v1compat(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_v1compat"))
         .args(args)
         .env_clear()
+        .env(INVENTORY_STORE.0, INVENTORY_STORE.1)
         .output()
         .unwrap()
 }
@@ -257,6 +258,7 @@ async fn serve_answers_and_never_logs_keys() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_v1compat"))
         .args(["serve", "--config", f.path().to_str().unwrap()])
         .env_clear()
+        .env(INVENTORY_STORE.0, INVENTORY_STORE.1)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -509,12 +511,37 @@ async fn sandbox_banner_commands_work_as_printed() {
     let json_ct = ("content-type", "application/json");
     let (status, _, _) = send(admin, "POST", redeliver, &[json_ct], None).await;
     assert_eq!(status, 200);
+    // So does the inventory, which already lists the client the banner's
+    // commands were sent as, from a redb file of the sandbox's own.
+    let inventory: url::Url = banner
+        .split_whitespace()
+        .find(|w| w.ends_with("/inventory"))
+        .expect("the banner names the inventory URL")
+        .parse()
+        .unwrap();
+    let (status, _, out) = send(
+        admin,
+        "GET",
+        &format!("{}?format=json", inventory.path()),
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&out));
+    let listed: Value = serde_json::from_slice(&out).unwrap();
+    assert!(listed["clients_total"].as_u64().unwrap() >= 1, "{listed}");
+    let own_dir = std::env::temp_dir().join(format!("v1compat-sandbox-{}", child.id()));
+    assert!(own_dir.join("inventory.redb").exists());
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
     let status = child.wait().unwrap();
     std::mem::forget(kill_on_panic);
     assert_eq!(status.code(), Some(0));
+    assert!(
+        !own_dir.exists(),
+        "the sandbox's inventory folder goes with it"
+    );
 }
 
 /// Sends SIGKILL to the process if a test fails before it has exited.

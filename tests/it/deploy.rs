@@ -189,6 +189,21 @@ fn kubernetes_manifests_hang_together() {
     let file = config_path.rsplit('/').next().unwrap();
     let text = s(&config_map["data"][file]);
     let config = v1compat::config::load(text, Vec::new()).unwrap_or_else(|e| panic!("{e}"));
+    // The root filesystem is read-only, so the inventory's redb file (on by
+    // default) must lie under a writable mount, or the pod would not start.
+    assert_eq!(
+        container["securityContext"]["readOnlyRootFilesystem"].as_bool(),
+        Some(true)
+    );
+    let store = v1compat::inventory::store_shown(&config.inventory);
+    let file = store
+        .strip_prefix("redb:")
+        .unwrap_or_else(|| panic!("{store}: the manifest keeps a redb inventory"));
+    let writable = list(&container["volumeMounts"]).iter().any(|m| {
+        file.starts_with(&format!("{}/", s(&m["mountPath"])))
+            && m["readOnly"].as_bool() != Some(true)
+    });
+    assert!(writable, "{file} is not under a writable volume mount");
     // Rolling updates: the preStop sleep lets endpoints drain before
     // SIGTERM, the drain delay covers what routes by readiness (the probe's
     // period times its failure threshold), and Kubernetes waits for all of

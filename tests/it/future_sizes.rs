@@ -15,7 +15,6 @@ use bytes::Bytes;
 use http::{HeaderMap, Method};
 use v1compat::ops::run_records::detail_call;
 use v1compat::pipeline::{BodyError, Pipeline, RawV1Request};
-use v1compat::reload::gateway::Gateway;
 use v1compat::upstream::{HttpUpstream, Upstream};
 use v1compat::v2::Segment;
 
@@ -33,7 +32,7 @@ fn pipeline_and_upstream() -> (Arc<Pipeline>, Arc<HttpUpstream>) {
     )
     .unwrap();
     let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());
-    let gateway = Gateway::new(upstream.clone(), Arc::new(cfg));
+    let gateway = cfg.gateway(upstream.clone());
     (Arc::new(Pipeline::new(Arc::new(gateway))), upstream)
 }
 

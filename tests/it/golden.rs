@@ -15,7 +15,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use v1compat::pipeline::{Pipeline, RawV1Request};
-use v1compat::reload::gateway::Gateway;
 use v1compat::upstream::HttpUpstream;
 use v1compat::v1::route::Operation;
 
@@ -96,7 +95,7 @@ fn config(case: &Case, base_url: &str) -> String {
 async fn run_in_process(case: &Case) -> (Expect, MockV2) {
     let v2 = MockV2::scripted(case.v2.clone());
     let cfg = v1compat::config::load(&config(case, "http://v2.invalid"), Vec::new()).unwrap();
-    let pipeline = Pipeline::new(Arc::new(Gateway::new(Arc::new(v2.clone()), Arc::new(cfg))));
+    let pipeline = Pipeline::new(Arc::new(cfg.gateway(Arc::new(v2.clone()))));
     let method = Method::from_bytes(case.v1.method.as_bytes()).unwrap();
     let (path, query) = match case.v1.path.split_once('?') {
         Some((p, q)) => (p, Some(q.to_owned())),

@@ -16,6 +16,7 @@ mod future_sizes;
 mod gateway;
 mod golden;
 mod image;
+mod inventory;
 mod networks;
 mod openapi;
 mod operations;

@@ -47,6 +47,10 @@ impl Served {
         let mut child = Command::new(env!("CARGO_BIN_EXE_v1compat"))
             .args(["serve", "--config", file.path().to_str().unwrap()])
             .env_clear()
+            .env(
+                crate::support::INVENTORY_STORE.0,
+                crate::support::INVENTORY_STORE.1,
+            )
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

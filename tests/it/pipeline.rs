@@ -11,7 +11,6 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use v1compat::pipeline::{Pipeline, RawV1Request, V1Response};
-use v1compat::reload::gateway::Gateway;
 use v1compat::upstream::HttpUpstream;
 use v1compat_sandbox::{Sandbox, SandboxConfig};
 
@@ -159,7 +158,7 @@ async fn in_process_and_live_gateway_answer_byte_for_byte_alike() {
     let live = TestGateway::over_http(&config).await;
     let cfg = v1compat::config::load(&config, Vec::new()).unwrap();
     let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());
-    let pipeline = Pipeline::new(Arc::new(Gateway::new(upstream, Arc::new(cfg))));
+    let pipeline = Pipeline::new(Arc::new(cfg.gateway(upstream)));
 
     let mut probes = example_probes(&key);
     let examples = probes.len();

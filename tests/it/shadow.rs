@@ -14,7 +14,6 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use v1compat::pipeline::Pipeline;
-use v1compat::reload::gateway::Gateway;
 use v1compat::shadow::replay::{replay, ReplayOptions, ReplayStats, TranslatedSide};
 use v1compat::shadow::report::{quantile, Report};
 use v1compat::upstream::HttpUpstream;
@@ -105,7 +104,7 @@ impl World {
     fn in_process(&self, extra: &str) -> (TranslatedSide, v1compat::config::Config) {
         let cfg = v1compat::config::load(&self.config(extra), Vec::new()).unwrap();
         let upstream = Arc::new(HttpUpstream::new(cfg.upstream.clone()).unwrap());
-        let gw = Gateway::new(upstream, Arc::new(cfg.clone()));
+        let gw = cfg.gateway(upstream);
         (
             TranslatedSide::InProcess(Arc::new(Pipeline::new(Arc::new(gw)))),
             cfg,

@@ -32,6 +32,11 @@ use v1compat::upstream::{
     HttpUpstream, Upstream, UpstreamFailure, UpstreamFuture, V2Call, V2Reply,
 };
 
+/// For a `v1compat serve` the tests spawn: the migration inventory in
+/// memory, so that parallel gateways do not share (and leave behind) its
+/// default file in the working directory.
+pub(crate) const INVENTORY_STORE: (&str, &str) = ("V1COMPAT_INVENTORY__STORE", "memory");
+
 /// A gateway on 127.0.0.1:0 in front of `upstream`.
 pub(crate) struct TestGateway {
     pub addr: SocketAddr,
@@ -45,10 +50,18 @@ pub(crate) struct TestGateway {
 
 impl TestGateway {
     pub(crate) async fn start(config_toml: &str, upstream: Arc<dyn Upstream>) -> TestGateway {
+        let config = v1compat::config::load(config_toml, Vec::new()).unwrap();
+        TestGateway::start_loaded(config, upstream).await
+    }
+
+    /// [`TestGateway::start`] with the configuration already loaded.
+    async fn start_loaded(
+        config: v1compat::config::Config,
+        upstream: Arc<dyn Upstream>,
+    ) -> TestGateway {
         let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (addr, admin_addr) = (public.local_addr().unwrap(), admin.local_addr().unwrap());
-        let config = v1compat::config::load(config_toml, Vec::new()).unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (mirror_tx, mirror_rx) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(v1compat::run_with_mirror(
@@ -83,12 +96,13 @@ impl TestGateway {
         self.mirror.as_deref().expect("[shadow] is enabled")
     }
 
-    /// A gateway in front of the real [`HttpUpstream`], configured from the
-    /// same text.
+    /// A gateway in front of the real [`HttpUpstream`], both made from one
+    /// loading of the text, as `serve` makes them: the listeners and the V2
+    /// client count in one memory budget.
     pub(crate) async fn over_http(config_toml: &str) -> TestGateway {
         let config = v1compat::config::load(config_toml, Vec::new()).unwrap();
         let upstream = Arc::new(HttpUpstream::new(config.upstream.clone()).unwrap());
-        TestGateway::start(config_toml, upstream).await
+        TestGateway::start_loaded(config, upstream).await
     }
 
     /// Asks the gateway to stop (as SIGTERM would) and returns its server
@@ -657,3 +671,116 @@ impl Drop for Abandon {
 }
 
 type MockBody = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
+
+/// A `v1compat serve` process, killed if a test fails while it runs (after
+/// the test's own kill and wait, std knows it exited and sends nothing).
+pub(crate) struct Running(std::process::Child, Arc<Mutex<String>>);
+
+impl Running {
+    /// Its log so far, every line.
+    pub(crate) fn log(&self) -> String {
+        self.1.lock().unwrap().clone()
+    }
+}
+
+impl std::ops::Deref for Running {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `v1compat serve` and returns it with its public address once the
+/// listening line is logged.
+/// `env` is the whole environment it gets.
+pub(crate) async fn serve_binary(
+    config: &std::path::Path,
+    env: &[(&str, &str)],
+) -> (Running, SocketAddr) {
+    use std::io::BufRead;
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_v1compat"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .env_clear()
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = Arc::new(Mutex::new(String::new()));
+    let mut child = Running(child, log.clone());
+    let stderr = child.stderr.take().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let line = line.unwrap_or_default();
+            let mut kept = log.lock().unwrap();
+            kept.push_str(&line);
+            kept.push('\n');
+            drop(kept);
+            let _ = tx.send(line);
+        }
+    });
+    let public = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(line) = rx.recv().await {
+            let v: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            if v["message"] == "v1compat listening" {
+                return v["public"].as_str().unwrap().parse::<SocketAddr>().unwrap();
+            }
+        }
+        panic!("v1compat exited without listening");
+    })
+    .await
+    .expect("v1compat did not start listening");
+    // Keep draining the log so the child never blocks on a full pipe.
+    tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    (child, public)
+}
+
+/// The PostgreSQL server of `TEST_POSTGRES_URL`, or `None` after saying
+/// the test was skipped (it fails instead where `.ci/run` set
+/// `V1COMPAT_REQUIRE_TOOLS`, having started a server).
+pub(crate) fn postgres_url(test: &str) -> Option<String> {
+    match std::env::var("TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            crate::required_tools::skip_or_fail(
+                test,
+                "TEST_POSTGRES_URL is not set",
+                "it needs a PostgreSQL server: run with TEST_POSTGRES_URL=postgres://user@127.0.0.1:5432/postgres, as .ci/run does",
+            );
+            None
+        }
+    }
+}
+
+/// A fresh database on that server, so tests never see each other's rows.
+pub(crate) async fn fresh_database(url: &str) -> String {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let name = format!(
+        "cbtest_{}",
+        ulid::Ulid::new().to_string().to_ascii_lowercase()
+    );
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let mut u = url::Url::parse(url).unwrap();
+    u.set_path(&format!("/{name}"));
+    u.to_string()
+}

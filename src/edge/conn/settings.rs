@@ -124,7 +124,7 @@ pub(crate) fn validate(s: &ConnectionSection, problems: &mut Vec<String>) -> Con
         http2_max_concurrent_streams: s.http2_max_concurrent_streams,
         max_discard_bytes: s.max_discard_bytes,
         discard_timeout: Duration::from_millis(s.discard_timeout_ms),
-        budget: super::budget::MemoryBudget::new(s.memory_budget_bytes),
+        budget: super::budget::process_budget(s.memory_budget_bytes),
         max_held_streams: s.max_held_streams.max(1),
     }
 }

@@ -1,7 +1,8 @@
 //! The admin listener, beside the request path: `/healthz`, `/readyz`
 //! (draining first, then V2 reachability, reported but never failing the
 //! probe), `/metrics`, `/openapi.json` (the V1 contract,
-//! [`crate::openapi`]) and the callback relay's operator endpoints, behind
+//! [`crate::openapi`]), the migration inventory (`/inventory`) and the
+//! callback relay's operator endpoints, both behind
 //! [`super::operator`] (a bearer token, no cross-site requests). It
 //! reads the live configuration per request; its connections, like the
 //! public ones, belong to [`crate::edge::conn`].
@@ -20,24 +21,38 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
 use super::reachability;
+use crate::callbacks::Relay;
 use crate::edge::conn::{self, Drain};
+use crate::edge::{AdminSettings, LiveAdmin, Settings};
+use crate::inventory::report::Format;
+use crate::inventory::Inventory;
 use crate::pipeline::API_KEY;
 use crate::telemetry;
 
-/// Serves `/healthz`, `/readyz`, `/metrics` and `/openapi.json`.
+/// What the admin listener's operator endpoints answer for, each opened
+/// once, before serving: the callback relay (`/callbacks/…`) and the
+/// migration inventory (`/inventory`), when on.
+pub struct OperatorEndpoints {
+    pub relay: Option<Arc<Relay>>,
+    pub inventory: Option<Arc<Inventory>>,
+}
+
+/// Serves `/healthz`, `/readyz`, `/metrics` and `/openapi.json`, and the
+/// operator endpoints of `operated`.
 pub async fn serve_admin(
     listener: TcpListener,
     tls: Option<crate::edge::tls::Acceptor>,
-    live: Arc<crate::reload::Live>,
+    settings: Settings,
+    live: Arc<LiveAdmin>,
+    operated: OperatorEndpoints,
     readiness: Drain,
     drain: Drain,
 ) -> std::io::Result<()> {
-    let gateway = live.load();
     let listener_conf = conn::Listener {
         name: "admin",
         tls,
-        settings: gateway.config.connections.clone(),
-        grace: gateway.config.grace_period,
+        settings: settings.connections,
+        grace: settings.grace_period,
         answers: conn::Answers {
             cut: || admin_text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into()),
             shed: || {
@@ -85,19 +100,29 @@ pub async fn serve_admin(
         )
         .layer(CatchPanicLayer::new());
     let service = layers.service_fn(move |req: Request<Incoming>| {
-        let gateway = live.load();
+        let admin = live.load();
+        let relay = operated.relay.clone();
+        let inventory_of = operated.inventory.clone();
         let prometheus = prometheus.clone();
         let readiness = readiness.clone();
         async move {
             let text = admin_text;
+            // The migration inventory: an operator endpoint too (it names
+            // clients, their addresses and user-agents).
+            if req.uri().path() == "/inventory" {
+                if let Some(refused) = admin.operator.refuse(req.method(), req.headers()) {
+                    return Ok::<_, Infallible>(refused);
+                }
+                return Ok(inventory(inventory_of.as_deref(), &admin, &req).await);
+            }
             // Callback relay operator endpoints (/callbacks/...): only for
             // a caller `[admin]` lets in (`server::operator`).
             if req.uri().path().starts_with("/callbacks/") {
-                if let Some(refused) = gateway.config.operator.refuse(req.method(), req.headers()) {
+                if let Some(refused) = admin.operator.refuse(req.method(), req.headers()) {
                     return Ok::<_, Infallible>(refused);
                 }
             }
-            if let Some(relay) = gateway.callbacks() {
+            if let Some(relay) = &relay {
                 if let Some(r) = relay
                     .admin(req.method(), req.uri().path(), req.uri().query())
                     .await
@@ -136,7 +161,7 @@ pub async fn serve_admin(
                 // them all out of the Service at once and turn V1 error
                 // envelopes into refused connections.
                 (&Method::GET, "/readyz") => {
-                    let upstream = reachability::record(&gateway).await;
+                    let upstream = reachability::record(&admin).await;
                     text(StatusCode::OK, format!("ready\nupstream: {upstream}\n"))
                 }
                 (&Method::GET, "/openapi.json") => {
@@ -162,6 +187,59 @@ pub async fn serve_admin(
         }
     });
     conn::serve(listener, service, listener_conf, drain).await
+}
+
+/// `GET /inventory`: the migration inventory's report, in the format the
+/// caller asks for (`?format=text|json|html`, else by `Accept`).
+async fn inventory(
+    inventory: Option<&Inventory>,
+    admin: &AdminSettings,
+    req: &Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        let mut r = admin_text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed\n".into(),
+        );
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    let Some(inventory) = inventory else {
+        return admin_text(
+            StatusCode::NOT_FOUND,
+            "the migration inventory is off (inventory.enabled = false)\n".into(),
+        );
+    };
+    let accept = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok());
+    let format = match Format::negotiate(req.uri().query(), accept) {
+        Ok(f) => f,
+        Err(e) => return admin_text(StatusCode::BAD_REQUEST, format!("{e}\n")),
+    };
+    match inventory.report(&admin.inventory).await {
+        Ok(report) => {
+            let mut r = Response::new(Full::new(Bytes::from(report.render(format))));
+            let h = r.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(format.content_type()),
+            );
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            // The page carries no script and loads nothing: say so.
+            h.insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'"),
+            );
+            r
+        }
+        Err(e) => admin_text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the inventory store cannot be read: {e}\n"),
+        ),
+    }
 }
 
 /// The admin listener's own paths (the callback relay's come before them).

@@ -236,9 +236,7 @@ mod tests {
         )
         .unwrap();
         let upstream = Arc::new(crate::upstream::HttpUpstream::new(cfg.upstream.clone()).unwrap());
-        Arc::new(Pipeline::new(Arc::new(
-            crate::reload::gateway::Gateway::new(upstream, Arc::new(cfg)),
-        )))
+        Arc::new(Pipeline::new(Arc::new(cfg.gateway(upstream))))
     }
 
     async fn answer_of<F>(guarded: Pin<Box<Guarded<F>>>) -> (http::StatusCode, serde_json::Value)

@@ -18,7 +18,8 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
 
-use crate::edge::conn::{self, BodyReader, ConnHandle, Drain};
+use crate::callbacks::Relay;
+use crate::edge::conn::{self, BodyReader, ConnHandle, ConnSettings, Drain};
 use crate::error::GatewayError;
 use crate::pipeline::{self, BodyError, Pipeline, RawV1Request, Settled, V1Response};
 use crate::shadow::Mirror;
@@ -29,7 +30,7 @@ pub(crate) mod admin;
 mod front;
 pub(crate) mod operator;
 mod reachability;
-pub use admin::serve_admin;
+pub use admin::{serve_admin, OperatorEndpoints};
 
 /// The shared state of the public listener.
 struct Public {
@@ -37,25 +38,31 @@ struct Public {
     /// The live shadow mirror, when `[shadow]` is enabled; it wraps the
     /// pipeline.
     shadow: Option<Arc<Mirror>>,
+    /// The callback relay, when `[callbacks]` is in relay mode: V2's
+    /// callbacks arrive on this listener. Started once, before serving.
+    relay: Option<Arc<Relay>>,
+    /// `[connections]`, for each request's body reader.
+    connections: ConnSettings,
 }
 
 /// Serves V1 traffic on `listener` until `shutdown` resolves, through
-/// `pipeline`, mirrored through `shadow` when given.
+/// `pipeline`, mirrored through `shadow` when given; V2's callbacks go to
+/// `relay`, when given.
 pub async fn serve_public(
     listener: TcpListener,
     tls: Option<crate::edge::tls::Acceptor>,
+    settings: crate::edge::Settings,
     pipeline: Arc<Pipeline>,
     shadow: Option<Arc<Mirror>>,
+    relay: Option<Arc<Relay>>,
     drain: Drain,
 ) -> std::io::Result<()> {
     // Connection settings are read once: they need a restart to change.
-    let gateway = pipeline.gateway();
-    let config = &gateway.config;
     let listener_conf = conn::Listener {
         name: "public",
         tls,
-        settings: config.connections.clone(),
-        grace: config.grace_period,
+        settings: settings.connections.clone(),
+        grace: settings.grace_period,
         answers: conn::Answers {
             // Connection-level answers, before any request is read: always in
             // the default dialect (their statuses are what load balancers
@@ -89,7 +96,12 @@ pub async fn serve_public(
             protocol: Some(protocol_refusal),
         },
     };
-    let state = Arc::new(Public { pipeline, shadow });
+    let state = Arc::new(Public {
+        pipeline,
+        shadow,
+        relay,
+        connections: settings.connections,
+    });
     // In front of every request: keys marked sensitive, its id settled, its
     // span, a panic answered with a 500 envelope (`front`). Each
     // connection's service knows the connection, for its requests' bodies.
@@ -147,12 +159,11 @@ fn route_v1(
         return Either::Left(refused);
     }
     // Callback relay: V2's callbacks arrive on the public listener.
-    let gateway = state.pipeline.gateway();
-    if let Some(relay) = gateway.callbacks() {
+    if let Some(relay) = &state.relay {
         if crate::callbacks::token_of(req.uri().path()).is_some() {
             let relay = relay.clone();
             // The same body deadline as a V1 request's.
-            let deadline = gateway.config.connections.body_read_timeout;
+            let deadline = state.connections.body_read_timeout;
             let relayed: Detour = Box::pin(async move {
                 let answer = relay.receive(req, deadline).await;
                 // The relay counts its outcomes; this is their log line.
@@ -166,9 +177,10 @@ fn route_v1(
         }
     }
     let (parts, body) = req.into_parts();
-    let config = &gateway.config;
-    let limit = config.limits.max_body_bytes;
-    let reader = BodyReader::new(&parts, &body, limit, &config.connections, conn);
+    // The body limit is live: the snapshot as it is now (admission loads
+    // it again, for the request's whole way through).
+    let limit = state.pipeline.gateway().settings.max_body_bytes;
+    let reader = BodyReader::new(&parts, &body, limit, &state.connections, conn);
     let raw = RawV1Request {
         settled: Some(settled),
         method: parts.method,

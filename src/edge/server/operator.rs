@@ -1,6 +1,7 @@
 //! Who may use the admin listener's operator endpoints (the callback
 //! relay's `/callbacks/…`: they list clients' runs and redeliver with
-//! clients' keys), checked before the relay sees the request. Probes,
+//! clients' keys; the migration inventory's `/inventory`: it names
+//! clients and their addresses), checked before either sees the request. Probes,
 //! `/metrics` and `/openapi.json` are open and never come here.
 //!
 //! * `admin.operator_api = false`: the endpoints answer 404, saying so.

@@ -7,8 +7,7 @@
 
 use std::time::Duration;
 
-use crate::reload::gateway::Gateway;
-use crate::reload::Live;
+use crate::edge::{AdminSettings, LiveAdmin};
 use crate::telemetry;
 
 /// Bounds `/readyz`'s V2 check below a probe's default one-second timeout.
@@ -22,14 +21,14 @@ const WHILE_OFF: Duration = Duration::from_secs(1);
 /// live configuration (read again each time: a reload changes it), until
 /// dropped. A change of state is logged once: a warning when V2 stops
 /// answering, a line when it is back.
-pub(super) async fn every_interval(live: &Live) {
+pub(super) async fn every_interval(live: &LiveAdmin) {
     let mut last: Option<bool> = None;
     let mut first = true;
     loop {
-        let gateway = live.load();
-        let every = gateway.config.health_check_interval;
+        let settings = live.load();
+        let every = settings.health_check_interval;
         if first || every.is_some() {
-            let outcome = check(&gateway).await;
+            let outcome = check(&settings).await;
             let now = outcome.is_ok();
             match (&outcome, last) {
                 (Err(why), Some(true) | None) => {
@@ -41,23 +40,23 @@ pub(super) async fn every_interval(live: &Live) {
             last = Some(now);
             first = false;
         }
-        drop(gateway);
+        drop(settings);
         tokio::time::sleep(every.unwrap_or(WHILE_OFF)).await;
     }
 }
 
 /// Checks V2's reachability and sets `v1compat_upstream_reachable`; what
 /// `/readyz` says of it.
-pub(super) async fn record(gw: &Gateway) -> String {
-    match check(gw).await {
+pub(super) async fn record(settings: &AdminSettings) -> String {
+    match check(settings).await {
         Ok(()) => "reachable".to_owned(),
         Err(why) => why,
     }
 }
 
 /// [`upstream_reachable`], its outcome set on the gauge.
-async fn check(gw: &Gateway) -> Result<(), String> {
-    let outcome = upstream_reachable(gw).await;
+async fn check(settings: &AdminSettings) -> Result<(), String> {
+    let outcome = upstream_reachable(settings).await;
     let value = if outcome.is_ok() { 1.0 } else { 0.0 };
     metrics::gauge!(telemetry::UPSTREAM_REACHABLE).set(value);
     outcome
@@ -65,14 +64,13 @@ async fn check(gw: &Gateway) -> Result<(), String> {
 
 /// Whether a TCP connection to the upstream opens, within a deadline short
 /// enough for a readiness probe's own timeout (one second by default).
-async fn upstream_reachable(gw: &Gateway) -> Result<(), String> {
+async fn upstream_reachable(settings: &AdminSettings) -> Result<(), String> {
     // Behind HTTPS_PROXY the first hop is the proxy, not V2.
-    let upstream = &gw.config.upstream;
-    let (host, port) = upstream
-        .proxy
-        .first_hop(&upstream.base_url)
+    let (host, port) = settings
+        .upstream_first_hop
+        .as_ref()
         .ok_or("upstream has no host or port")?;
-    let host = host.as_str();
+    let (host, port) = (host.as_str(), *port);
     match tokio::time::timeout(
         UPSTREAM_PROBE_TIMEOUT,
         tokio::net::TcpStream::connect((host, port)),

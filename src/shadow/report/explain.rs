@@ -113,8 +113,6 @@ fn covers(entry: &str, path: &str) -> bool {
 /// `setting = value` for a `[compat]` key, the bare key otherwise.
 fn setting_text(setting: &'static str, c: &Compat) -> String {
     let quoted = |s: &str| format!("{s:?}");
-    let as_toml = |v: serde_json::Result<String>| v.unwrap_or_default();
-    let d = &c.dialect;
     let value = match setting {
         "compat.worker_memory_field" => quoted(c.memory_field),
         "compat.account_traffic" => c.account_traffic.to_string(),
@@ -134,10 +132,15 @@ fn setting_text(setting: &'static str, c: &Compat) -> String {
                 .collect();
             format!("{{ {} }}", pairs.join(", "))
         }
-        "compat.business_error_status" => as_toml(serde_json::to_string(&d.business_error_status)),
-        "compat.empty_store_search" => as_toml(serde_json::to_string(&d.empty_store_search)),
-        "compat.missing_key_status" => as_toml(serde_json::to_string(&d.missing_key_status)),
-        other => return other.to_owned(),
+        // A dialect choice: its value's name, as the contract spells it.
+        other => {
+            let dialect = c.dialect.settings();
+            let key = other.strip_prefix("compat.");
+            match dialect.iter().find(|(k, _)| Some(*k) == key) {
+                Some((_, name)) => quoted(name),
+                None => return other.to_owned(),
+            }
+        }
     };
     format!("{setting} = {value}")
 }
