@@ -37,53 +37,31 @@ pub async fn run(
     upstream: Arc<dyn upstream::Upstream>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    run_serving(public, admin, config, upstream, None, false, shutdown).await
+    run_with(public, admin, config, upstream, Extras::default(), shutdown).await
 }
 
-/// [`run`] with the migration inventory opened (when `[inventory]` is on),
-/// as `v1compat sandbox` runs. The plain entry points leave it closed, so
-/// that gateways started in process (tests) do not share its default file.
-pub async fn run_with_inventory(
+/// What a gateway started in process opens beside its listeners, when
+/// asked: the plain [`run`] opens neither.
+#[derive(Default)]
+pub struct Extras {
+    /// Open the migration inventory (when `[inventory]` is on), as
+    /// `v1compat sandbox` does. Off by default, so that gateways started in
+    /// process (tests) do not share its default file.
+    pub inventory: bool,
+    /// Handed the live shadow mirror once it is built, before anything is
+    /// served (dropped when `[shadow]` is off or start-up fails). Tests
+    /// await [`shadow::Mirror::flush`] with it rather than polling for what
+    /// the copies leave behind.
+    pub mirror: Option<tokio::sync::oneshot::Sender<Arc<shadow::Mirror>>>,
+}
+
+/// [`run`], with the [`Extras`] asked for.
+pub async fn run_with(
     public: TcpListener,
     admin: TcpListener,
     config: config::Config,
     upstream: Arc<dyn upstream::Upstream>,
-    shutdown: impl std::future::Future<Output = ()> + Send,
-) -> std::io::Result<()> {
-    run_serving(public, admin, config, upstream, None, true, shutdown).await
-}
-
-/// [`run`], handing the live shadow mirror to `mirror` once it is built,
-/// before anything is served (the sender is dropped when `[shadow]` is off
-/// or start-up fails). Tests await [`shadow::Mirror::flush`] with it rather
-/// than polling for what the copies leave behind.
-pub async fn run_with_mirror(
-    public: TcpListener,
-    admin: TcpListener,
-    config: config::Config,
-    upstream: Arc<dyn upstream::Upstream>,
-    mirror: tokio::sync::oneshot::Sender<Arc<shadow::Mirror>>,
-    shutdown: impl std::future::Future<Output = ()> + Send,
-) -> std::io::Result<()> {
-    run_serving(
-        public,
-        admin,
-        config,
-        upstream,
-        Some(mirror),
-        false,
-        shutdown,
-    )
-    .await
-}
-
-async fn run_serving(
-    public: TcpListener,
-    admin: TcpListener,
-    config: config::Config,
-    upstream: Arc<dyn upstream::Upstream>,
-    on_mirror: Option<tokio::sync::oneshot::Sender<Arc<shadow::Mirror>>>,
-    inventory: bool,
+    extras: Extras,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let tls = (
@@ -91,10 +69,10 @@ async fn run_serving(
         tls_acceptor(&config.admin_tls)?,
     );
     let live = reload::Live::new(upstream, config);
-    if inventory {
+    if extras.inventory {
         live.open_inventory().await.map_err(std::io::Error::other)?;
     }
-    serve_live(public, admin, live, tls, None, on_mirror, shutdown).await
+    serve_live(public, admin, live, tls, None, extras.mirror, shutdown).await
 }
 
 /// Whether the configuration starts without `upstream.service_key`, so

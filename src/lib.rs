@@ -53,4 +53,4 @@ pub mod paging;
 pub mod v1;
 pub mod v2;
 
-pub use app::{run, run_reloading, run_with_inventory, run_with_mirror};
+pub use app::{run, run_reloading, run_with, Extras};

@@ -128,11 +128,26 @@ pub async fn run(
         write_atomically(path, &addrs.ready_line())
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    let result =
-        crate::app::run_with_inventory(public, admin, gateway_cfg, upstream, shutdown).await;
+    let result = crate::app::run_with(
+        public,
+        admin,
+        gateway_cfg,
+        upstream,
+        inventory_on(),
+        shutdown,
+    )
+    .await;
     sandbox.shutdown().await;
     let _ = std::fs::remove_dir_all(&inventory_dir);
     result.map_err(|e| e.to_string())
+}
+
+/// The sandbox runs the migration inventory, as `serve` does.
+fn inventory_on() -> crate::app::Extras {
+    crate::app::Extras {
+        inventory: true,
+        ..Default::default()
+    }
 }
 
 /// The sandbox relays callbacks: V2 posts to the gateway's own listener, and

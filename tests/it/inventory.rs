@@ -58,11 +58,16 @@ impl Gateway {
             (public.local_addr().unwrap(), admin.local_addr().unwrap()),
             tokio::sync::oneshot::channel::<()>(),
         );
-        let task = tokio::spawn(v1compat::run_with_inventory(
+        let extras = v1compat::Extras {
+            inventory: true,
+            ..Default::default()
+        };
+        let task = tokio::spawn(v1compat::run_with(
             public,
             admin,
             config,
             upstream,
+            extras,
             async {
                 let _ = rx.await;
             },

@@ -64,12 +64,16 @@ impl TestGateway {
         let (addr, admin_addr) = (public.local_addr().unwrap(), admin.local_addr().unwrap());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (mirror_tx, mirror_rx) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(v1compat::run_with_mirror(
+        let extras = v1compat::Extras {
+            mirror: Some(mirror_tx),
+            ..Default::default()
+        };
+        let task = tokio::spawn(v1compat::run_with(
             public,
             admin,
             config,
             upstream,
-            mirror_tx,
+            extras,
             async {
                 let _ = rx.await;
             },
