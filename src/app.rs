@@ -1,8 +1,9 @@
 //! Starting and draining the process, on listeners the binary (or a test)
 //! has already bound: the callback relay, the migration inventory's flusher
-//! and the shadow mirror built before anything serves, the public and admin listeners started, and on shutdown
-//! the drain sequence (readiness false, the drain delay, the public listener
-//! drained within the grace period, then the admin listener).
+//! and the shadow mirror built before anything serves, the public and admin
+//! listeners started, and on shutdown the drain sequence (readiness false,
+//! the drain delay, the public listener drained within the grace period, the
+//! inventory's last flush, then the admin listener).
 
 use std::sync::Arc;
 
