@@ -6,14 +6,12 @@
 //! brownout windows, on when configured and touching only whom they select.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-use crate::support::{fresh_database, postgres_url, send, serve_binary};
-use v1compat::upstream::HttpUpstream;
+use crate::support::{fresh_database, postgres_url, send, serve_binary, TestGateway};
 use v1compat_sandbox::{Sandbox, SandboxConfig};
 
 /// The second account's key (the first is the sandbox's own).
@@ -39,8 +37,7 @@ async fn sandbox() -> Sandbox {
 struct Gateway {
     public: SocketAddr,
     admin: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    running: TestGateway,
 }
 
 impl Gateway {
@@ -50,33 +47,11 @@ impl Gateway {
             sb.v2_addr(),
             sb.api_key()
         );
-        let config = v1compat::config::load(&toml, Vec::new()).unwrap();
-        let upstream = Arc::new(HttpUpstream::new(config.upstream.clone()).unwrap());
-        let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let (addrs, (tx, rx)) = (
-            (public.local_addr().unwrap(), admin.local_addr().unwrap()),
-            tokio::sync::oneshot::channel::<()>(),
-        );
-        let extras = v1compat::Extras {
-            inventory: true,
-            ..Default::default()
-        };
-        let task = tokio::spawn(v1compat::run_with(
-            public,
-            admin,
-            config,
-            upstream,
-            extras,
-            async {
-                let _ = rx.await;
-            },
-        ));
+        let running = TestGateway::over_http_with(&toml, true).await;
         let gw = Gateway {
-            public: addrs.0,
-            admin: addrs.1,
-            stop: Some(tx),
-            task,
+            public: running.addr,
+            admin: running.admin,
+            running,
         };
         // Serving once its admin listener answers.
         let (ready, _, _) = send(gw.admin, "GET", "/healthz", &[], None).await;
@@ -85,9 +60,8 @@ impl Gateway {
     }
 
     /// Stops it the way SIGTERM does (the drain, then the last flush).
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        (&mut self.task).await.unwrap().unwrap();
+    async fn stop(self) {
+        self.running.shutdown().await.unwrap().unwrap();
     }
 
     async fn inventory(&self) -> Value {

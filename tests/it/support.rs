@@ -51,13 +51,16 @@ pub(crate) struct TestGateway {
 impl TestGateway {
     pub(crate) async fn start(config_toml: &str, upstream: Arc<dyn Upstream>) -> TestGateway {
         let config = v1compat::config::load(config_toml, Vec::new()).unwrap();
-        TestGateway::start_loaded(config, upstream).await
+        TestGateway::start_loaded(config, upstream, false).await
     }
 
-    /// [`TestGateway::start`] with the configuration already loaded.
+    /// [`TestGateway::start`] with the configuration already loaded, and
+    /// the migration inventory opened when `inventory` (as `serve` and
+    /// `sandbox` open it).
     async fn start_loaded(
         config: v1compat::config::Config,
         upstream: Arc<dyn Upstream>,
+        inventory: bool,
     ) -> TestGateway {
         let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -66,7 +69,7 @@ impl TestGateway {
         let (mirror_tx, mirror_rx) = tokio::sync::oneshot::channel();
         let extras = v1compat::Extras {
             mirror: Some(mirror_tx),
-            ..Default::default()
+            inventory,
         };
         let task = tokio::spawn(v1compat::run_with(
             public,
@@ -104,9 +107,15 @@ impl TestGateway {
     /// loading of the text, as `serve` makes them: the listeners and the V2
     /// client count in one memory budget.
     pub(crate) async fn over_http(config_toml: &str) -> TestGateway {
+        TestGateway::over_http_with(config_toml, false).await
+    }
+
+    /// [`TestGateway::over_http`], with the migration inventory opened
+    /// when `inventory`.
+    pub(crate) async fn over_http_with(config_toml: &str, inventory: bool) -> TestGateway {
         let config = v1compat::config::load(config_toml, Vec::new()).unwrap();
         let upstream = Arc::new(HttpUpstream::new(config.upstream.clone()).unwrap());
-        TestGateway::start_loaded(config, upstream).await
+        TestGateway::start_loaded(config, upstream, inventory).await
     }
 
     /// Asks the gateway to stop (as SIGTERM would) and returns its server
