@@ -40,6 +40,26 @@ impl Caller {
         }
     }
 
+    /// A request to `op` from this caller with `key`, as the migration
+    /// inventory counts it (answered without error and relying on nothing,
+    /// until the caller says otherwise): its address is the one a trusted
+    /// proxy vouches for, else the peer's.
+    pub(crate) fn seen<'a>(
+        &'a self,
+        op: crate::v1::route::Operation,
+        key: Option<&'a crate::upstream::ApiKey>,
+    ) -> crate::inventory::Seen<'a> {
+        crate::inventory::Seen {
+            op,
+            key,
+            user_agent: self.user_agent.as_ref().map(HeaderValue::as_bytes),
+            address: self.forwarded_for.or(self.peer),
+            failed: false,
+            applied: Default::default(),
+            browned_out: false,
+        }
+    }
+
     /// The user-agent as the access line shows it: at most
     /// [`MAX_USER_AGENT`] bytes (cut at a character), bytes that are not
     /// UTF-8 replaced; the log format escapes the rest.

@@ -516,13 +516,10 @@ impl Pipeline {
             );
             if let Some(inventory) = req.gateway.inventory() {
                 inventory.record(&crate::inventory::Seen {
-                    op: req.op,
-                    key: req.key.as_ref(),
-                    user_agent: req.caller.user_agent.as_ref().map(HeaderValue::as_bytes),
-                    address: req.caller.forwarded_for.or(req.caller.peer),
                     failed,
                     applied: set,
                     browned_out,
+                    ..req.caller.seen(req.op, req.key.as_ref())
                 });
             }
             response
@@ -540,13 +537,10 @@ impl Pipeline {
         let inventory = req.gateway.inventory();
         let mut fingerprint = || match (inventory, &req.key) {
             (Some(inv), Some(key)) => inv.fingerprint_of_key(key.expose()),
-            (Some(inv), None) => inv.fingerprint_of_keyless(
-                req.caller
-                    .user_agent
-                    .as_ref()
-                    .map_or(&b""[..], HeaderValue::as_bytes),
-                req.caller.forwarded_for.or(req.caller.peer),
-            ),
+            (Some(inv), None) => {
+                let seen = req.caller.seen(req.op, None);
+                inv.fingerprint_of_keyless(seen.user_agent.unwrap_or_default(), seen.address)
+            }
             (None, _) => String::new(),
         };
         crate::inventory::notice::browned_out(notices, req.op, &mut fingerprint)
@@ -661,13 +655,9 @@ fn noted(
     crate::inventory::notice::add_headers(notices, Some(op), &mut response.headers);
     if let Some(inventory) = gateway.inventory() {
         inventory.record(&crate::inventory::Seen {
-            op,
-            key,
-            user_agent: caller.user_agent.as_ref().map(HeaderValue::as_bytes),
-            address: caller.forwarded_for.or(caller.peer),
             failed: true,
             applied,
-            browned_out: false,
+            ..caller.seen(op, key)
         });
     }
 }
