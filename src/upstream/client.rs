@@ -314,6 +314,7 @@ impl CallHeaders {
             if has_body {
                 headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             }
+            // Last, in this order: `of` sets them by their places.
             headers.insert(X_REQUEST_ID.clone(), HeaderValue::from_static(""));
             headers.insert(auth.clone(), HeaderValue::from_static(""));
             headers
@@ -339,17 +340,20 @@ impl CallHeaders {
         } else {
             self.without_body.clone()
         };
-        let mut has_key = false;
-        for (name, value) in headers.iter_mut() {
-            if *name == X_REQUEST_ID {
-                *value = parts.request_id.clone();
-            } else if *name == self.auth {
-                if let Some(key) = &parts.key {
-                    *value = key.clone();
-                    has_key = true;
-                }
-            }
+        // The id and the key are the last two headers (see `new`): set in
+        // their places rather than found by comparing every name.
+        let before = headers.len() - 2;
+        let mut last_two = headers.values_mut().skip(before);
+        if let Some(id) = last_two.next() {
+            *id = parts.request_id.clone();
         }
+        let has_key = match (last_two.next(), &parts.key) {
+            (Some(value), Some(key)) => {
+                *value = key.clone();
+                true
+            }
+            _ => false,
+        };
         if !has_key {
             headers.remove(&self.auth);
         }
