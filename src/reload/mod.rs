@@ -16,11 +16,12 @@
 //!
 //! Live: `[upstream]` (a new connection pool when it changed), `[retry]`,
 //! `[limits]` except `max_in_flight`, `[workers]` (a new cache when it
-//! changed), `[compat]`, `upstream.ca_file` and the listeners' certificate
-//! files' contents. Restart: `listen.*` addresses and which TLS files,
-//! `limits.max_in_flight`, `[connections]`, `[log]`, `[shutdown]`,
-//! `[shadow]`, `[callbacks]` (all read once at start); a reload that
-//! changes them applies the rest and warns which ones wait for a restart.
+//! changed), `[compat]`, `log.access`, `upstream.ca_file` and the
+//! listeners' certificate files' contents. Restart: `listen.*` addresses
+//! and which TLS files, `limits.max_in_flight`, `[connections]`,
+//! `[runtime]`, `log.format`, `log.level`, `[shutdown]`, `[shadow]`,
+//! `[callbacks]` (all read once at start); a reload that changes them
+//! applies the rest and warns which ones wait for a restart.
 //!
 //! What triggers a reload lives in [`triggers`]: SIGHUP, and a watch on the
 //! directories of the configuration file and of the files it names. A file
@@ -540,10 +541,10 @@ fn keep_restart_only(old: &Config, mut new: Config) -> (Config, Vec<&'static str
         "limits.max_in_flight",
         old.limits.max_in_flight != new.limits.max_in_flight,
     );
-    keep(
-        "log",
-        old.log.format != new.log.format || old.log.level != new.log.level,
-    );
+    // The logger is set up once; `log.access` is read per request from the
+    // pipeline's snapshot, so it reloads live.
+    keep("log.format", old.log.format != new.log.format);
+    keep("log.level", old.log.level != new.log.level);
     keep(
         "shutdown",
         old.grace_period != new.grace_period || old.drain_delay != new.drain_delay,
@@ -566,7 +567,8 @@ fn keep_restart_only(old: &Config, mut new: Config) -> (Config, Vec<&'static str
     new.public_tls = old.public_tls.clone();
     new.admin_tls = old.admin_tls.clone();
     new.limits.max_in_flight = old.limits.max_in_flight;
-    new.log = old.log.clone();
+    new.log.format = old.log.format.clone();
+    new.log.level = old.log.level.clone();
     new.grace_period = old.grace_period;
     new.drain_delay = old.drain_delay;
     new.connections = old.connections.clone();
@@ -600,7 +602,7 @@ mod tests {
             [
                 "listen.public",
                 "limits.max_in_flight",
-                "log",
+                "log.level",
                 "shutdown",
                 "connections",
                 "runtime.threads"
@@ -622,6 +624,14 @@ mod tests {
             &kept.connections.budget,
             &old.connections.budget
         ));
+    }
+
+    #[test]
+    fn log_access_reloads_live() {
+        let old = load("");
+        let (kept, named) = keep_restart_only(&old, load("[log]\naccess = false\n"));
+        assert!(named.is_empty(), "{named:?}");
+        assert!(!kept.pipeline().access_log);
     }
 
     #[test]
