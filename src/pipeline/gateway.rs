@@ -35,9 +35,9 @@ pub struct Settings {
     pub max_body_bytes: usize,
     /// `limits.max_in_flight` (a restart changes it).
     pub max_in_flight: usize,
-    /// `limits.request_timeout_ms`.
+    /// `upstream.request_timeout_ms`.
     pub request_timeout: Duration,
-    /// `limits.sync_run_timeout_ms`: a synchronous run's wait, on top of
+    /// `upstream.sync_run_timeout_ms`: a synchronous run's wait, on top of
     /// the request's own deadline.
     pub sync_run_timeout: Duration,
     /// What V1 answers tell their clients (`[inventory.deprecation]`,

@@ -589,7 +589,7 @@ impl Pipeline {
 }
 
 /// How long one operation may take: a synchronous run waits for the run too.
-/// (`request` is `limits.request_timeout_ms`, `sync_run` `limits.sync_run_timeout_ms`.)
+/// (`request` is `upstream.request_timeout_ms`, `sync_run` `upstream.sync_run_timeout_ms`.)
 pub fn deadline(request: Duration, sync_run: Duration, op: Operation) -> Duration {
     if op == Operation::StartRun {
         sync_run + request

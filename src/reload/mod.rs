@@ -16,11 +16,14 @@
 //!
 //! Live: `[upstream]` (a new connection pool when it changed), `[retry]`,
 //! `[limits]` except `max_in_flight`, `[workers]` (a new cache when it
-//! changed), `[compat]`, `upstream.ca_file` and the listeners' certificate
-//! files' contents. Restart: `listen.*` addresses and which TLS files,
-//! `limits.max_in_flight`, `[connections]`, `[log]`, `[shutdown]`,
-//! `[shadow]`, `[callbacks]` (all read once at start); a reload that
-//! changes them applies the rest and warns which ones wait for a restart.
+//! changed), `[compat]`, `log.access`, `[inventory.names]`,
+//! `inventory.gone_after`, the inventory's notices, `upstream.ca_file` and
+//! the listeners' certificate files' contents. Restart: `listen.*`
+//! addresses and which TLS files, `limits.max_in_flight`, `[connections]`,
+//! `[runtime]`, `log.format`, `log.level`, `[shutdown]`, `[shadow]`,
+//! `[callbacks]` and the keys the inventory is opened with (all read once
+//! at start); a reload that changes them applies the rest and warns which
+//! ones wait for a restart.
 //!
 //! What triggers a reload lives in [`triggers`]: SIGHUP, and a watch on the
 //! directories of the configuration file and of the files it names. A file
@@ -36,7 +39,7 @@ use tokio::sync::broadcast;
 use crate::callbacks::Relay;
 use crate::config::{self, Config};
 use crate::edge::{self, tls};
-use crate::inventory::Inventory;
+use crate::inventory::{Inventory, InventoryConfig};
 use crate::pipeline;
 use crate::telemetry;
 use crate::upstream::{HttpUpstream, Upstream};
@@ -540,10 +543,10 @@ fn keep_restart_only(old: &Config, mut new: Config) -> (Config, Vec<&'static str
         "limits.max_in_flight",
         old.limits.max_in_flight != new.limits.max_in_flight,
     );
-    keep(
-        "log",
-        old.log.format != new.log.format || old.log.level != new.log.level,
-    );
+    // The logger is set up once; `log.access` is read per request from the
+    // pipeline's snapshot, so it reloads live.
+    keep("log.format", old.log.format != new.log.format);
+    keep("log.level", old.log.level != new.log.level);
     keep(
         "shutdown",
         old.grace_period != new.grace_period || old.drain_delay != new.drain_delay,
@@ -566,7 +569,8 @@ fn keep_restart_only(old: &Config, mut new: Config) -> (Config, Vec<&'static str
     new.public_tls = old.public_tls.clone();
     new.admin_tls = old.admin_tls.clone();
     new.limits.max_in_flight = old.limits.max_in_flight;
-    new.log = old.log.clone();
+    new.log.format = old.log.format.clone();
+    new.log.level = old.log.level.clone();
     new.grace_period = old.grace_period;
     new.drain_delay = old.drain_delay;
     new.connections = old.connections.clone();
@@ -575,7 +579,38 @@ fn keep_restart_only(old: &Config, mut new: Config) -> (Config, Vec<&'static str
     new.runtime = old.runtime;
     new.callbacks = old.callbacks.clone();
     new.shadow = old.shadow.clone();
+    differ.extend(keep_inventory_opened(&old.inventory, &mut new.inventory));
     (new, differ)
+}
+
+/// Puts back the inventory's keys that it is opened with (once, at start)
+/// and names the ones that differed. The names, `gone_after` and the notices
+/// are read per report and per request, so they stay new.
+fn keep_inventory_opened(old: &InventoryConfig, new: &mut InventoryConfig) -> Vec<&'static str> {
+    let differ = [
+        ("inventory.enabled", old.enabled != new.enabled),
+        ("inventory.store", old.store != new.store),
+        ("inventory.secret", old.secret != new.secret),
+        (
+            "inventory.flush_interval_ms",
+            old.flush_interval != new.flush_interval,
+        ),
+        ("inventory.max_clients", old.max_clients != new.max_clients),
+        (
+            "inventory.keep_history",
+            old.keep_history != new.keep_history,
+        ),
+    ];
+    new.enabled = old.enabled;
+    new.store = old.store.clone();
+    new.secret = old.secret.clone();
+    new.flush_interval = old.flush_interval;
+    new.max_clients = old.max_clients;
+    new.keep_history = old.keep_history;
+    differ
+        .into_iter()
+        .filter_map(|(name, changed)| changed.then_some(name))
+        .collect()
 }
 
 #[cfg(test)]
@@ -600,7 +635,7 @@ mod tests {
             [
                 "listen.public",
                 "limits.max_in_flight",
-                "log",
+                "log.level",
                 "shutdown",
                 "connections",
                 "runtime.threads"
@@ -622,6 +657,49 @@ mod tests {
             &kept.connections.budget,
             &old.connections.budget
         ));
+    }
+
+    #[test]
+    fn log_access_reloads_live() {
+        let old = load("");
+        let (kept, named) = keep_restart_only(&old, load("[log]\naccess = false\n"));
+        assert!(named.is_empty(), "{named:?}");
+        assert!(!kept.pipeline().access_log);
+    }
+
+    #[test]
+    fn the_inventory_keys_read_when_it_opens_keep_their_running_value_and_are_named() {
+        let old = load("");
+        let new = load(
+            "[inventory]\nenabled = false\nstore = \"memory\"\nsecret = \"0123456789abcdef\"\n\
+             flush_interval_ms = 5\nmax_clients = 7\nkeep_history = \"1d\"\ngone_after = \"2d\"\n\
+             [inventory.deprecation]\nlink = \"https://example.com/migrate\"\n",
+        );
+        let (kept, named) = keep_restart_only(&old, new);
+        assert_eq!(
+            named,
+            [
+                "inventory.enabled",
+                "inventory.store",
+                "inventory.secret",
+                "inventory.flush_interval_ms",
+                "inventory.max_clients",
+                "inventory.keep_history"
+            ]
+        );
+        let (was, is) = (&old.inventory, &kept.inventory);
+        assert_eq!(is.enabled, was.enabled);
+        assert_eq!(is.store, was.store);
+        assert_eq!(is.secret, was.secret);
+        assert_eq!(is.flush_interval, was.flush_interval);
+        assert_eq!(is.max_clients, was.max_clients);
+        assert_eq!(is.keep_history, was.keep_history);
+        // Read per report and per request: live.
+        assert_eq!(is.gone_after, std::time::Duration::from_secs(2 * 24 * 3600));
+        assert_eq!(
+            kept.pipeline().notices.link.as_deref(),
+            Some("https://example.com/migrate")
+        );
     }
 
     #[test]

@@ -55,7 +55,8 @@ pub const WRITE_STALLED_CONNECTIONS: &str = "v1compat_connections_write_stalled_
 pub const UPSTREAM_REQUESTS_TOTAL: &str = "v1compat_upstream_requests_total";
 /// Duration of each V2 attempt (headers and body), by `route`.
 pub const UPSTREAM_DURATION_SECONDS: &str = "v1compat_upstream_duration_seconds";
-/// V2 retries sent, by `route` and `reason` (unreachable, timeout, broken, 429, 5xx).
+/// V2 retries sent, by `route` and `reason` ([`RetryReason`]: unreachable,
+/// broken, 429, 5xx; an attempt that timed out is not repeated).
 pub const UPSTREAM_RETRIES_TOTAL: &str = "v1compat_upstream_retries_total";
 /// Retryable V2 outcomes not retried, by `route` and `cause` (budget, deadline, retry_after).
 pub const UPSTREAM_RETRIES_SKIPPED_TOTAL: &str = "v1compat_upstream_retries_skipped_total";
@@ -316,6 +317,37 @@ impl Origin {
             Origin::Client => "client",
             Origin::Upstream => "upstream",
             Origin::Gateway => "gateway",
+        }
+    }
+}
+
+/// Why a V2 attempt is sent again: the `reason` label of
+/// [`UPSTREAM_RETRIES_TOTAL`]. Listed here, with the names it labels, so
+/// the series registered at zero are the ones a retry can move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RetryReason {
+    Unreachable,
+    Broken,
+    TooManyRequests,
+    ServerError,
+}
+
+impl RetryReason {
+    /// Every reason. None for an attempt that timed out: V2 is slow then,
+    /// not flaky, and the attempt is not repeated.
+    pub(crate) const ALL: [RetryReason; 4] = [
+        RetryReason::Unreachable,
+        RetryReason::Broken,
+        RetryReason::TooManyRequests,
+        RetryReason::ServerError,
+    ];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            RetryReason::Unreachable => "unreachable",
+            RetryReason::Broken => "broken",
+            RetryReason::TooManyRequests => "429",
+            RetryReason::ServerError => "5xx",
         }
     }
 }

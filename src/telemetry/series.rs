@@ -39,7 +39,6 @@ const ERROR_KINDS: &[(Origin, &str)] = &[
 ];
 
 const STATUS_CLASSES: &[&str] = &["2xx", "3xx", "4xx", "5xx", "error"];
-const RETRY_REASONS: &[&str] = &["unreachable", "timeout", "broken", "429", "5xx"];
 const RETRY_SKIPS: &[&str] = &["budget", "deadline", "retry_after"];
 const SHADOW_OUTCOMES: &[&str] = &["sent", "skipped", "dropped", "failed"];
 
@@ -78,8 +77,8 @@ pub(super) fn register_all() {
             metrics::counter!(UPSTREAM_REQUESTS_TOTAL, "route" => *route, "status_class" => *class)
                 .increment(0);
         }
-        for reason in RETRY_REASONS {
-            metrics::counter!(UPSTREAM_RETRIES_TOTAL, "route" => *route, "reason" => *reason)
+        for reason in RetryReason::ALL {
+            metrics::counter!(UPSTREAM_RETRIES_TOTAL, "route" => *route, "reason" => reason.as_str())
                 .increment(0);
         }
         for cause in RETRY_SKIPS {

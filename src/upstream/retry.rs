@@ -105,25 +105,8 @@ impl std::fmt::Debug for RetryBudget {
 }
 
 /// Why an attempt is worth repeating; the `reason` label of
-/// `v1compat_upstream_retries_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RetryReason {
-    Unreachable,
-    Broken,
-    TooManyRequests,
-    ServerError,
-}
-
-impl RetryReason {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            RetryReason::Unreachable => "unreachable",
-            RetryReason::Broken => "broken",
-            RetryReason::TooManyRequests => "429",
-            RetryReason::ServerError => "5xx",
-        }
-    }
-}
+/// `v1compat_upstream_retries_total`, listed beside the metrics.
+pub(crate) use crate::telemetry::RetryReason;
 
 /// Whether an attempt's outcome may be retried (for a call that is safe to
 /// retry at all). A too-large answer would be too large again.
@@ -307,6 +290,56 @@ mod tests {
         assert_eq!(retry_reason(Err(&UpstreamFailure::TooLarge(10))), None);
         let slow = UpstreamFailure::Timeout(Duration::from_secs(10));
         assert_eq!(retry_reason(Err(&slow)), None);
+    }
+
+    /// One of each failure an attempt can end in. The `match` fails to
+    /// compile when a variant is added, so the list cannot fall behind.
+    fn every_failure() -> Vec<UpstreamFailure> {
+        let all = vec![
+            UpstreamFailure::Unreachable("x".into()),
+            UpstreamFailure::Timeout(Duration::from_secs(1)),
+            UpstreamFailure::Broken("x".into()),
+            UpstreamFailure::TooLarge(1),
+            UpstreamFailure::OverBudget(1),
+        ];
+        for f in &all {
+            match f {
+                UpstreamFailure::Unreachable(_)
+                | UpstreamFailure::Timeout(_)
+                | UpstreamFailure::Broken(_)
+                | UpstreamFailure::TooLarge(_)
+                | UpstreamFailure::OverBudget(_) => {}
+            }
+        }
+        all
+    }
+
+    /// A `reason` registered at zero that no retry can carry would read as
+    /// "never happens" on a dashboard; one a retry carries but that is not
+    /// registered would appear only at its first retry.
+    #[test]
+    fn the_registered_retry_reasons_are_those_a_retry_is_sent_for() {
+        let statuses = (100..=599).filter_map(|s| StatusCode::from_u16(s).ok());
+        let mut sent_for: std::collections::BTreeSet<&str> = statuses
+            .filter_map(|s| retry_reason(Ok(s)))
+            .map(RetryReason::as_str)
+            .collect();
+        let failures = every_failure();
+        sent_for.extend(
+            failures
+                .iter()
+                .filter_map(|f| retry_reason(Err(f)))
+                .map(RetryReason::as_str),
+        );
+        let metrics = crate::telemetry::prometheus()
+            .expect("the recorder")
+            .render();
+        let registered: std::collections::BTreeSet<&str> = metrics
+            .lines()
+            .filter(|l| l.starts_with("v1compat_upstream_retries_total{"))
+            .filter_map(|l| l.split("reason=\"").nth(1)?.split('"').next())
+            .collect();
+        assert_eq!(registered, sent_for);
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod gateway;
 mod golden;
 mod image;
 mod inventory;
+mod named_keys;
 mod networks;
 mod openapi;
 mod operations;

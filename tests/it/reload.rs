@@ -24,6 +24,8 @@ struct Reloading {
     addr: SocketAddr,
     admin: SocketAddr,
     outcomes: broadcast::Receiver<Outcome>,
+    /// What runs now, as the reloads leave it.
+    live: Arc<reload::Live>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     _task: JoinHandle<std::io::Result<()>>,
 }
@@ -44,6 +46,7 @@ impl Reloading {
         };
         let reloader = Reloader::start(source, reload::http_upstream()).unwrap();
         let outcomes = reloader.subscribe();
+        let live = reloader.live().clone();
         let public = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (addr, admin_addr) = (public.local_addr().unwrap(), admin.local_addr().unwrap());
@@ -55,6 +58,7 @@ impl Reloading {
             addr,
             admin: admin_addr,
             outcomes,
+            live,
             stop: Some(tx),
             _task: task,
         };
@@ -189,6 +193,38 @@ async fn a_good_file_is_swapped_in_a_bad_one_kept_and_in_flight_requests_finish_
         "served on the old address"
     );
     assert_eq!(b.total(), 2);
+}
+
+/// `log.access` is read per request from the snapshot, so a reload turns
+/// the access lines off at once; the inventory's keys read when it is opened
+/// keep their running value, and the warning names them, while the ones read
+/// per report apply.
+#[tokio::test]
+async fn log_access_reloads_live_and_the_inventory_keys_read_at_open_are_named() {
+    let a = v2("a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1compat.toml");
+    std::fs::write(&path, config(&a, "")).unwrap();
+    let mut gw = Reloading::start(&path).await;
+    assert!(gw.live.gateway().load().settings.access_log);
+
+    replace(
+        &path,
+        &config(
+            &a,
+            "[log]\naccess = false\n[inventory]\nmax_clients = 5\ngone_after = \"1d\"\n",
+        ),
+    );
+    assert_eq!(
+        gw.next().await,
+        Outcome::Applied {
+            restart_needed: vec!["inventory.max_clients"]
+        }
+    );
+    assert!(!gw.live.gateway().load().settings.access_log);
+    let inventory = gw.live.load().config.inventory.clone();
+    assert_eq!(inventory.max_clients, 10_000, "the running value");
+    assert_eq!(inventory.gone_after, Duration::from_secs(24 * 3600));
 }
 
 #[tokio::test]
