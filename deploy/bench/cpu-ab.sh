@@ -124,8 +124,15 @@ for i in "${!BINARIES[@]}"; do
   [ "$spec" != "$bin" ] && vars="${spec%@*}"
   [ -x "$bin" ] || die "$bin is not an executable"
   port=$(free_port); admin=$(free_port)
+  # The inventory's file in the run's own directory, for the builds that
+  # have an inventory (`inventory` among their commands): an earlier build
+  # refuses the key it does not know.
+  inventory=()
+  if "$bin" inventory --help >/dev/null 2>&1; then
+    inventory=(V1COMPAT_INVENTORY__STORE="redb:$WORK/inventory-$i.redb")
+  fi
   # shellcheck disable=SC2086
-  env ${vars//,/ } V1COMPAT_INVENTORY__STORE="redb:$WORK/inventory-$i.redb" V1COMPAT_UPSTREAM__BASE_URL="$V2" V1COMPAT_UPSTREAM__SERVICE_KEY="$KEY" \
+  env ${vars//,/ } "${inventory[@]}" V1COMPAT_UPSTREAM__BASE_URL="$V2" V1COMPAT_UPSTREAM__SERVICE_KEY="$KEY" \
     V1COMPAT_LISTEN__PUBLIC="127.0.0.1:$port" V1COMPAT_LISTEN__ADMIN="127.0.0.1:$admin" \
     V1COMPAT_LOG__LEVEL=warn taskset -c 1 "$bin" serve >"$WORK/gateway-$i.log" 2>&1 &
   GW_PIDS+=($!); PIDS+=($!); GW_PORTS+=("$port")
