@@ -10,9 +10,11 @@
 //! poll again at once, inside the same turn; one from elsewhere (the socket,
 //! another task, a timer) wakes the task as before.
 //!
-//! Used for every connection task: the public and admin listeners' (in
-//! [`super::serve`]) and the V2 client's and HTTP/2 streams', through
-//! [`CoalescingExecutor`]. [`WhenWoken`], beside it, spares the connection
+//! Used for every connection task on tokio's multi-threaded runtime: the
+//! public and admin listeners' (in `edge::conn`) and the V2 client's and
+//! HTTP/2 streams', through [`CoalescingExecutor`]; not on the
+//! single-threaded one, where a self-wake wakes no other thread
+//! ([`worth_coalescing`]). [`WhenWoken`], beside it, spares the connection
 //! task's rarely-ready branches, and a request's answer, a poll each time
 //! the task runs for something else.
 
@@ -159,8 +161,21 @@ impl<F: Future> Future for WhenWoken<F> {
     }
 }
 
+/// Whether tasks spawned from here are worth wrapping in [`Coalesce`]: on
+/// tokio's multi-threaded runtime a self-wake can wake another worker; on
+/// the single-threaded one (the gateway's on one CPU) there is none to
+/// wake, the task is simply polled again in the same turn of the
+/// scheduler, and the wrapper's own bookkeeping is all it would add (about
+/// 200 instructions a run detail, the same system calls:
+/// `deploy/bench/RESULTS.md`).
+pub(crate) fn worth_coalescing() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|handle| handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread)
+}
+
 /// hyper's executor for what it spawns (the V2 client's connection tasks,
-/// HTTP/2 streams): tokio tasks, each wrapped in [`Coalesce`].
+/// HTTP/2 streams): tokio tasks, each wrapped in [`Coalesce`] where that
+/// is [worth it](worth_coalescing).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct CoalescingExecutor;
 
@@ -170,7 +185,11 @@ where
     F::Output: Send + 'static,
 {
     fn execute(&self, fut: F) {
-        tokio::spawn(Coalesce::new(fut));
+        if worth_coalescing() {
+            tokio::spawn(Coalesce::new(fut));
+        } else {
+            tokio::spawn(fut);
+        }
     }
 }
 
@@ -291,5 +310,20 @@ mod tests {
         tokio::task::yield_now().await;
         tx.send(7).unwrap();
         assert_eq!(task.await.unwrap().unwrap(), 7);
+    }
+
+    /// Wrapped only where a self-wake could wake another worker.
+    #[test]
+    fn tasks_are_wrapped_on_the_multi_threaded_runtime_only() {
+        assert!(!worth_coalescing(), "outside a runtime");
+        let single = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert!(!single.block_on(async { worth_coalescing() }));
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        assert!(multi.block_on(async { worth_coalescing() }));
     }
 }

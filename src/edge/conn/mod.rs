@@ -8,7 +8,7 @@
 //! wake-ups it gives itself ([`coalesce`]).
 //!
 //! ```text
-//! accept ─▶ cap (full: 429 envelope, close) ─▶ connection task (in Coalesce)
+//! accept ─▶ cap (full: 429 envelope, close) ─▶ connection task (in Coalesce, multi-threaded)
 //!   connection task: hyper auto (h1 | h2) over Refusals(TLS?(SharedStream))
 //!     ├─ ConnService: busy count, HEAD without body, cut envelope, close after stop
 //!     ├─ idle for idle_timeout → graceful close (HTTP/2: closed write_timeout later
@@ -57,7 +57,7 @@ pub(crate) use drain::Drain;
 pub(crate) use service::CutAnswer;
 pub(crate) use settings::{ConnSettings, ConnectionSection};
 
-use crate::common::coalesce::{Coalesce, CoalescingExecutor, WhenWoken};
+use crate::common::coalesce::{worth_coalescing, Coalesce, CoalescingExecutor, WhenWoken};
 use crate::telemetry::{OPEN_CONNECTIONS, SHED_CONNECTIONS, WRITE_STALLED_CONNECTIONS};
 use activity::{Activity, Quiet, Stall};
 use refusal::Refusals;
@@ -195,12 +195,13 @@ where
     )));
     let shedding = Arc::new(Semaphore::new(MAX_SHEDDING));
     let mut tasks = JoinSet::new();
+    let coalescing = worth_coalescing();
     let spawn = |tasks: &mut JoinSet<()>, stream: TcpStream, peer: SocketAddr| match cap
         .clone()
         .try_acquire_owned()
     {
         Ok(permit) => {
-            tasks.spawn(Coalesce::new(connection(
+            let task = connection(
                 (stream, peer),
                 builder.clone(),
                 service_of.clone(),
@@ -208,7 +209,12 @@ where
                 drain.clone(),
                 conf.answers,
                 (conf.name, conf.tls.clone(), permit),
-            )));
+            );
+            if coalescing {
+                tasks.spawn(Coalesce::new(task));
+            } else {
+                tasks.spawn(task);
+            }
         }
         Err(_) => {
             metrics::counter!(SHED_CONNECTIONS, "listener" => conf.name).increment(1);
