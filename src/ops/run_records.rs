@@ -112,21 +112,7 @@ fn v1_run_noting<'a>(v2: &'a V2Run<'a>, compat: &'a Compat) -> (V1Run<'a>, Appli
     if renamed.is_some() {
         applied = applied.with(&differences::ORIGIN_RENAME);
     }
-    let record = V1Run {
-        status,
-        err_msg: v2.err_msg.or_default(),
-        slug: v2.slug.or_default(),
-        scraper_title: v2.scraper_title.or_default(),
-        scraper_slug: v2.scraper_slug.or_default(),
-        results: v2.results.0.unwrap_or(0),
-        usage: v2.usage.0.as_deref().unwrap_or("0"),
-        started_at: v2.started_at.0.unwrap_or(0),
-        finished_at: v2.finished_at.0.unwrap_or(0),
-        duration: v2.duration.0.unwrap_or(0),
-        origin: renamed.map_or(origin, String::as_str),
-        traffic: v2.traffic.0.unwrap_or(0),
-        version: v2.version.or_default(),
-    };
+    let record = V1Run::of_v2(v2, status, renamed.map_or(origin, String::as_str));
     (record, applied)
 }
 

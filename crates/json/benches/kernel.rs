@@ -78,24 +78,11 @@ fn result_pages(rows: usize) -> Vec<Bytes> {
 /// The V1 record of a V2 one, the values as V2 gave them (the gateway's
 /// status and origin mappings are not the kernel's).
 fn v1_run<'a>(r: &'a V2Run<'a>) -> V1Run<'a> {
-    V1Run {
-        status: match r.status {
-            StatusField::Number(Some(n)) => n,
-            _ => 2,
-        },
-        err_msg: r.err_msg.or_default(),
-        slug: r.slug.or_default(),
-        scraper_title: r.scraper_title.or_default(),
-        scraper_slug: r.scraper_slug.or_default(),
-        results: r.results.0.unwrap_or(0),
-        usage: r.usage.0.as_deref().unwrap_or("0"),
-        started_at: r.started_at.0.unwrap_or(0),
-        finished_at: r.finished_at.0.unwrap_or(0),
-        duration: r.duration.0.unwrap_or(0),
-        origin: r.origin.or_default(),
-        traffic: r.traffic.0.unwrap_or(0),
-        version: r.version.or_default(),
-    }
+    let status = match r.status {
+        StatusField::Number(Some(n)) => n,
+        _ => 2,
+    };
+    V1Run::of_v2(r, status, r.origin.or_default())
 }
 
 fn record_json(run: &V2Run, texts: Texts) -> Json {

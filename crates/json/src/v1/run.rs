@@ -6,6 +6,7 @@
 use serde::Serialize;
 
 use crate::escape::{first_special, json_string, Texts};
+use crate::v2::V2Run;
 
 /// The 13-field V1 run record, in V1's field order.
 #[derive(Debug, Serialize)]
@@ -25,7 +26,30 @@ pub struct V1Run<'a> {
     pub version: &'a str,
 }
 
-impl V1Run<'_> {
+impl<'a> V1Run<'a> {
+    /// The V1 record of a V2 one, each field V2 left out given V1's empty
+    /// value (`""`, `0`, a `usage` of `"0"`). The status and the origin come
+    /// mapped by the caller: how is the gateway's configuration, not the
+    /// kernel's.
+    #[inline]
+    pub fn of_v2(v2: &'a V2Run<'a>, status: i64, origin: &'a str) -> V1Run<'a> {
+        V1Run {
+            status,
+            err_msg: v2.err_msg.or_default(),
+            slug: v2.slug.or_default(),
+            scraper_title: v2.scraper_title.or_default(),
+            scraper_slug: v2.scraper_slug.or_default(),
+            results: v2.results.0.unwrap_or(0),
+            usage: v2.usage.0.as_deref().unwrap_or("0"),
+            started_at: v2.started_at.0.unwrap_or(0),
+            finished_at: v2.finished_at.0.unwrap_or(0),
+            duration: v2.duration.0.unwrap_or(0),
+            origin,
+            traffic: v2.traffic.0.unwrap_or(0),
+            version: v2.version.or_default(),
+        }
+    }
+
     /// The record as V1's JSON object, appended to `out`: the bytes serde
     /// writes for it (a test compares the two), in a fraction of the
     /// instructions, since the keys are written already quoted and a value
