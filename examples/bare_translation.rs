@@ -53,9 +53,7 @@ mod features;
 
 // The gateway's allocator, as its binary sets it.
 #[global_allocator]
-static ALLOCATOR: allocator::Allocator = allocator::Allocator;
-#[path = "../src/allocator.rs"]
-mod allocator;
+static ALLOCATOR: v1compat::common::allocator::Allocator = v1compat::common::allocator::Allocator;
 
 type Upstream = Arc<Mutex<Option<SendRequest<Full<Bytes>>>>>;
 

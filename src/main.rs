@@ -10,11 +10,10 @@ use clap::{Parser, Subcommand};
 use v1compat::cli::bind::bind;
 use v1compat::cli::probe;
 use v1compat::cli::shadow::{self as cli, ReplayArgs, ReportArgs};
+use v1compat::common::allocator;
 use v1compat::config::{self, Config};
 use v1compat::edge::server;
 use v1compat::{reload, telemetry};
-
-mod allocator;
 
 /// sysexits EX_USAGE / EX_CONFIG-style code for a configuration that does not validate.
 const EXIT_BAD_CONFIG: u8 = 64;

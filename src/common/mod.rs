@@ -5,9 +5,11 @@
 //! secrets for display ([`redact`]), escaping text into HTML ([`html`]),
 //! where a store lives ([`store_kind`]), what settings checks share
 //! ([`checks`]), address blocks ([`cidr`]), the swap cell a reload
-//! stores the next settings into ([`live`]) and the process's memory
-//! budget, which the edge and the V2 client both count in ([`memory`]).
+//! stores the next settings into ([`live`]), the process's memory
+//! budget, which the edge and the V2 client both count in ([`memory`]),
+//! and the allocator under all of it ([`allocator`]).
 
+pub mod allocator;
 pub(crate) mod checks;
 pub(crate) mod cidr;
 pub(crate) mod coalesce;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use ::redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use super::{Added, Bounds, InventoryStore, StoreFuture};
+use crate::common::allocator::give_back_free_memory;
 use crate::inventory::record::{over_bound, ClientRecord};
 
 const CLIENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("inventory_clients");
@@ -38,6 +39,9 @@ impl RedbStore {
         tx.open_table(CLIENTS).map_err(e)?;
         tx.open_table(META).map_err(e)?;
         tx.commit().map_err(e)?;
+        // Creating the file's regions and the first commit free a few MB
+        // that would stay resident on the idle thread that did them.
+        give_back_free_memory();
         Ok(RedbStore { db: Arc::new(db) })
     }
 
@@ -47,9 +51,15 @@ impl RedbStore {
     ) -> StoreFuture<'_, T> {
         let db = self.db.clone();
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || f(&db))
-                .await
-                .map_err(e)?
+            tokio::task::spawn_blocking(move || {
+                let done = f(&db);
+                // A flush or a report, seconds apart: what it freed goes
+                // back before its thread idles.
+                give_back_free_memory();
+                done
+            })
+            .await
+            .map_err(e)?
         })
     }
 }
