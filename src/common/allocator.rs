@@ -27,6 +27,8 @@ use libmimalloc_sys::{
 /// (mimalloc's `MI_MAX_ALIGN_SIZE` on 64-bit targets).
 const PLAIN_ALIGN: usize = 16;
 
+/// mimalloc as Rust's global allocator: the binary installs it, and so
+/// does the bare translation the benchmarks compare with.
 pub struct Allocator;
 
 /// Whether a block of `size` bytes from the plain calls is aligned enough.
@@ -94,7 +96,7 @@ unsafe impl GlobalAlloc for Allocator {
 /// gateway, for nothing (docs/inventory.md, "What it takes in memory"). Called at the end of
 /// such work, on its thread; a few microseconds, never on the request path,
 /// where freed pages are wanted again at once.
-pub fn give_back_free_memory() {
+pub(crate) fn give_back_free_memory() {
     // SAFETY: `mi_collect` takes no pointers and may be called from any
     // thread at any time; it only frees what mimalloc itself holds unused.
     #[allow(unsafe_code)]
