@@ -189,6 +189,10 @@ async fn serve_live(
         admin_drain.clone(),
     ));
     let pacer = tokio::spawn(pace_timers());
+    // Started: what start-up freed (the configuration read, TLS roots
+    // parsed, the stores opened) is given back rather than kept for reuse
+    // on a thread that may now idle (about 0.4 MB of an idle gateway).
+    crate::common::allocator::give_back_free_memory();
     shutdown.await;
     pacer.abort();
     public_drain.begin();
