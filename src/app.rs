@@ -191,7 +191,7 @@ async fn serve_live(
     let pacer = tokio::spawn(pace_timers());
     // Started: what start-up freed (the configuration read, TLS roots
     // parsed, the stores opened) is given back rather than kept for reuse
-    // on a thread that may now idle (about 0.4 MB of an idle gateway).
+    // on a thread that may now idle (about 1 MB of an idle gateway).
     crate::common::allocator::give_back_free_memory();
     shutdown.await;
     pacer.abort();

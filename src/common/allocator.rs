@@ -87,15 +87,17 @@ unsafe impl GlobalAlloc for Allocator {
     }
 }
 
-/// Returns to the system, now, the memory the calling thread has freed.
+/// Returns to the system, now, the memory the calling thread has freed,
+/// and whatever freed memory mimalloc still holds for later.
 ///
-/// mimalloc keeps a thread's freed pages for a while (a second by default)
-/// and returns them only when that thread allocates or frees again. A
+/// mimalloc keeps freed pages for a while (a second by default) and returns
+/// them only when the thread that freed them allocates or frees again. A
 /// thread of tokio's blocking pool that opened or wrote the inventory's
-/// redb file then sits idle with them: about 2.5 MB resident in an idle
-/// gateway, for nothing (docs/inventory.md, "What it takes in memory"). Called at the end of
-/// such work, on its thread; a few microseconds, never on the request path,
-/// where freed pages are wanted again at once.
+/// redb file then sits idle with them (about 2.5 MB of an idle gateway),
+/// and so does start-up's garbage (about 1 MB) once the gateway waits for
+/// requests: see docs/inventory.md, "What it takes in memory". Called at
+/// the end of such work, on its thread: once at start-up, once a flush.
+/// Never on the request path, where freed pages are wanted again at once.
 pub(crate) fn give_back_free_memory() {
     // SAFETY: `mi_collect` takes no pointers and may be called from any
     // thread at any time; it only frees what mimalloc itself holds unused.
