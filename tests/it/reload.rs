@@ -38,6 +38,16 @@ impl Drop for Reloading {
     }
 }
 
+/// A gateway reloading from a file of its own that holds `text`: the
+/// directory (removed when dropped), the file, and the gateway.
+async fn reloading_from(text: &str) -> (tempfile::TempDir, PathBuf, Reloading) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1compat.toml");
+    std::fs::write(&path, text).unwrap();
+    let gw = Reloading::start(&path).await;
+    (dir, path, gw)
+}
+
 impl Reloading {
     async fn start(path: &Path) -> Reloading {
         let source = Source {
@@ -132,10 +142,7 @@ async fn a_good_file_is_swapped_in_a_bad_one_kept_and_in_flight_requests_finish_
     })
     .await;
     let b = v2("b").await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v1compat.toml");
-    std::fs::write(&path, config(&a, "")).unwrap();
-    let mut gw = Reloading::start(&path).await;
+    let (_dir, path, mut gw) = reloading_from(&config(&a, "")).await;
 
     // A request in flight at A when the configuration moves to B.
     let addr = gw.addr;
@@ -202,10 +209,7 @@ async fn a_good_file_is_swapped_in_a_bad_one_kept_and_in_flight_requests_finish_
 #[tokio::test]
 async fn log_access_reloads_live_and_the_inventory_keys_read_at_open_are_named() {
     let a = v2("a").await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v1compat.toml");
-    std::fs::write(&path, config(&a, "")).unwrap();
-    let mut gw = Reloading::start(&path).await;
+    let (_dir, path, mut gw) = reloading_from(&config(&a, "")).await;
     assert!(gw.live.gateway().load().settings.access_log);
 
     replace(
@@ -254,10 +258,7 @@ async fn a_kubernetes_style_symlink_swap_is_picked_up() {
 #[tokio::test]
 async fn sighup_reloads() {
     let a = v2("a").await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v1compat.toml");
-    std::fs::write(&path, config(&a, "")).unwrap();
-    let mut gw = Reloading::start(&path).await;
+    let (_dir, _path, mut gw) = reloading_from(&config(&a, "")).await;
     // The handler is installed (the gateway answered); the signal goes to
     // this test process, where every reloading gateway hears it.
     let status = std::process::Command::new("kill")
@@ -446,10 +447,7 @@ async fn a_truncated_or_empty_file_leaves_the_running_configuration_in_place() {
 #[tokio::test]
 async fn an_emptied_file_seen_by_the_watch_is_refused_and_counted() {
     let a = v2("a").await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v1compat.toml");
-    std::fs::write(&path, config(&a, "[compat]\naccount_traffic = 3\n")).unwrap();
-    let mut gw = Reloading::start(&path).await;
+    let (_dir, path, mut gw) = reloading_from(&config(&a, "[compat]\naccount_traffic = 3\n")).await;
     std::fs::write(&path, "").unwrap();
     let Outcome::Rejected(why) = gw.next().await else {
         panic!("an empty file was applied");
